@@ -16,10 +16,11 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/tricut roofline --model llama-3-8b --gpu h100-sxm5 \
-		--kv-dtype bf16,fp8,nvfp4 --context 1024,32768,131072 --batch 1,16
 	$(VENV)/bin/tricut roofline --model llama-3-70b --gpu h100-sxm5 --tp 8 \
-		--kv-dtype bf16,fp8 --context 131072 --batch 1,8,32
+		--kv-dtype bf16,fp8,nvfp4 --context 8192,131072 --batch 1,16
+	$(VENV)/bin/tricut compare --model llama-3-70b --gpu h100-sxm5 --tp 8 \
+		--trace sim/data/mooncake_conversation_sample.jsonl --plot .build/demo
+	@echo "figures: .build/demo/*.png"
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q

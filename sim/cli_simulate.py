@@ -1,0 +1,308 @@
+"""`tricut simulate`, `tricut compare` and `tricut bench`: the system model from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+from tricut.models.config import KV_DTYPES, ConfigError, gpu_ids, load_gpu, load_model, model_ids
+from tricut.models.dsu import PROFILES, DsuParams
+from tricut.models.roofline import roofline
+
+from .system import simulate
+from .timing import CUTS, StepModel
+from .workload import TRACE_FORMATS, TraceError, read_trace, scale_rate, synthetic
+
+__all__ = ["add_commands"]
+
+POLICIES = ("adaptive", "static", "disabled")
+KEY_COLUMNS = ("requests", "output_tokens", "duration_s", "tokens_per_s", "ttft_p50_s", "ttft_p99_s",
+               "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "hbm_gbps_mean", "hbm_gbps_peak",
+               "l2_hit_rate", "min_step_over_floor")
+ABLATION = (("baseline", ()), ("te", ("te",)), ("cdu", ("cdu",)), ("dsu", ("dsu",)),
+            ("te+cdu+dsu", ("te", "cdu", "dsu")))
+
+
+def _cuts(text: str) -> tuple[str, ...]:
+    if text in ("none", ""):
+        return ()
+    if text == "all":
+        return CUTS
+    parts = tuple(text.split(","))
+    for p in parts:
+        if p not in CUTS:
+            raise argparse.ArgumentTypeError(f"{p!r} is not a cut; use none, all, or a list of {', '.join(CUTS)}")
+    return parts
+
+
+def _lengths(text: str):
+    """``1024``, ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``."""
+    try:
+        if ":" not in text:
+            return int(text)
+        kind, a, b = text.split(":")
+        if kind == "uniform":
+            return ("uniform", int(a), int(b))
+        if kind == "lognormal":
+            return ("lognormal", float(a), float(b))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r}: expected N, uniform:LO:HI or lognormal:MEDIAN:SIGMA")
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not value > 0 or (kind is float and not math.isfinite(value) and text not in ("inf",)):
+            raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        return value
+    return parse
+
+
+def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
+    p.add_argument("--model", default="llama-3-8b", help=f"model id ({', '.join(model_ids())}) or .toml (default: %(default)s)")
+    p.add_argument("--gpu", default="h100-sxm5", help=f"GPU id ({', '.join(gpu_ids())}) or .toml (default: %(default)s)")
+    p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel GPUs (default: 1)")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16", help="KV cache format (default: bf16)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--trace", type=Path, help="trace file: Mooncake .jsonl, Azure or Vidur .csv")
+    src.add_argument("--synthetic", type=_positive(int), metavar="N", help="N synthetic requests (default: 200)")
+    p.add_argument("--trace-format", choices=tuple(TRACE_FORMATS), help="trace format (default: guessed)")
+    p.add_argument("--limit", type=_positive(int), help="use only the first N requests of the trace")
+    p.add_argument("--rate", type=_positive(float), default=10.0,
+                   help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0 (default: 10)")
+    p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="speed arrivals up by this factor")
+    p.add_argument("--prompt-tokens", type=_lengths, default=1024,
+                   help="synthetic prompt lengths: N, uniform:LO:HI, lognormal:MEDIAN:SIGMA (default: 1024)")
+    p.add_argument("--output-tokens", type=_lengths, default=128, help="synthetic output lengths (same forms; default: 128)")
+    if with_cuts:
+        p.add_argument("--cuts", type=_cuts, default=CUTS,
+                       help="which cuts are on: none, all, or a list of te,cdu,dsu (default: all)")
+    p.add_argument("--policy", choices=POLICIES, default="adaptive", help="CDU policy (default: adaptive)")
+    p.add_argument("--profile", choices=PROFILES, default="throughput-opt", help="DSU profile (default: throughput-opt)")
+    p.add_argument("--slots", type=_positive(int), default=64, help="decode slots (default: 64)")
+    p.add_argument("--max-batch", type=_positive(int), default=64, help="batch cap (default: 64)")
+    p.add_argument("--ttft-slo", type=_positive(float), help="TTFT SLO in seconds, for goodput")
+    p.add_argument("--tpot-slo", type=_positive(float), help="TPOT SLO in seconds, for goodput")
+    p.add_argument("--degraded-at", type=float, metavar="SECONDS",
+                   help="DSU degrades to host scheduling from this simulated time on")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    p.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures into DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _workload(args):
+    if args.trace is not None:
+        reqs = read_trace(args.trace, args.trace_format)
+        if args.limit:
+            reqs = reqs[: args.limit]
+    else:
+        reqs = synthetic(args.synthetic or 200, args.rate, args.prompt_tokens, args.output_tokens, args.seed)
+    return scale_rate(reqs, args.rate_scale) if args.rate_scale != 1.0 else reqs
+
+
+def _dsu_params(args, model, gpu):
+    kv_fit = roofline(model, gpu, args.kv_dtype, 1, 1, tp=args.tp).kv_tokens_fit
+    if kv_fit < 1:
+        raise ConfigError(f"{model.name} weights do not fit in {gpu.name} HBM at tp={args.tp}; raise --tp")
+    return DsuParams(args.profile, n_slots=args.slots, max_batch=args.max_batch,
+                     latency_batch=min(16, args.max_batch), kv_capacity_tokens=kv_fit)
+
+
+def _progress(enabled: bool, label: str):
+    if not enabled or not sys.stderr.isatty():
+        return None
+    state = {"last": -1}
+
+    def show(done, total):
+        pct = int(100 * done / max(total, 1))
+        if pct != state["last"]:
+            state["last"] = pct
+            bar = "#" * (pct // 4)
+            print(f"\r{label} [{bar:<25}] {pct:3d}% ({done}/{total} requests)", end="", file=sys.stderr)
+            if done >= total:
+                print(file=sys.stderr)
+    return show
+
+
+def _run(args, cuts, label):
+    model, gpu = load_model(args.model), load_gpu(args.gpu)
+    reqs = _workload(args)
+    for r in reqs:
+        if r.prompt_tokens + r.output_tokens > model.max_context:
+            raise TraceError(f"request {r.id}: prompt {r.prompt_tokens} + output {r.output_tokens} "
+                             f"exceeds {model.name}'s max_context {model.max_context}")
+    sm = StepModel(model, gpu, args.kv_dtype, args.tp, frozenset(cuts), args.policy)
+    return simulate(reqs, sm, _dsu_params(args, model, gpu), seed=args.seed,
+                    degraded_at_s=args.degraded_at, progress=_progress(not args.no_progress, label),
+                    ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
+
+
+def _fmt(key: str, value) -> str:
+    if isinstance(value, float):
+        if key.endswith("_s") and not key.endswith("per_s"):
+            return f"{value * 1e3:.3f} ms"
+        if key == "l2_hit_rate" or key.endswith("utilisation"):
+            return f"{100 * value:.1f} %"
+        return f"{value:,.2f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _emit(args, rows: dict[str, dict]) -> None:
+    if args.json:
+        print(json.dumps(next(iter(rows.values())) if len(rows) == 1 else rows, indent=2))
+    elif args.csv:
+        buf = io.StringIO()
+        keys = list(next(iter(rows.values())).keys())
+        w = csv.writer(buf)
+        w.writerow(["config"] + keys)
+        for label, row in rows.items():
+            w.writerow([label] + [row[k] for k in keys])
+        print(buf.getvalue(), end="")
+    else:
+        labels = list(rows)
+        keys = list(KEY_COLUMNS) + ["sm_utilisation", "te_utilisation", "dsu_utilisation", "mean_batch", "failed"]
+        width = max(len(k) for k in keys)
+        cols = [[_fmt(k, rows[lab][k]) for k in keys] for lab in labels]
+        cw = [max(len(lab), *(len(c) for c in col)) for lab, col in zip(labels, cols)]
+        print(" " * width + "  " + "  ".join(lab.rjust(w) for lab, w in zip(labels, cw)))
+        for i, k in enumerate(keys):
+            print(k.ljust(width) + "  " + "  ".join(col[i].rjust(w) for col, w in zip(cols, cw)))
+
+
+def cmd_simulate(args) -> int:
+    label = "+".join(args.cuts) if args.cuts else "baseline"
+    result = _run(args, args.cuts, label)
+    _emit(args, {label: result.summary})
+    if args.plot:
+        from .plots import plot_run
+        for path in plot_run({label: result}, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    gpu = load_gpu(args.gpu)
+    results = {}
+    for label, cuts in ABLATION:
+        if "cdu" in cuts and not gpu.has_cdu:
+            cuts = tuple(c for c in cuts if c != "cdu")
+            label = label + " (no CDU)" if cuts else label
+            if not cuts:
+                continue
+        results[label] = _run(args, cuts, label)
+    _emit(args, {k: v.summary for k, v in results.items()})
+    if args.plot:
+        from .plots import plot_run
+        for path in plot_run(results, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """The source's three-round method."""
+    model, gpu = load_model(args.model), load_gpu(args.gpu)
+    cuts = args.cuts
+    out = {}
+    # Round 1: single request vs the roofline ceiling at its mean context.
+    one = _sub(args, synthetic=1, rate=math.inf)
+    r1 = _run(one, cuts, "single")
+    ctx = args.prompt_tokens if isinstance(args.prompt_tokens, int) else 1024
+    mean_ctx = ctx + (args.output_tokens if isinstance(args.output_tokens, int) else 128) // 2
+    ceiling = roofline(model, gpu, args.kv_dtype, mean_ctx, 1, tp=args.tp).request_tokens_per_s_ceiling
+    tpot = r1.summary["tpot_p50_s"]
+    out["single_request"] = {"tokens_per_s": 1 / tpot, "ceiling_tokens_per_s": ceiling,
+                             "fraction_of_ceiling": (1 / tpot) / ceiling}
+    # Round 2: concurrency sweep, all requests at t=0.
+    sweep = []
+    n = 1
+    while n <= args.slots * 2:
+        r = _run(_sub(args, synthetic=n, rate=math.inf), cuts, f"c{n}")
+        sweep.append({"concurrency": n, "tokens_per_s": r.summary["tokens_per_s"],
+                      "tpot_p99_s": r.summary["tpot_p99_s"]})
+        n *= 2
+    best = max(s["tokens_per_s"] for s in sweep)
+    sweet = next(s["concurrency"] for s in sweep if s["tokens_per_s"] >= 0.9 * best)
+    out["concurrency_sweep"] = sweep
+    out["sweet_spot"] = sweet
+    # Round 3: long stability run at 80 % of the sweet spot's request rate.
+    per_req = sweep[[s["concurrency"] for s in sweep].index(sweet)]
+    out_tokens = args.output_tokens if isinstance(args.output_tokens, int) else 128
+    rate = 0.8 * per_req["tokens_per_s"] / out_tokens
+    n_long = max(4 * args.slots, args.synthetic or 0)
+    r3 = _run(_sub(args, synthetic=n_long, rate=rate), cuts, "stability")
+    ends, hbm = r3.step_end_s, r3.step_hbm_bytes
+    half = ends[-1] / 2 if len(ends) else 0
+    batch = r3.batch_sizes
+    first = batch[ends <= half].sum() / half if half else 0.0
+    second = batch[ends > half].sum() / (ends[-1] - half) if half else 0.0
+    out["stability"] = {"requests": n_long, "rate_rps": rate, "tokens_per_s_first_half": float(first),
+                        "tokens_per_s_second_half": float(second),
+                        "drift": float(second / first - 1) if first else 0.0,
+                        "kv_tokens_leaked": r3.summary["kv_tokens_leaked"],
+                        "slots_in_use_at_end": r3.summary["slots_in_use_at_end"],
+                        "failed": r3.summary["failed"],
+                        "all_accounted": len(r3.request_times) + r3.summary["failed"] == n_long}
+    if args.plot:
+        from .plots import plot_sweep
+        p = plot_sweep([s["concurrency"] for s in sweep], {"+".join(cuts) or "baseline":
+                                                          [s["tokens_per_s"] for s in sweep]},
+                       args.plot / "throughput_vs_concurrency.png", sweet)
+        print(f"wrote {p}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    s1 = out["single_request"]
+    print(f"round 1  single request: {s1['tokens_per_s']:.1f} tokens/s = "
+          f"{100 * s1['fraction_of_ceiling']:.1f} % of the roofline ceiling {s1['ceiling_tokens_per_s']:.1f}")
+    print("round 2  concurrency sweep:")
+    for s in sweep:
+        mark = "  <- sweet spot" if s["concurrency"] == sweet else ""
+        print(f"         {s['concurrency']:5d} requests  {s['tokens_per_s']:10.1f} tokens/s  "
+              f"TPOT p99 {s['tpot_p99_s'] * 1e3:8.3f} ms{mark}")
+    st = out["stability"]
+    print(f"round 3  stability: {st['requests']} requests at {st['rate_rps']:.2f} req/s; throughput drift "
+          f"{100 * st['drift']:+.1f} %; KV tokens leaked {st['kv_tokens_leaked']}; slots in use at end "
+          f"{st['slots_in_use_at_end']}; failed {st['failed']}; all accounted: {st['all_accounted']}")
+    return 0
+
+
+def _sub(args, **changes):
+    ns = argparse.Namespace(**vars(args))
+    ns.trace = None
+    ns.no_progress = True
+    for k, v in changes.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate decode serving a workload, with the cuts on or off",
+                       description="Event-driven decode simulation at real sizes: requests arrive, are "
+                                   "prefilled (disaggregated pool), batched by the DSU golden model and "
+                                   "decoded step by step; prints latency, throughput, HBM and L2 figures. "
+                                   "Definitions: docs/metrics.md; the model: docs/system-model.md.")
+    _common(p)
+    p.set_defaults(func=cmd_simulate)
+    p = sub.add_parser("compare", help="ablation: baseline, each cut alone, all three",
+                       description="Runs the same workload five times (baseline, te, cdu, dsu, all three) "
+                                   "and prints one column each.")
+    _common(p, with_cuts=False)
+    p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("bench", help="the source's three-round benchmark method",
+                       description="Round 1: one request vs the roofline ceiling; round 2: concurrency "
+                                   "sweep with the sweet spot marked (first concurrency within 90 %% of the "
+                                   "best throughput); round 3: a long Poisson run at 80 %% of that rate, "
+                                   "checking throughput drift and KV accounting leaks.")
+    _common(p)
+    p.set_defaults(func=cmd_bench)

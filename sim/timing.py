@@ -1,0 +1,199 @@
+"""Per-step time of one decode step on one GPU of a tensor-parallel group.
+
+The model and every constant are described in docs/system-model.md. Each returned step also
+carries its physical floor, ``(weight bytes + KV bytes read from HBM + KV bytes written) /
+peak HBM bandwidth`` (and the L2 analogue), and :func:`step_time` refuses to return a step
+faster than that floor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tricut.models.config import GpuConfig, ModelConfig
+
+__all__ = ["CUTS", "Assumptions", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
+
+CUTS = ("te", "cdu", "dsu")
+
+
+class PhysicsViolation(AssertionError):
+    """A step came out faster than the bandwidth floor: a bug in the model, never a result."""
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Efficiencies and overheads that are not in the GPU datasheet. Each is an assumption
+    documented (with its reason) in docs/system-model.md; sweep them to see what a result
+    depends on."""
+
+    gemv_bw_efficiency: float = 0.85      # fraction of peak HBM bandwidth a weight GEMV reaches
+    sm_attention_bw_efficiency: float = 0.70   # FlashDecoding-style attention on the SMs
+    te_bw_efficiency: float = 0.90        # the TE's single-pass K/V stream
+    compute_efficiency: float = 0.60      # of dense tensor peak, for GEMMs in decode and prefill
+    l2_bandwidth: float = 5.5e12          # bytes/s, H100-class L2 read bandwidth
+    kernel_overhead_s: float = 4e-6       # per layer, launch + sync gaps on the SM path
+    allreduce_latency_s: float = 5e-6     # per all-reduce (2 per layer) with TP > 1
+    host_sched_s: float = 250e-6          # host CPU scheduler work per step
+    host_sched_per_request_s: float = 2e-6
+    host_jitter_s: float = 150e-6         # mean of an exponential extra delay per step
+    degraded_extra_s: float = 100e-6      # DSU degraded: host path plus the hand-over check
+    cdu_l2_share: float = 0.8             # fraction of L2 the CDU owns as KV block frames
+    prefill_link_bandwidth: float = 50e9  # bytes/s, KV from the prefill pool (RDMA-class)
+
+    def __post_init__(self):
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
+                    or value < 0:
+                raise ValueError(f"assumption {name} must be a finite number >= 0, got {value!r}")
+        for name in ("gemv_bw_efficiency", "sm_attention_bw_efficiency", "te_bw_efficiency",
+                     "compute_efficiency", "cdu_l2_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"assumption {name} must be in (0, 1], got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class UnitTiming:
+    """Per-unit cycle costs, calibrated from the RTL (tests/test_calibration.py)."""
+
+    te_engines: int = 132                 # one TE decode engine per SM
+    te_clock_hz: float = 1.98e9
+    te_lanes: int = 64                    # multiplier lanes per engine (sized to keep up with HBM)
+    te_fill_cycles: int = 40              # per (request, layer, KV head) job
+    dsu_cycles_base: int = 400            # firmware cycles per scheduling round
+    dsu_cycles_per_request: int = 30      # per slot considered
+    dsu_clock_hz: float = 1.2e9
+
+    def te_cycles_per_token(self, head_dim: int, group: int) -> float:
+        """Cycles to stream one token of one KV head through one engine: q·k for G heads and
+        the V accumulation for G heads, ``2 × G × head_dim`` multiplies on ``lanes``."""
+        return math.ceil(2 * group * head_dim / self.te_lanes)
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    time_s: float
+    floor_s: float
+    hbm_read_bytes: float
+    hbm_write_bytes: float
+    l2_kv_bytes: float
+    kv_read_bytes: float
+    sm_busy_s: float
+    te_busy_s: float
+    sched_s: float
+
+
+@dataclass
+class StepModel:
+    model: ModelConfig
+    gpu: GpuConfig
+    kv_dtype: str = "bf16"
+    tp: int = 1
+    cuts: frozenset = frozenset()
+    policy: str = "adaptive"              # CDU policy when the cdu cut is on
+    assumptions: Assumptions = field(default_factory=Assumptions)
+    units: UnitTiming = field(default_factory=UnitTiming)
+
+    def __post_init__(self):
+        unknown = set(self.cuts) - set(CUTS)
+        if unknown:
+            raise ValueError(f"unknown cut {sorted(unknown)[0]!r}; choose from {', '.join(CUTS)}")
+        if "cdu" in self.cuts and not self.gpu.has_cdu:
+            raise ValueError(f"GPU {self.gpu.name} has no CDU; drop 'cdu' from --cuts")
+        m, a = self.model, self.assumptions
+        self.share = max(1.0 / self.tp, 1.0 / m.num_kv_heads)
+        self.kv_token_bytes = m.kv_bytes_per_token(self.kv_dtype) * self.share
+        self.weight_bytes = m.weight_bytes_per_step() / self.tp
+        self.gemv_flops_per_request = 2 * (m.param_count() - (0 if m.tie_embeddings else
+                                                              m.vocab_size * m.hidden_size)) / self.tp
+        self.kv_heads_here = max(1, m.num_kv_heads // self.tp)
+        self.cdu_capacity_tokens = (a.cdu_l2_share * self.gpu.l2_bytes / self.kv_token_bytes
+                                    if "cdu" in self.cuts else 0.0)
+
+    # -- pieces ------------------------------------------------------------------------------
+    def l2_hit_tokens(self, history: list[int], residency: list[int]) -> float:
+        """KV tokens of this step served from L2 by the CDU (fast reduction of models/cdu.py for
+        the ``full`` access pattern: every block of every request is read every step).
+
+        ``static`` keeps each long-context request's first block (attention sink) and its most
+        recent 128 tokens resident; ``adaptive`` learns that every block is re-read and keeps as
+        many of the long-context requests' blocks as fit; ``disabled`` allocates nothing. Short
+        requests (residency hint 0) are streamed."""
+        if "cdu" not in self.cuts or self.policy == "disabled":
+            return 0.0
+        long_hist = [h for h, r in zip(history, residency) if r]
+        if self.policy == "static":
+            wanted = sum(min(h, 16 + 128) for h in long_hist)
+        else:
+            wanted = sum(long_hist)
+        return min(float(wanted), self.cdu_capacity_tokens)
+
+    def sched_time(self, batch: int, degraded: bool, rng) -> float:
+        a, u = self.assumptions, self.units
+        if "dsu" in self.cuts and not degraded:
+            return (u.dsu_cycles_base + u.dsu_cycles_per_request * batch) / u.dsu_clock_hz
+        host = a.host_sched_s + a.host_sched_per_request_s * batch
+        if a.host_jitter_s > 0:
+            host += rng.exponential(a.host_jitter_s)
+        return host + (a.degraded_extra_s if degraded else 0.0)
+
+    def step_time(self, seq_lens: list[int], residency: list[int], rng, degraded: bool = False
+                  ) -> StepTiming:
+        """One decode step for a batch; ``seq_lens`` include the token this step appends."""
+        m, g, a, u = self.model, self.gpu, self.assumptions, self.units
+        batch = len(seq_lens)
+        history = [s - 1 for s in seq_lens]
+        kv_read_tokens = float(sum(history))
+        hit_tokens = self.l2_hit_tokens(history, residency)
+        kv_read = kv_read_tokens * self.kv_token_bytes
+        l2_kv = hit_tokens * self.kv_token_bytes
+        hbm_kv = kv_read - l2_kv
+        kv_write = batch * self.kv_token_bytes
+        hbm_read = self.weight_bytes + hbm_kv
+        bw = g.hbm_bandwidth
+        flops = self.gemv_flops_per_request * batch
+        peak = g.fp8_flops if m.weight_dtype in ("fp8", "nvfp4") else g.bf16_flops
+        gemv_t = max(self.weight_bytes / (bw * a.gemv_bw_efficiency), flops / (peak * a.compute_efficiency))
+        comm_t = 0.0
+        if self.tp > 1:
+            msg = batch * m.hidden_size * 2
+            per = a.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * msg / g.nvlink_bandwidth
+            comm_t = 2 * m.num_layers * per
+        if "te" in self.cuts:
+            # TE engines stream K/V while the SMs run the GEMVs of the other micro-batch: both
+            # share HBM, so the step is bound by total traffic, by the TE's compute, or by the
+            # GEMVs, whichever is longest.
+            jobs_tokens = (kv_read_tokens + batch) * m.num_layers * self.kv_heads_here
+            jobs = batch * m.num_layers * self.kv_heads_here
+            te_cycles = (jobs_tokens * u.te_cycles_per_token(m.head_dim, m.group_size)
+                         + jobs * u.te_fill_cycles) / u.te_engines
+            te_t = te_cycles / u.te_clock_hz
+            mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)
+            l2_t = l2_kv / a.l2_bandwidth
+            busy = max(gemv_t, te_t, mem_t, l2_t)
+            sm_busy, te_busy = gemv_t, te_t
+            core_t = busy + comm_t
+        else:
+            attn_t = max((hbm_kv + kv_write) / (bw * a.sm_attention_bw_efficiency), l2_kv / a.l2_bandwidth)
+            core_t = gemv_t + attn_t + m.num_layers * a.kernel_overhead_s + comm_t
+            sm_busy, te_busy = gemv_t + attn_t, 0.0
+        sched = self.sched_time(batch, degraded, rng)
+        floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
+        total = core_t + sched
+        if total < floor * (1 - 1e-12):
+            raise PhysicsViolation(f"step of {total:.3e} s beats the bandwidth floor {floor:.3e} s")
+        return StepTiming(total, floor, hbm_read, kv_write, l2_kv, kv_read, sm_busy, te_busy, sched)
+
+    def prefill_time(self, prompt: int) -> float:
+        """Disaggregated prefill pool (one TP group like this one, uncontended): GEMM compute
+        at ``compute_efficiency`` (weights read once), causal attention FLOPs, then the prompt's
+        KV sent over the prefill link."""
+        m, g, a = self.model, self.gpu, self.assumptions
+        gemm = 2 * m.param_count() * prompt
+        attn = 2 * m.num_layers * m.num_heads * m.head_dim * prompt * prompt  # QK^T + PV, causal half
+        compute = (gemm + attn) / self.tp / (g.bf16_flops * a.compute_efficiency)
+        weights = m.weight_bytes_per_step() / self.tp / g.hbm_bandwidth
+        transfer = prompt * m.kv_bytes_per_token(self.kv_dtype) / a.prefill_link_bandwidth
+        return max(compute, weights) + transfer
