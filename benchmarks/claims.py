@@ -1,0 +1,120 @@
+"""Every claim of SPEC.md's "Claims to evaluate": our figure, the physical bound, a verdict.
+
+    .venv/bin/python benchmarks/claims.py > /tmp/claims.md
+
+Prints the Markdown table that docs/results.md reproduces. Uses the fast system model with its
+default assumptions (docs/system-model.md) and the roofline; each row states its setting.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tricut.models.config import load_gpu, load_model
+from tricut.models.dsu import DsuParams
+from tricut.models.roofline import roofline
+from tricut.sim.system import simulate
+from tricut.sim.timing import Assumptions, StepModel
+from tricut.sim.workload import synthetic
+
+H100 = load_gpu("h100-sxm5")
+L8B, L70B = load_model("llama-3-8b"), load_model("llama-3-70b")
+RNG = np.random.default_rng(0)
+NO_JITTER = Assumptions(host_jitter_s=0.0)
+rows = []
+
+
+def row(claim, ours, bound, verdict):
+    rows.append((claim, ours, bound, verdict))
+
+
+# 1. Llama-3-8B single decode step 1.8 ms -> 0.9 ms with TE.
+ctx = 4096
+floor = roofline(L8B, H100, "bf16", ctx, 1).step_floor_s
+base = StepModel(L8B, H100, assumptions=NO_JITTER).step_time([ctx + 1], [1], RNG)
+te = StepModel(L8B, H100, cuts=frozenset({"te"}), assumptions=NO_JITTER).step_time([ctx + 1], [1], RNG)
+row("Llama-3-8B decode step 1.8 ms → 0.9 ms with TE offload (bf16, batch 1)",
+    f"{base.time_s * 1e3:.2f} ms → {te.time_s * 1e3:.2f} ms at {ctx} tokens (SM busy {base.sm_busy_s * 1e3:.2f} → "
+    f"{te.sm_busy_s * 1e3:.2f} ms)",
+    f"floor {floor * 1e3:.2f} ms: 15.0 GB of bf16 weights at 3.35 TB/s",
+    "**impossible** as stated: both figures are below the bandwidth floor; with fp8 weights the floor is "
+    f"{roofline(load_model('llama-3-8b'), H100, 'bf16', ctx, 1).weight_bytes / 2 / 3.35e12 * 1e3:.2f} ms, still above 0.9 ms")
+
+# 2. > 32K context: HBM use > 95 %, useful < 40 %.
+sm = StepModel(L8B, H100, assumptions=NO_JITTER)
+st = sm.step_time([32769] * 8, [1] * 8, RNG)
+use = (st.hbm_read_bytes + st.hbm_write_bytes) / st.time_s / H100.hbm_bandwidth
+row("Context > 32K: HBM bandwidth use > 95 % but useful bandwidth < 40 %",
+    f"{100 * use:.0f} % of peak HBM bandwidth on the SM path (Llama-3-8B, 8 × 32K); every byte read is used once",
+    "decode reads each weight and KV byte once per step: nothing to re-read, so 'useful' = all bytes moved",
+    "**not reproducible**: our model has no idle-but-busy bandwidth; a < 40 % figure needs a definition the source does not give")
+
+# 3./4. L2 hit rate 68 % -> 91 % with adaptive; 6.8x lower mean KV latency.
+for model, label in ((L8B, "Llama-3-8B"),):
+    kv_tok = model.kv_bytes_per_token("bf16")
+    cap = 0.8 * H100.l2_bytes / kv_tok
+    work = 16 * 32768
+    row(f"L2 hit rate 68 % → 91 % with `adaptive`; HBM −44 %",
+        f"{label}, 16 × 32K, full attention: ≤ {100 * cap / work:.3f} % of KV reads can hit "
+        f"({cap:.0f} tokens of L2 frames vs {work:,} tokens read per step)",
+        "hit rate ≤ resident KV / KV read per step (every block is read once per step)",
+        "**impossible** for full attention at long context; possible only when the per-step working set "
+        "fits in L2 (short contexts × small batch) or attention is sparse (window/top-k: see docs/cdu.md)")
+h = (1 - 1 / 6.8) * H100.hbm_latency_s / (H100.hbm_latency_s - H100.l2_latency_s)
+row("50 MB L2 lowers mean KV access latency 6.8×",
+    f"needs an L2 hit rate of {100 * h:.1f} % (L2 20 ns, HBM 500 ns)",
+    "mean latency = h·20 ns + (1−h)·500 ns",
+    "**only with ≥ 89 % hits**, which the row above rules out at long context")
+
+# 5. Llama-3-70B at 128K on 8xH100.
+r = [roofline(L70B, H100, "bf16", 131072, b, tp=8) for b in (1, 8, 64)]
+limit = H100.hbm_bandwidth / (L70B.kv_bytes_per_token("bf16") / 8 * 131072)
+prefill_flops = 2 * L70B.param_count() * 131072
+row("Llama-3-70B, 128K context, 8×H100: 1,842 → 3,916 tokens/s; P99 247 → 89 ms; HBM peak 1,820 → 940 GB/s; 210 → 480 req/s",
+    f"ceiling {r[0].tokens_per_s_ceiling:.0f} / {r[1].tokens_per_s_ceiling:.0f} / {r[2].tokens_per_s_ceiling:.0f} tokens/s "
+    f"at batch 1 / 8 / 64; step floor {r[0].step_floor_s * 1e3:.1f} / {r[1].step_floor_s * 1e3:.1f} / "
+    f"{r[2].step_floor_s * 1e3:.1f} ms",
+    f"tokens/s < {limit:.0f} for any batch (KV alone: 5.4 GB per request per step per GPU); 480 req/s of 128K prompts "
+    f"needs {480 * prefill_flops / 1e18:.1f} EFLOP/s of prefill vs {8 * H100.bf16_flops / 1e15:.1f} PFLOP/s",
+    "**impossible**: 3,916 tokens/s is > 6× the bandwidth limit at 128K; HBM peak 940 GB/s cannot carry it")
+
+# 6. DSU latency-opt at 128 concurrent requests: P99 3.2x steadier.
+reqs = synthetic(512, 200.0, prompt=("uniform", 512, 4096), output=128, seed=5)
+res = {}
+for label, cuts in (("host", ()), ("dsu", ("dsu",))):
+    s = simulate(reqs, StepModel(L8B, H100, cuts=frozenset(cuts)),
+                 DsuParams("latency-opt", n_slots=128, max_batch=128, latency_batch=128)).summary
+    res[label] = s["itl_p99_s"] / s["itl_p50_s"]
+row("DSU `latency-opt`, 128 concurrent: P99 3.2× steadier than CPU scheduling",
+    f"ITL P99/P50 {res['host']:.3f} (host) vs {res['dsu']:.3f} (DSU): {res['host'] / res['dsu']:.2f}× steadier",
+    "host jitter Exp(150 µs) on ~10–30 ms steps is small; the DSU removes it",
+    "**not reproduced**: steadier, but by far less than 3.2× unless host jitter is a large share of a step")
+
+# 7. fp8 holds 2.3x the tokens of fp16.
+fit = {d: roofline(L70B, H100, d, 1024, 1, tp=8).kv_tokens_fit for d in ("bf16", "fp8", "nvfp4")}
+row("fp8 KV holds 2.3× the tokens of fp16, +0.3 ms on the first decode step",
+    f"{fit['fp8'] / fit['bf16']:.2f}× (Llama-3-70B, TP8, beside the weights)",
+    "bytes per element 2 → 1: exactly 2×",
+    "**impossible** (2.3×); the +0.3 ms needs the TE dequant cost, pending the TE calibration")
+row("NVFP4 KV halves the footprint vs FP8 (~2× resident context) (`003_*`)",
+    f"{fit['nvfp4'] / fit['fp8']:.2f}×",
+    "4 bits + one 8-bit scale per 16 elements = 4.5 bits: 8 / 4.5 = 1.78×",
+    "**roughly**: 1.78×, not 2×, once block scales are counted")
+
+# 8. Degraded DSU: +40 % latency, no interruption.
+reqs = synthetic(256, 100.0, prompt=("uniform", 512, 4096), output=64, seed=6)
+sm = StepModel(L8B, H100, cuts=frozenset({"dsu"}))
+ok = simulate(reqs, sm, DsuParams(n_slots=64)).summary
+bad = simulate(reqs, sm, DsuParams(n_slots=64), degraded_at_s=0.0).summary
+row("DSU degraded to CPU scheduling: latency +40 %, no interruption",
+    f"TPOT P50 {ok['tpot_p50_s'] * 1e3:.2f} → {bad['tpot_p50_s'] * 1e3:.2f} ms "
+    f"({100 * (bad['tpot_p50_s'] / ok['tpot_p50_s'] - 1):+.1f} %); all {bad['requests']} requests complete",
+    "the host scheduler's cost per step (assumption) over the step time",
+    "**no interruption: confirmed**; +40 % only if host scheduling costs ~40 % of a step")
+
+print("| claim | our figure | physical bound / reasoning | verdict |")
+print("|---|---|---|---|")
+for r_ in rows:
+    print("| " + " | ".join(r_) + " |")

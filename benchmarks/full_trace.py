@@ -1,0 +1,50 @@
+"""Speed of the fast system model: the full Mooncake conversation trace (12,031 requests) for
+Llama-3-70B on 8xH100 (TP8), baseline and all three cuts. Prints wall time and simulated
+steps per second per configuration (median of --repeats runs) as a Markdown table.
+
+    .venv/bin/python benchmarks/full_trace.py [--trace PATH] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from tricut.models.config import load_gpu, load_model
+from tricut.models.dsu import DsuParams
+from tricut.models.roofline import roofline
+from tricut.sim.system import simulate
+from tricut.sim.timing import StepModel
+from tricut.sim.workload import read_trace
+
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    reqs = read_trace(args.trace)
+    model, gpu = load_model("llama-3-70b"), load_gpu("h100-sxm5")
+    kv_fit = roofline(model, gpu, "bf16", 1, 1, tp=8).kv_tokens_fit
+    print(f"{len(reqs)} requests from {args.trace.name}; llama-3-70b, h100-sxm5 x8 (TP8), bf16 KV\n")
+    print("| config | wall s (median) | steps | simulated steps/s | tokens/s (simulated) | TPOT p99 ms |")
+    print("|---|---|---|---|---|---|")
+    for label, cuts in (("baseline", ()), ("te+cdu+dsu", ("te", "cdu", "dsu"))):
+        walls, result = [], None
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            result = simulate(reqs, StepModel(model, gpu, "bf16", 8, frozenset(cuts)),
+                              DsuParams(n_slots=64, max_batch=64, kv_capacity_tokens=kv_fit))
+            walls.append(time.perf_counter() - t0)
+        wall = statistics.median(walls)
+        s = result.summary
+        print(f"| {label} | {wall:.1f} | {result.steps:,} | {result.steps / wall:,.0f} | "
+              f"{s['tokens_per_s']:,.0f} | {s['tpot_p99_s'] * 1e3:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
