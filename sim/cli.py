@@ -13,7 +13,8 @@ import sys
 from tricut.models.config import KV_DTYPES, ConfigError, gpu_ids, load_gpu, load_model, model_ids
 from tricut.models.roofline import roofline
 
-from .cli_simulate import add_commands
+from . import cli_simulate, cli_units
+from .cli_units import InputError
 from .workload import TraceError
 
 __all__ = ["main"]
@@ -109,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="JSON (bytes, seconds): one object, or a list for a sweep")
     p.set_defaults(func=cmd_roofline)
-    add_commands(sub)
+    cli_simulate.add_commands(sub)
+    cli_units.add_commands(sub)
     return parser
 
 
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, UsageError, TraceError, ValueError) as e:
+    except (ConfigError, UsageError, TraceError, InputError, ValueError) as e:
         print(f"tricut: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -1,0 +1,76 @@
+"""`tricut te run` and `tricut verilog` from the command line."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tricut.sim", *args], capture_output=True, text=True)
+
+
+def test_te_run_writes_rtl_and_golden(tmp_path):
+    rng = np.random.default_rng(3)
+    vec = tmp_path / "vec.npz"
+    np.savez(vec, q=rng.standard_normal((1, 64)).astype(np.float32),
+             k=rng.standard_normal((3, 64)).astype(np.float32),
+             v=rng.standard_normal((3, 64)).astype(np.float32), scale=np.float32(0.2))
+    out = tmp_path / "res.npz"
+    r = _cli("te", "run", "--in", str(vec), "--out", str(out), "--kv-dtype", "fp8", "--lanes", "16")
+    assert r.returncode == 0, r.stderr
+    assert "RTL == model: True" in r.stdout
+    res = np.load(out)
+    assert set(res.files) >= {"out", "golden", "q_used", "k_used", "v_used", "cycles", "status"}
+    assert res["out"].shape == (1, 64) and res["out"].dtype == np.float32
+    np.testing.assert_array_equal(res["out"].view(np.uint32), res["golden"].view(np.uint32))
+    # k_used is what the engine saw: fp8 values, within fp8's error of the input
+    k = np.load(vec)["k"]
+    assert np.all(np.abs(res["k_used"] - k) <= 0.0625 * np.abs(k) + 2.0 ** -9)
+    ref = np.exp(0.2 * res["q_used"] @ res["k_used"].T)
+    ref = (ref / ref.sum()) @ res["v_used"]
+    np.testing.assert_allclose(res["out"], ref, rtol=1e-5, atol=1e-6)
+    assert int(res["cycles"]) > 0 and res["status"].sum() == 0
+
+
+@pytest.mark.parametrize("arrays,needle", [
+    (dict(q=np.zeros((1, 64), np.float32), k=np.zeros((3, 64), np.float32)), "missing array 'v'"),
+    (dict(q=np.zeros((1, 64), np.float32), k=np.zeros((3, 64), np.float32),
+          v=np.zeros((2, 64), np.float32)), "differ in shape"),
+    (dict(q=np.zeros((1, 32), np.float32), k=np.zeros((3, 64), np.float32),
+          v=np.zeros((3, 64), np.float32)), "head_dim 32 but k has 64"),
+    (dict(q=np.zeros(64, np.float32), k=np.zeros((3, 64), np.float32),
+          v=np.zeros((3, 64), np.float32)), "q must be a 2-D float array"),
+    (dict(q=np.zeros((1, 64), np.float32), k=np.zeros((3, 64), np.float32),
+          v=np.zeros((3, 64), np.float32), bias=np.zeros(3)), "unknown array 'bias'"),
+])
+def test_te_run_bad_vectors(tmp_path, arrays, needle):
+    vec = tmp_path / "vec.npz"
+    np.savez(vec, **arrays)
+    r = _cli("te", "run", "--in", str(vec), "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_te_run_not_npz(tmp_path):
+    bad = tmp_path / "vec.npz"
+    bad.write_text("hello")
+    r = _cli("te", "run", "--in", str(bad), "--out", str(tmp_path / "o.npz"))
+    assert r.returncode == 2 and "not a readable .npz" in r.stderr
+
+
+def test_verilog_dsu_core_lint_clean(tmp_path):
+    r = _cli("verilog", "dsu-core", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "clean" in r.stdout and (tmp_path / "dsu_core.v").read_text().startswith("/*")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["verilog", "te", "-o", "x", "-p", "G=99"], "G must be an int in 1..16, got 99"),
+    (["verilog", "te", "-o", "x", "-p", "width=3"], "te has no parameter 'width'"),
+    (["verilog", "te", "-o", "x", "-p", "G"], "expected NAME=VALUE"),
+    (["verilog", "gpu", "-o", "x"], "invalid choice: 'gpu'"),
+])
+def test_verilog_bad_params(args, needle):
+    r = _cli(*args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
