@@ -56,21 +56,26 @@ class Assumptions:
 
 @dataclass(frozen=True)
 class UnitTiming:
-    """Per-unit cycle costs, calibrated from the RTL (tests/test_calibration.py)."""
+    """Per-unit cycle costs, taken from the RTL's cycle formulas (checked against RTL runs in
+    tests/test_calibration.py)."""
 
-    te_engines: int = 132                 # one TE decode engine per SM
+    te_engines: int = 528                 # 4 TE decode engines per SM (one per SM sub-partition)
     te_clock_hz: float = 1.98e9
-    te_lanes: int = 64                    # multiplier lanes per engine (sized to keep up with HBM)
-    te_fill_cycles: int = 40              # per (request, layer, KV head) job
+    te_lanes: int = 16                    # multiplier lanes per engine (the RTL's maximum)
     dsu_cycles_base: int = 400            # firmware cycles per scheduling round
     dsu_cycles_per_request: int = 30      # per slot considered
     dsu_clock_hz: float = 1.2e9
 
-    def te_cycles_per_token(self, head_dim: int, group: int) -> float:
-        """Cycles to stream one token of one KV head through one engine: q·k for G heads and
-        the V accumulation for G heads, ``2 × G × head_dim`` multiplies on ``lanes``."""
-        return math.ceil(2 * group * head_dim / self.te_lanes)
+    def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
+        """Cycles of ``jobs`` TE jobs (one request, layer and KV head each) streaming ``n``
+        tokens in all: ``models.te.te_cycles`` is ``fill + n × per_token`` with
+        ``per_token = 3·G·head_dim/lanes`` (K dot products, rescale, V accumulation) and
+        ``fill = 1 + 2·G·head_dim/lanes`` (q load, normalisation)."""
+        from tricut.models.te import te_cycles
 
+        fill = te_cycles(0, head_dim, group, self.te_lanes)
+        per_token = te_cycles(1, head_dim, group, self.te_lanes) - fill
+        return jobs * fill + n * per_token
 
 @dataclass(frozen=True)
 class StepTiming:
@@ -165,10 +170,9 @@ class StepModel:
             # TE engines stream K/V while the SMs run the GEMVs of the other micro-batch: both
             # share HBM, so the step is bound by total traffic, by the TE's compute, or by the
             # GEMVs, whichever is longest.
-            jobs_tokens = (kv_read_tokens + batch) * m.num_layers * self.kv_heads_here
             jobs = batch * m.num_layers * self.kv_heads_here
-            te_cycles = (jobs_tokens * u.te_cycles_per_token(m.head_dim, m.group_size)
-                         + jobs * u.te_fill_cycles) / u.te_engines
+            tokens = (kv_read_tokens + batch) * m.num_layers * self.kv_heads_here
+            te_cycles = u.te_job_cycles(tokens, m.head_dim, m.group_size, jobs) / u.te_engines
             te_t = te_cycles / u.te_clock_hz
             mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)
             l2_t = l2_kv / a.l2_bandwidth
