@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from tricut.models.config import KV_DTYPES, ConfigError, gpu_ids, load_gpu, load_model, model_ids
@@ -125,6 +126,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        print("tricut: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug, not bad input: still one line, the traceback on request
+        if os.environ.get("TRICUT_DEBUG"):
+            raise
+        print(f"tricut: internal error: {type(e).__name__}: {str(e)[:300]} "
+              "(set TRICUT_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

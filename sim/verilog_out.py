@@ -45,9 +45,16 @@ def _dsu_core(**p):
     return Core(**p)
 
 
+def _cdu(**p):
+    from tricut.rtl.cdu.top import CDU
+    return CDU(**p)
+
+
 UNITS: dict[str, Unit] = {
     "te": Unit(_te, {"head_dim": 128, "G": 4, "lanes": 8, "kv_dtype": "bf16"},
                "TE decode engine (docs/te.md)"),
+    "cdu": Unit(_cdu, {"sets": 16, "ways": 4, "mshrs": 4, "rq_depth": 8, "max_retries": 2},
+                "Cache Director Unit pipeline; its tag store is flip-flops, so generation time grows fast with sets x ways (docs/cdu.md)"),
     "dsu-core": Unit(_dsu_core, {"hart_id": 0, "reset_vector": 0},
                      "RV32IM core of the DSU cluster (docs/dsu.md)"),
 }

@@ -1,5 +1,6 @@
 """`tricut te run` and `tricut verilog` from the command line."""
 
+import json
 import subprocess
 import sys
 
@@ -72,5 +73,41 @@ def test_verilog_dsu_core_lint_clean(tmp_path):
     (["verilog", "gpu", "-o", "x"], "invalid choice: 'gpu'"),
 ])
 def test_verilog_bad_params(args, needle):
+    r = _cli(*args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_cdu_replay_json_keys_and_policies():
+    rows = {}
+    for policy in ("disabled", "static", "adaptive"):
+        r = _cli("cdu", "replay", "--pattern", "window", "--policy", policy, "--batch", "2",
+                 "--steps", "3", "--json")
+        assert r.returncode == 0, r.stderr
+        rows[policy] = json.loads(r.stdout)
+    for key in ("accesses", "hits", "misses", "prefetch_issued", "prefetch_useful", "prefetch_late",
+                "prefetch_useless", "evictions", "hbm_read_bytes", "hbm_write_bytes"):
+        assert all(key in row for row in rows.values()), key
+    for row in rows.values():
+        assert row["accesses"] == row["hits"] + row["misses"]
+    assert rows["disabled"]["hits"] == 0 and rows["disabled"]["prefetch_issued"] == 0
+    assert rows["adaptive"]["hits"] > rows["static"]["hits"]
+
+
+def test_cdu_replay_rtl_small_instance():
+    r = _cli("cdu", "replay", "--model", "tiny", "--pattern", "reread", "--rtl", "--steps", "3",
+             "--batch", "2", "--context", "60", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["rtl_cycles"] > 0 and data["accesses"] == data["hits"] + data["misses"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["cdu", "replay", "--pattern", "full", "--l2-mb", "-3"], "l2_mb must be a positive number"),
+    (["cdu", "replay", "--pattern", "zigzag"], "invalid choice: 'zigzag'"),
+    (["cdu", "replay"], "one of the arguments --pattern --trace is required"),
+    (["cdu", "replay", "--trace", "missing.jsonl"], "missing.jsonl"),
+    (["cdu", "replay", "--pattern", "full", "--batch", "0"], "batch must be a positive integer"),
+])
+def test_cdu_replay_bad_input(args, needle):
     r = _cli(*args)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,637 @@
+"""Policy model of the CDU (Cache Director Unit): KV-block prefetch and L2 residency.
+
+Golden and naive on purpose. Two halves, joined by a stream of block *operations*:
+
+* the **front end** (:class:`FrontEnd`) turns step descriptors (DSU batch composition) and
+  an access pattern into the operation stream the TE and the prefetcher generate: per step,
+  per layer (in the descriptor's layer order), per slot: the new token's K/V write ``W``,
+  then the demand reads ``R`` of the blocks attention reads, interleaved with prefetches
+  ``P`` of predicted blocks, ``distance`` blocks ahead of the demand. The policy decides
+  what is predicted and with which residency class every block is allocated. Nothing in the
+  front end looks at the tag store, so the operation stream is a pure function of
+  (descriptors, pattern, policy, seed).
+* the **core** (:class:`CDUCore`) applies each operation to a set-associative tag store
+  (LRU ages, residency classes) and records one :class:`Txn` per operation: the decision
+  (hit, miss-allocate, bypass, ...), the victim and whether an HBM read is issued. The RTL
+  in ``rtl/cdu`` takes the same operations and must produce the same transactions.
+
+Definitions (also in ``docs/cdu.md``)
+-------------------------------------
+* A KV *block* is (request, layer, block index): 16 tokens of K and V of all KV heads of
+  one layer; ``block_bytes = kv_bytes_per_token / num_layers * 16``.
+* **Hit** is defined on allocation state: a demand read whose block has a tag-store entry
+  (filled or still in flight) at the moment the read is processed. It does not depend on
+  memory latency. Timeliness is counted separately: a demand hit on a prefetched block that
+  has not arrived yet (simple latency model, below) is a *late* prefetch (still useful).
+* Latency model: time advances by one unit per demand read (the TE consumes one block per
+  unit); an HBM read issued at time ``t`` arrives at ``t + latency`` units.
+* Residency classes: 0 = stream (never allocated), 1 = normal, 2 = keep (evicted only when
+  the set has no normal block), 3 = pinned (never evicted). Victim: the lowest-numbered
+  invalid way; else among unpinned ways the lowest class, then the oldest (largest age).
+  No unpinned way -> the block is not allocated (bypass). Allocation, a reuse hit and a
+  write hit make the way the most recently used; the first demand hit on a prefetched block
+  does not (it keeps the age of its prefetch).
+* Writes are write-through (the new token's K/V goes to HBM: ``token_bytes`` per layer)
+  and update a resident block; a write that starts a new block (``fresh``) allocates it
+  without any HBM read (nothing of it exists in HBM yet). L2 blocks are therefore never
+  dirty and an eviction writes nothing back.
+
+Counters (each has one definition; identities checked by :meth:`CDUCore.check`)::
+
+    accesses          = hits + misses                         (demand reads)
+    hits              = hits_reuse + hits_prefetched
+    misses            = misses_alloc + misses_bypass
+    prefetch_requests = prefetch_issued + prefetch_redundant + prefetch_dropped
+    prefetch_issued   = prefetch_useful + prefetch_useless + prefetch_unused   (at the end)
+    prefetch_useful   = hits_prefetched       prefetch_late <= prefetch_useful
+    writes            = write_hits + write_allocs + write_bypass
+    evictions         = victims that were valid
+    fills             = misses_alloc + prefetch_issued + write_allocs
+                      = evictions + occupancy                (occupancy at the end)
+    hbm_read_bytes    = (misses + prefetch_issued) * block_bytes
+    hbm_write_bytes   = writes * token_bytes
+    accuracy = prefetch_useful / prefetch_issued
+    coverage = prefetch_useful / (prefetch_useful + misses)
+"""
+
+from __future__ import annotations
+
+import json
+from collections import namedtuple
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
+    "POLICIES", "PATTERNS", "Op", "Txn", "SlotDesc", "StepDesc", "TraceError", "CDUCore",
+    "FrontEnd", "AdaptivePredictor", "Pattern", "read_access_trace", "set_index",
+    "predictor_budget_bits", "dsu_hints", "run",
+]
+
+BLOCK_TOKENS = 16
+CLASS_STREAM, CLASS_NORMAL, CLASS_KEEP, CLASS_PIN = 0, 1, 2, 3
+HINTS = ("auto", "stream", "priority", "pin")
+POLICIES = ("disabled", "static", "adaptive")
+PATTERNS = ("full", "window", "topk", "reread")
+
+#: One block operation. kind: "R" demand read, "W" new-token write, "P" prefetch.
+#: cls: residency class to allocate with (0 = do not allocate). fresh: W starts a new block.
+Op = namedtuple("Op", "kind req layer block cls fresh")
+
+#: One decision of the core. result is one of: hit, miss_alloc, miss_bypass (R);
+#: pf_issue, pf_redundant, pf_drop (P); w_hit, w_alloc, w_bypass (W).
+#: victim: (req, layer, block) of the evicted valid block, or None. hbm: an HBM read issued.
+Txn = namedtuple("Txn", "kind req layer block result victim hbm")
+
+
+class TraceError(ValueError):
+    """A malformed access-trace file; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class SlotDesc:
+    """One request of a step's batch, as the DSU describes it."""
+    slot: int
+    request: int
+    seq_len: int          # tokens including the one decoded in this step
+    hint: str = "auto"    # DSU residency hint, one of HINTS
+
+
+@dataclass(frozen=True)
+class StepDesc:
+    step: int
+    slots: tuple
+    layers: tuple         # layer order of the step (TE order)
+
+
+#: odd strides of the set-index hash: consecutive blocks of one (request, layer) go to
+#: consecutive sets, and different layers/requests start far apart in the set space
+LAYER_STRIDE, REQ_STRIDE = 713, 949
+
+
+def set_index(req, layer, block, sets):
+    """The set a block maps to (same formula in the RTL, where ``sets`` is a power of 2)."""
+    return (block + LAYER_STRIDE * layer + REQ_STRIDE * req) % sets
+
+
+def dsu_hints(seq_lens, long_tokens=16384, short_tokens=2048):
+    """The source's DSU rule: long-context requests get L2 priority, short ones stream."""
+    return ["priority" if n >= long_tokens else "stream" if n < short_tokens else "auto"
+            for n in seq_lens]
+
+
+# --------------------------------------------------------------------------- core
+
+class CDUCore:
+    """Set-associative tag store with LRU ages and residency classes; one Txn per op."""
+
+    COUNTERS = (
+        "accesses", "hits", "hits_reuse", "hits_prefetched", "misses", "misses_alloc",
+        "misses_bypass", "prefetch_requests", "prefetch_issued", "prefetch_redundant",
+        "prefetch_dropped", "prefetch_useful", "prefetch_late", "prefetch_useless",
+        "prefetch_unused", "writes", "write_hits", "write_allocs", "write_bypass", "evictions",
+        "fills", "hbm_read_bytes", "hbm_write_bytes", "occupancy", "occupancy_peak",
+    )
+
+    def __init__(self, sets, ways, block_bytes=1, token_bytes=1, latency=0):
+        for name, v in (("sets", sets), ("ways", ways), ("block_bytes", block_bytes),
+                        ("token_bytes", token_bytes)):
+            if not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"CDUCore: {name} must be positive, got {v!r}")
+        if latency < 0:
+            raise ValueError(f"CDUCore: latency must be >= 0, got {latency!r}")
+        self.sets, self.ways = int(sets), int(ways)
+        self.block_bytes, self.token_bytes, self.latency = block_bytes, token_bytes, latency
+        # entry per (set, way): None or dict(tag, cls, pf, ready); ages: a permutation per set
+        self.entries = [[None] * self.ways for _ in range(self.sets)]
+        self.ages = [list(range(self.ways)) for _ in range(self.sets)]
+        self.where = {}                       # tag -> (set, way)
+        self.c = dict.fromkeys(self.COUNTERS, 0)
+        self.now = 0
+        self.txns = []
+
+    # -- tag store primitives
+    def _touch(self, s, w):
+        """Make way w the most recently used of set s."""
+        ages, old = self.ages[s], self.ages[s][w]
+        for i in range(self.ways):
+            if ages[i] < old:
+                ages[i] += 1
+        ages[w] = 0
+
+    def victim(self, s):
+        """(way, evicted tag or None), or None when every way is pinned."""
+        ents = self.entries[s]
+        for w in range(self.ways):
+            if ents[w] is None:
+                return w, None
+        best = None
+        for w in range(self.ways):
+            e = ents[w]
+            if e["cls"] == CLASS_PIN:
+                continue
+            key = (e["cls"], -self.ages[s][w])
+            if best is None or key < best[0]:
+                best = (key, w)
+        if best is None:
+            return None
+        return best[1], ents[best[1]]["tag"]
+
+    def _allocate(self, tag, cls, pf, ready):
+        """Allocate tag with class cls; returns (allocated, victim tag or None)."""
+        s = set_index(*tag, self.sets)
+        v = self.victim(s)
+        if v is None:
+            return False, None
+        w, old = v
+        if old is not None:
+            self.c["evictions"] += 1
+            if self.entries[s][w]["pf"]:
+                self.c["prefetch_useless"] += 1
+            del self.where[old]
+        self.entries[s][w] = {"tag": tag, "cls": cls, "pf": pf, "ready": ready}
+        self.where[tag] = (s, w)
+        self._touch(s, w)
+        self.c["fills"] += 1
+        self.c["occupancy"] = len(self.where)
+        self.c["occupancy_peak"] = max(self.c["occupancy_peak"], len(self.where))
+        return True, old
+
+    def lookup(self, tag):
+        return self.where.get(tag)
+
+    # -- operations
+    def apply(self, op: Op) -> Txn:
+        c = self.c
+        tag = (op.req, op.layer, op.block)
+        loc = self.where.get(tag)
+        victim, hbm = None, False
+        if op.kind == "R":
+            c["accesses"] += 1
+            if loc is not None:
+                s, w = loc
+                e = self.entries[s][w]
+                c["hits"] += 1
+                if op.cls != CLASS_STREAM:
+                    e["cls"] = op.cls
+                if e["pf"]:
+                    # first use of a prefetched block: its age stays that of the prefetch,
+                    # so a consumed stream block does not push out blocks still in flight
+                    e["pf"] = False
+                    c["hits_prefetched"] += 1
+                    c["prefetch_useful"] += 1
+                    if e["ready"] > self.now:
+                        c["prefetch_late"] += 1
+                else:
+                    c["hits_reuse"] += 1
+                    self._touch(s, w)
+                result = "hit"
+            else:
+                c["misses"] += 1
+                hbm = True
+                ok = False
+                if op.cls != CLASS_STREAM:
+                    ok, victim = self._allocate(tag, op.cls, False, self.now + self.latency)
+                result = "miss_alloc" if ok else "miss_bypass"
+                c["misses_alloc" if ok else "misses_bypass"] += 1
+            self.now += 1
+        elif op.kind == "P":
+            c["prefetch_requests"] += 1
+            if loc is not None:
+                result = "pf_redundant"
+                c["prefetch_redundant"] += 1
+            else:
+                ok = False
+                if op.cls != CLASS_STREAM:
+                    ok, victim = self._allocate(tag, op.cls, True, self.now + self.latency)
+                result = "pf_issue" if ok else "pf_drop"
+                hbm = ok
+                c["prefetch_issued" if ok else "prefetch_dropped"] += 1
+        elif op.kind == "W":
+            c["writes"] += 1
+            c["hbm_write_bytes"] += self.token_bytes
+            if loc is not None:
+                s, w = loc
+                if op.cls != CLASS_STREAM:
+                    self.entries[s][w]["cls"] = op.cls
+                self._touch(s, w)
+                result = "w_hit"
+                c["write_hits"] += 1
+            else:
+                ok = False
+                if op.fresh and op.cls != CLASS_STREAM:
+                    ok, victim = self._allocate(tag, op.cls, False, self.now)
+                result = "w_alloc" if ok else "w_bypass"
+                c["write_allocs" if ok else "write_bypass"] += 1
+        else:
+            raise ValueError(f"CDUCore: unknown op kind {op.kind!r}")
+        if hbm:
+            c["hbm_read_bytes"] += self.block_bytes
+        t = Txn(op.kind, op.req, op.layer, op.block, result, victim, hbm)
+        self.txns.append(t)
+        return t
+
+    def counters(self):
+        """Counters plus ``prefetch_unused`` (issued, still resident and never read)."""
+        c = dict(self.c)
+        c["prefetch_unused"] = sum(1 for s in self.entries for e in s if e is not None and e["pf"])
+        c["occupancy"] = len(self.where)
+        c["frames"] = self.sets * self.ways
+        c["hit_rate"] = c["hits"] / c["accesses"] if c["accesses"] else 0.0
+        c["reuse_hit_rate"] = c["hits_reuse"] / c["accesses"] if c["accesses"] else 0.0
+        c["accuracy"] = c["prefetch_useful"] / c["prefetch_issued"] if c["prefetch_issued"] else 0.0
+        cov = c["prefetch_useful"] + c["misses"]
+        c["coverage"] = c["prefetch_useful"] / cov if cov else 0.0
+        return c
+
+    def check(self):
+        """Raise AssertionError if any counter identity of the module docstring fails."""
+        c = self.counters()
+        ids = [
+            ("accesses", c["hits"] + c["misses"]),
+            ("hits", c["hits_reuse"] + c["hits_prefetched"]),
+            ("misses", c["misses_alloc"] + c["misses_bypass"]),
+            ("prefetch_requests",
+             c["prefetch_issued"] + c["prefetch_redundant"] + c["prefetch_dropped"]),
+            ("prefetch_issued",
+             c["prefetch_useful"] + c["prefetch_useless"] + c["prefetch_unused"]),
+            ("prefetch_useful", c["hits_prefetched"]),
+            ("writes", c["write_hits"] + c["write_allocs"] + c["write_bypass"]),
+            ("fills", c["misses_alloc"] + c["prefetch_issued"] + c["write_allocs"]),
+            ("fills", c["evictions"] + c["occupancy"]),
+            ("hbm_read_bytes", (c["misses"] + c["prefetch_issued"]) * self.block_bytes),
+            ("hbm_write_bytes", c["writes"] * self.token_bytes),
+        ]
+        for name, value in ids:
+            assert c[name] == value, f"counter identity broken: {name} = {c[name]} != {value}"
+        assert c["prefetch_late"] <= c["prefetch_useful"]
+        assert c["occupancy"] <= c["frames"] and c["occupancy_peak"] <= c["frames"]
+        return c
+
+
+# --------------------------------------------------------------------------- patterns
+
+class Pattern:
+    """Which blocks attention reads for (request, layer) at a step, given its seq_len.
+
+    ``full``: every block. ``window``: the sink block(s) plus the most recent ``window``
+    tokens (StreamingLLM). ``topk``: the current block plus ``k - 1`` pages chosen per step
+    (Quest-like): each page selected at the previous step stays selected with probability
+    ``overlap``, the others are redrawn from a per-(request, layer) Zipf-like importance
+    distribution (seeded). ``reread``: ``window`` plus, during a burst of ``burst_len``
+    steps starting at ``burst_start``, the first ``reread_tokens`` tokens ("summarise the
+    above").
+    """
+
+    def __init__(self, name, seed=0, sinks=4, window=2048, k=32, overlap=0.85,
+                 reread_tokens=1024, burst_start=2, burst_len=2):
+        if name not in PATTERNS:
+            raise ValueError(f"unknown access pattern {name!r}; "
+                             f"choose one of {', '.join(PATTERNS)}")
+        if not 0 <= overlap <= 1:
+            raise ValueError(f"topk overlap must be in [0, 1], got {overlap!r}")
+        for pname, v in (("sinks", sinks), ("window", window), ("k", k),
+                         ("reread_tokens", reread_tokens), ("burst_len", burst_len)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"pattern parameter {pname} must be a positive integer, got {v!r}")
+        self.name, self.seed = name, seed
+        self.sinks, self.window, self.k, self.overlap = sinks, window, k, overlap
+        self.reread_tokens, self.burst_start, self.burst_len = reread_tokens, burst_start, burst_len
+        self._sel = {}    # (req, layer) -> (rng, weights, current selection set)
+
+    def blocks(self, step, req, layer, seq_len):
+        nb = -(-seq_len // BLOCK_TOKENS)
+        last = nb - 1
+        if self.name == "full":
+            return list(range(nb))
+        win = set(range(-(-self.sinks // BLOCK_TOKENS))) | set(
+            range(max(0, last - -(-self.window // BLOCK_TOKENS) + 1), nb))
+        if self.name == "window":
+            return sorted(b for b in win if b < nb)
+        if self.name == "reread":
+            if self.burst_start <= step < self.burst_start + self.burst_len:
+                win |= set(range(min(nb, -(-self.reread_tokens // BLOCK_TOKENS))))
+            return sorted(b for b in win if b < nb)
+        # topk
+        key = (req, layer)
+        if key not in self._sel:
+            rng = np.random.default_rng([self.seed, req, layer])
+            self._sel[key] = [rng, None, set()]
+        st = self._sel[key]
+        rng = st[0]
+        want = min(self.k - 1, last)            # pages besides the current block
+        if st[1] is None or len(st[1]) < last:
+            # importance of each page: Zipf-like over a random permutation, fixed per (req, layer)
+            old = st[1]
+            n_new = last - (0 if old is None else len(old))
+            extra = 1.0 / (1.0 + rng.permutation(max(n_new, 1))[:n_new]) ** 1.1
+            st[1] = extra if old is None else np.concatenate([old, extra])
+        w = st[1][:last]
+        keep = {b for b in st[2] if b < last and rng.random() < self.overlap}
+        need = want - len(keep)
+        if need > 0:
+            p = w.copy()
+            if keep:
+                p[list(keep)] = 0
+            p = p / p.sum()
+            keep |= set(int(x) for x in rng.choice(last, size=need, replace=False, p=p))
+        st[2] = keep
+        return sorted(keep | {last})
+
+
+def read_access_trace(path):
+    """Read an access-trace JSONL file: one object per line with ``step``, ``request``,
+    ``layer`` (non-negative integers), ``blocks`` (a non-empty list of distinct
+    non-negative integers) and optionally ``seq_len`` (default ``16 * (max(blocks) + 1)``).
+    Blank lines are skipped. Returns ``{step: {(request, layer): (blocks, seq_len)}}``.
+    Errors: :class:`TraceError` naming the file and the line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"{path}: cannot read: {e}") from None
+    out = {}
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: not valid JSON: {e.msg}") from None
+        if not isinstance(rec, dict):
+            raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        unknown = sorted(set(rec) - {"step", "request", "layer", "blocks", "seq_len"})
+        if unknown:
+            raise TraceError(f"{where}: unknown field {unknown[0]!r}")
+        vals = {}
+        for k in ("step", "request", "layer"):
+            if k not in rec:
+                raise TraceError(f"{where}: missing field {k!r}")
+            v = rec[k]
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise TraceError(f"{where}: field {k!r} must be a non-negative integer, got {v!r}")
+            vals[k] = v
+        blocks = rec.get("blocks")
+        if (not isinstance(blocks, list) or not blocks or
+                any(not isinstance(b, int) or isinstance(b, bool) or b < 0 for b in blocks)):
+            raise TraceError(f"{where}: field 'blocks' must be a non-empty list of non-negative "
+                             f"integers, got {blocks!r}")
+        if len(set(blocks)) != len(blocks):
+            raise TraceError(f"{where}: field 'blocks' repeats a block")
+        seq_len = rec.get("seq_len", BLOCK_TOKENS * (max(blocks) + 1))
+        if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+            raise TraceError(f"{where}: field 'seq_len' must be a positive integer, "
+                             f"got {seq_len!r}")
+        if max(blocks) * BLOCK_TOKENS >= seq_len:
+            raise TraceError(f"{where}: block {max(blocks)} lies beyond seq_len {seq_len}")
+        unit = (vals["request"], vals["layer"])
+        step = out.setdefault(vals["step"], {})
+        if unit in step:
+            raise TraceError(f"{where}: step {vals['step']} request {unit[0]} layer {unit[1]} "
+                             "appears twice")
+        step[unit] = (sorted(blocks), seq_len)
+    if not out:
+        raise TraceError(f"{path}: no records")
+    return out
+
+
+# --------------------------------------------------------------------------- predictor
+
+def predictor_budget_bits(slots, layers, entries=64, index_bits=14):
+    """Storage of :class:`AdaptivePredictor`: per (slot, layer) a prefix run and a suffix
+    run length (``index_bits`` each) and ``entries`` scatter entries (block index + 2-bit
+    confidence); plus two global step counters (keep candidates, 24 bits each)."""
+    return slots * layers * (2 * index_bits + entries * (index_bits + 2)) + 2 * 24
+
+
+class AdaptivePredictor:
+    """Per (slot, layer): the last step's demand set compressed as a prefix run ``[0, a)``,
+    a suffix run of ``w`` blocks ending at the current block, and a table of ``entries``
+    scattered blocks with 2-bit saturating confidence counters. It predicts for the next
+    step ``[0, a)`` + confident scatter entries + the suffix run shifted to the new end.
+
+    Residency: prefix/suffix blocks and scatter entries with confidence >= 2 are *keep*
+    candidates. If the previous step's keep candidates exceed the keep budget (the frames
+    less 1/8 and less twice the prefetch distance, left to normal blocks) a fixed hash keeps
+    a ``budget/candidates`` fraction of them (the rest allocate as normal, so the thrashing
+    part cycles through the normal frames and does not evict the kept part). Before it has seen a (slot, layer) it predicts dense, like ``static``.
+    """
+
+    def __init__(self, frames, entries=64, distance=16):
+        self.entries = entries
+        # frames left to the normal class: the prefetch stream (2 x distance) + 1/8
+        self.budget = max(0, frames - frames // 8 - 2 * distance)
+        self.state = {}          # (slot, layer) -> [a, w, {block: conf}]
+        self.keep_prev = 0       # keep candidates seen in the previous step
+        self.keep_cur = 0
+
+    def new_step(self):
+        self.keep_prev, self.keep_cur = self.keep_cur, 0
+
+    def predict(self, slot, layer, nb):
+        """(predicted blocks ascending, set of keep candidates)."""
+        st = self.state.get((slot, layer))
+        if st is None:
+            return list(range(nb)), set()
+        a, w, table = st
+        pre = set(range(min(a, nb)))
+        suf = set(range(max(0, nb - w), nb))
+        conf = {b for b, c in table.items() if c >= 1 and b < nb}
+        keep = pre | suf | {b for b, c in table.items() if c >= 2 and b < nb}
+        return sorted(pre | suf | conf), keep
+
+    def keep_class(self, slot, layer, block, keep):
+        """Class to allocate a predicted-keep block with (keep or normal)."""
+        if block not in keep:
+            return CLASS_NORMAL
+        if self.keep_prev <= self.budget:
+            return CLASS_KEEP
+        h = (block * 2654435761 + layer * 40503 + slot * 977) & 1023
+        return CLASS_KEEP if h * self.keep_prev < 1024 * self.budget else CLASS_NORMAL
+
+    def observe(self, slot, layer, blocks, nb):
+        s = set(blocks)
+        a = 0
+        while a in s:
+            a += 1
+        w = 0
+        while nb - 1 - w in s:
+            w += 1
+        scatter = {b for b in s if b >= a and b < nb - w}
+        st = self.state.setdefault((slot, layer), [0, 0, {}])
+        table = st[2]
+        for b in list(table):
+            if b in scatter:
+                table[b] = min(3, table[b] + 1)
+            else:
+                table[b] -= 1
+                if table[b] == 0:
+                    del table[b]
+        for b in sorted(scatter - set(table)):
+            if len(table) < self.entries:
+                table[b] = 1
+            else:
+                low = min(table, key=lambda x: (table[x], x))
+                if table[low] <= 1:
+                    del table[low]
+                    table[b] = 1
+        st[0], st[1] = a, w
+        self.keep_cur += len(s & (set(range(a)) | set(range(nb - w, nb)))) + \
+            sum(1 for b, c in table.items() if c >= 2)
+
+
+# --------------------------------------------------------------------------- front end
+
+class FrontEnd:
+    """Turn step descriptors + demand lists into the CDU operation stream of a policy.
+
+    ``demand(step_desc, slot_desc, layer) -> list of blocks`` gives what attention reads.
+    ``static``: keep class for the sink block and the last ``BLOCK_TOKENS * 8`` tokens,
+    normal otherwise; predicts every block of the context in order (dense).
+    ``adaptive``: :class:`AdaptivePredictor`. ``disabled``: class 0, no prefetch.
+    DSU hints: ``stream`` -> class 0 and no prefetch; ``priority`` -> keep class;
+    ``pin`` -> pinned class.
+    Prefetch: one pointer into the concatenated predicted lists (TE order, crossing step
+    boundaries); before the ``i``-th demand read of unit ``k`` it issues prefetches until it
+    is ``distance`` blocks past ``base_k + i`` (it first jumps to ``base_k`` if behind).
+    """
+
+    def __init__(self, policy, frames, distance=16, entries=64, recent_tokens=128):
+        if policy not in POLICIES:
+            raise ValueError(f"unknown CDU policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        if not isinstance(distance, int) or distance < 0:
+            raise ValueError(f"prefetch distance must be a non-negative integer, got {distance!r}")
+        self.policy, self.distance = policy, distance
+        self.recent_blocks = -(-recent_tokens // BLOCK_TOKENS)
+        self.pred = AdaptivePredictor(frames, entries, distance) if policy == "adaptive" else None
+
+    def _unit_plan(self, sd, layer):
+        """(predicted list, class-of-block function) for one (slot, layer) unit."""
+        nb = -(-sd.seq_len // BLOCK_TOKENS)
+        if self.policy == "disabled" or sd.hint == "stream":
+            return [], lambda b: CLASS_STREAM
+        if sd.hint == "pin":
+            base = lambda b: CLASS_PIN  # noqa: E731
+        elif sd.hint == "priority":
+            base = lambda b: CLASS_KEEP  # noqa: E731
+        else:
+            base = None
+        if self.policy == "static":
+            pred = list(range(nb))
+            rb = self.recent_blocks
+            cls = base or (lambda b: CLASS_KEEP if b == 0 or b >= nb - rb else CLASS_NORMAL)
+            return pred, cls
+        pred, keep = self.pred.predict(sd.slot, layer, nb)
+        cls = base or (lambda b: self.pred.keep_class(sd.slot, layer, b, keep))
+        return pred, cls
+
+    def ops(self, steps, demand):
+        """Yield Ops for the list of StepDesc ``steps``."""
+        units = [(st, sd, layer) for st in steps for layer in st.layers for sd in st.slots]
+        plans = []                     # per unit: (pred, cls) computed lazily in TE order
+        pstream = []                   # (unit index, block) from absolute position poff on
+        bases = []
+        p = poff = 0
+
+        def plan(k):
+            while len(plans) <= k:
+                st, sd, layer = units[len(plans)]
+                pr, cls = self._unit_plan(sd, layer)
+                bases.append(poff + len(pstream))
+                pstream.extend((len(plans), b) for b in pr)
+                plans.append((pr, cls))
+            return plans[k]
+
+        prev_step = None
+        for k, (st, sd, layer) in enumerate(units):
+            if st is not prev_step:
+                if self.pred is not None:
+                    self.pred.new_step()
+                prev_step = st
+            _, cls = plan(k)
+            d = demand(st, sd, layer)
+            if d is None:          # trace without this unit: nothing happens for it
+                continue
+            nb = -(-sd.seq_len // BLOCK_TOKENS)
+            last = (sd.seq_len - 1) // BLOCK_TOKENS
+            yield Op("W", sd.request, layer, last, cls(last), (sd.seq_len - 1) % BLOCK_TOKENS == 0)
+            p = max(p, bases[k])
+            if p - poff > 65536:       # forget the consumed part of the predicted stream
+                del pstream[:p - poff]
+                poff = p
+            for i, b in enumerate(d):
+                if self.distance:
+                    while True:
+                        # make sure the plans reach p
+                        while p >= poff + len(pstream) and len(plans) < len(units):
+                            plan(len(plans))
+                        if p >= poff + len(pstream) or p >= bases[k] + i + self.distance:
+                            break
+                        uk, pb = pstream[p - poff]
+                        ust, usd, ul = units[uk]
+                        pcls = plans[uk][1](pb)
+                        yield Op("P", usd.request, ul, pb, pcls, False)
+                        p += 1
+                yield Op("R", sd.request, layer, b, cls(b), False)
+            if self.pred is not None and sd.hint != "stream":
+                self.pred.observe(sd.slot, layer, d, nb)
+
+
+# --------------------------------------------------------------------------- run
+
+def run(steps, demand, policy, sets, ways, distance=16, block_bytes=1, token_bytes=1,
+        latency=0, entries=64, keep_txns=True):
+    """Run the front end and the core; returns the :class:`CDUCore` (counters, txns)."""
+    core = CDUCore(sets, ways, block_bytes, token_bytes, latency)
+    fe = FrontEnd(policy, sets * ways, distance, entries)
+    for op in fe.ops(steps, demand):
+        core.apply(op)
+        if not keep_txns:
+            core.txns.clear()
+    core.check()
+    return core

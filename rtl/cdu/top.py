@@ -1,0 +1,63 @@
+"""CDU top level: descriptor intake -> decision core."""
+
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .core import COUNTERS, CDUCoreRTL, check_params
+from .intake import Intake
+from .layouts import (Widths, desc_layout, hbm_req_layout, hbm_resp_layout, ready_layout,
+                      status_layout, txn_layout)
+
+__all__ = ["CDU"]
+
+
+class CDU(wiring.Component):
+    """The CDU: :class:`~.intake.Intake` followed by :class:`~.core.CDUCoreRTL`.
+
+    Parameters are those of :class:`~.core.CDUCoreRTL`. Ports: ``desc`` in; ``txn``,
+    ``hbm_req``, ``ready``, ``status`` out; ``hbm_resp`` in; ``counters`` and the register
+    read port ``reg_addr``/``reg_data`` (see ``docs/cdu.md``); sticky ``bad_desc`` and
+    ``bad_resp``; ``idle`` (nothing in flight, all queues empty).
+    """
+
+    def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None):
+        self.widths = widths or Widths()
+        try:
+            check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths)
+        except ValueError:
+            self._MustUse__silence = True
+            raise
+        self.params = dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth,
+                           max_retries=max_retries)
+        self._core = CDUCoreRTL(widths=self.widths, **self.params)
+        w = self.widths
+        super().__init__({
+            "desc": In(stream.Signature(desc_layout(w))),
+            "txn": Out(stream.Signature(txn_layout(w))),
+            "hbm_req": Out(stream.Signature(hbm_req_layout(w))),
+            "hbm_resp": In(stream.Signature(hbm_resp_layout(w))),
+            "ready": Out(stream.Signature(ready_layout(w))),
+            "status": Out(stream.Signature(status_layout(w))),
+            "counters": Out(data.StructLayout({k: 32 for k in COUNTERS})),
+            "reg_addr": In(5),
+            "reg_data": Out(32),
+            "bad_desc": Out(1),
+            "bad_resp": Out(1),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.intake = intake = Intake(self.widths)
+        m.submodules.core = core = self._core
+        wiring.connect(m, wiring.flipped(self.desc), intake.desc)
+        wiring.connect(m, intake.op, core.op)
+        for name in ("txn", "hbm_req", "ready", "status"):
+            wiring.connect(m, getattr(core, name), wiring.flipped(getattr(self, name)))
+        wiring.connect(m, wiring.flipped(self.hbm_resp), core.hbm_resp)
+        m.d.comb += [self.counters.eq(core.counters), core.reg_addr.eq(self.reg_addr),
+                     self.reg_data.eq(core.reg_data), self.bad_desc.eq(intake.bad_desc),
+                     self.bad_resp.eq(core.bad_resp),
+                     self.idle.eq(core.idle & ~intake.op.valid)]
+        return m

@@ -1,0 +1,480 @@
+"""Replay an access pattern or an access trace through the CDU policy model.
+
+:func:`replay` is what ``tricut cdu replay`` runs. It builds the step descriptors of a
+batch decoding ``steps`` tokens from ``context`` tokens each (or reads them from an access
+trace), sizes the CDU from the model, the KV dtype and ``l2_mb``, and returns the counters
+of :class:`tricut.models.cdu.CDUCore` as a dict.
+
+Sizing: ``block_bytes = kv_bytes_per_token / num_layers * 16`` (one layer's K and V of 16
+tokens); frames = ``l2_mb`` MiB / block_bytes; ``ways`` ways per set. Latency in TE block
+slots: ``ceil(hbm_latency * hbm_bandwidth / block_bytes)`` (the TE consumes blocks at the HBM
+rate). ``layers`` < num_layers simulates only that many layers with the frames scaled by
+``layers / num_layers`` (layers never share blocks, so this keeps the per-layer share of
+L2; byte counters are then for the simulated layers only, and ``layers_simulated`` says so).
+Sampling does not scale the ~``2 × distance`` frames the prefetch stream keeps in transit, so
+it understates prefetch hits unless the scaled frame count is well above that; the figures in
+``docs/cdu.md`` simulate every layer.
+
+:func:`replay_rtl` (for ``--rtl``) runs a small instance through the RTL and compares it with
+the model transaction by transaction (:func:`run_rtl`, :func:`compare_rtl`); :func:`figures`
+reproduces the docs table.
+
+Every argument error is a :class:`ValueError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tricut.models.cdu import (
+    BLOCK_TOKENS, HINTS, PATTERNS, POLICIES, CDUCore, FrontEnd, Pattern, SlotDesc, StepDesc,
+    dsu_hints, read_access_trace, run)
+from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_model
+
+__all__ = ["replay", "replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
+           "RtlMismatch", "COUNTER_KEYS", "figures", "figures_markdown", "FIGURE_CASES"]
+
+COUNTER_KEYS = ("accesses", "hits", "misses", "prefetch_issued", "prefetch_useful",
+                "prefetch_late", "prefetch_useless", "evictions", "hbm_read_bytes",
+                "hbm_write_bytes")
+
+
+def _pos_int(name, v):
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
+def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
+           kv_dtype="bf16", seed=0, *, trace=None, context=4096, contexts=None,
+           gpu="h100-sxm5", ways=16, distance=None, layers=None, hints="auto",
+           pattern_args=None, return_core=False):
+    """Counters of one replay (see the module docstring).
+
+    ``pattern`` is one of ``full, window, topk, reread``, or a path to an access-trace JSONL
+    file (or pass ``trace=``). ``hints``: ``auto`` (no DSU hint), ``dsu`` (the source's rule:
+    contexts >= 16K get priority, < 2K are streamed) or one of the hint names for all.
+    ``contexts`` (a list, one per request) overrides ``batch`` x ``context``.
+    """
+    if isinstance(model, (str, Path)):
+        model = load_model(model)
+    if not isinstance(model, ModelConfig):
+        raise ValueError(f"model must be a model id, a .toml path or a ModelConfig, got {model!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"unknown CDU policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    kv_dtype_bytes(kv_dtype)
+    if isinstance(pattern, Path) or (isinstance(pattern, str) and pattern.endswith(".jsonl")):
+        if trace is not None:
+            raise ValueError("give either a pattern or a trace, not both")
+        trace, pattern = pattern, None
+    if (pattern is None) == (trace is None):
+        raise ValueError("give exactly one of a pattern "
+                         f"({', '.join(PATTERNS)}) or an access-trace file")
+    if pattern is not None and pattern not in PATTERNS:
+        raise ValueError(f"unknown access pattern {pattern!r}; choose one of "
+                         f"{', '.join(PATTERNS)}, or a .jsonl access trace")
+    if isinstance(l2_mb, bool) or not isinstance(l2_mb, (int, float)) or not l2_mb > 0 \
+            or not math.isfinite(l2_mb):
+        raise ValueError(f"l2_mb must be a positive number, got {l2_mb!r}")
+    _pos_int("steps", steps)
+    _pos_int("batch", batch)
+    _pos_int("context", context)
+    _pos_int("ways", ways)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    if layers is None:
+        layers = model.num_layers
+    _pos_int("layers", layers)
+    if layers > model.num_layers:
+        raise ValueError(f"layers = {layers} exceeds the model's {model.num_layers} layers")
+    if hints != "dsu" and hints not in HINTS:
+        raise ValueError(f"unknown hints {hints!r}; choose dsu or one of {', '.join(HINTS)}")
+    g = load_gpu(gpu) if isinstance(gpu, (str, Path)) else gpu
+
+    token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
+    block_bytes = token_bytes * BLOCK_TOKENS
+    frames = int(l2_mb * 2**20 / block_bytes * layers / model.num_layers)
+    ways_eff = min(ways, frames)
+    sets = frames // ways_eff if ways_eff else 0
+    if sets < 1:
+        raise ValueError(f"l2_mb = {l2_mb} holds no {block_bytes:.0f}-byte KV block for "
+                         f"{layers} simulated layer(s) of {model.name}")
+    latency = math.ceil(g.hbm_latency_s * g.hbm_bandwidth / block_bytes)
+    if distance is None:
+        distance = latency + 4
+    if not isinstance(distance, int) or isinstance(distance, bool) or distance < 0:
+        raise ValueError(f"distance must be a non-negative integer, got {distance!r}")
+
+    if trace is not None:
+        recs = read_access_trace(trace)
+        reqs = sorted({r for st in recs.values() for (r, _) in st})
+        slot_of = {r: i for i, r in enumerate(reqs)}
+        descs = []
+        for t in sorted(recs):
+            st = recs[t]
+            rl = sorted({r for (r, _) in st})
+            lay = tuple(sorted({ly for (_, ly) in st}))
+            seq = {r: max(sl for (rr, _), (_, sl) in st.items() if rr == r) for r in rl}
+            hint = [hints] * len(rl) if hints != "dsu" else dsu_hints([seq[r] for r in rl])
+            descs.append(StepDesc(t, tuple(SlotDesc(slot_of[r], r, seq[r], h)
+                                           for r, h in zip(rl, hint)), lay))
+
+        def demand(st, sd, layer):
+            rec = recs[st.step].get((sd.request, layer))
+            return None if rec is None else rec[0]
+    else:
+        ctx = list(contexts) if contexts is not None else [context] * batch
+        for c in ctx:
+            _pos_int("context", c)
+        hint = [hints] * len(ctx) if hints != "dsu" else dsu_hints(ctx)
+        pat = Pattern(pattern, seed=seed, **(pattern_args or {}))
+        descs = [StepDesc(t, tuple(SlotDesc(i, i, c + t + 1, h)
+                                   for i, (c, h) in enumerate(zip(ctx, hint))),
+                          tuple(range(layers)))
+                 for t in range(steps)]
+
+        def demand(st, sd, layer):
+            return pat.blocks(st.step, sd.request, layer, sd.seq_len)
+
+    core = run(descs, demand, policy, sets, ways_eff, distance=distance,
+               block_bytes=block_bytes, token_bytes=token_bytes, latency=latency,
+               keep_txns=return_core)
+    out = core.counters()
+    out.update(model=model.name, policy=policy, pattern=pattern or str(trace), l2_mb=l2_mb,
+               kv_dtype=kv_dtype, block_bytes=block_bytes, sets=sets, ways=ways_eff,
+               latency_blocks=latency, distance=distance, layers_simulated=layers,
+               steps=len(descs))
+    if return_core:
+        return out, core
+    return out
+
+
+#: The configurations of the figures in docs/cdu.md (all layers simulated, no sampling).
+FIGURE_CASES = (
+    [("llama-3-8b", c, b, 50) for c, b in ((4096, 1), (4096, 16), (4096, 64), (32768, 1),
+                                             (32768, 16), (131072, 1))]
+    + [("llama-3-70b", c, b, 50) for c, b in ((4096, 1), (4096, 16), (32768, 1), (131072, 1))]
+    + [("llama-3-8b", 4096, 1, l2) for l2 in (256, 1024)]
+)
+
+
+def figures(cases=FIGURE_CASES, patterns=("full", "window", "topk", "reread"),
+            policies=("disabled", "static", "adaptive"), steps=3, seed=0, out=None):
+    """Run :func:`replay` over ``cases`` (model, context, batch, l2_mb); returns rows (dicts)
+    and, if ``out`` is a path, appends each row to it as a JSON line as it finishes."""
+    import json
+    import time
+    rows = []
+    for model, ctx, batch, l2 in cases:
+        for pat in patterns:
+            base = None
+            for pol in policies:
+                t0 = time.time()
+                c = replay(model, pat, pol, l2, steps=steps, batch=batch, context=ctx, seed=seed)
+                if pol == "disabled":
+                    base = c["hbm_read_bytes"]
+                row = {k: c[k] for k in ("model", "pattern", "policy", "l2_mb", "accesses", "hits",
+                                         "hits_reuse", "misses", "prefetch_issued",
+                                         "prefetch_useful", "prefetch_late", "prefetch_useless",
+                                         "hbm_read_bytes", "hbm_write_bytes", "hit_rate",
+                                         "reuse_hit_rate", "accuracy", "coverage", "frames")}
+                row.update(context=ctx, batch=batch, steps=steps, seconds=round(time.time() - t0, 1),
+                           hbm_read_vs_disabled=(c["hbm_read_bytes"] / base if base else None))
+                rows.append(row)
+                if out is not None:
+                    with open(out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+    return rows
+
+
+# --------------------------------------------------------------------------- RTL replay
+
+_KIND = {"R": 0, "W": 1, "P": 2}
+
+
+class RtlMismatch(AssertionError):
+    """The RTL disagreed with the policy model; the message is one line."""
+
+
+def ops_to_descs(ops, max_count=63):
+    """Merge runs of ops (same kind/req/layer/cls/fresh, consecutive blocks) into descs."""
+    descs = []
+    for o in ops:
+        if descs:
+            d = descs[-1]
+            if (d["kind"], d["req"], d["layer"], d["cls"], d["fresh"]) == \
+                    (_KIND[o.kind], o.req, o.layer, o.cls, int(o.fresh)) and \
+                    o.block == d["block"] + d["count"] and d["count"] < max_count:
+                d["count"] += 1
+                continue
+        descs.append(dict(kind=_KIND[o.kind], req=o.req, layer=o.layer, block=o.block, count=1,
+                          cls=o.cls, fresh=int(o.fresh)))
+    return descs
+
+
+class HbmModel:
+    """Background HBM: takes requests, answers each after a random latency in any order;
+    ``err(tag, attempt)`` decides which answers carry the error bit."""
+
+    def __init__(self, rng, max_latency=12, err=None):
+        self.rng, self.max_latency, self.err = rng, max_latency, err or (lambda tag, a: False)
+        self.pending = []     # [due cycle, id, tag, attempt]
+        self.attempts = {}
+        self.errors = 0
+        self.presenting = None
+
+    def request(self, now, rid, tag, retry):
+        a = self.attempts.get(rid, 0) + 1 if retry else 0
+        self.attempts[rid] = a
+        self.pending.append([now + self.rng.randrange(1, self.max_latency + 1), rid, tag, a])
+
+    def next_response(self, now):
+        """(id, err) to present this cycle or None (keeps presenting until taken)."""
+        if self.presenting is None:
+            due = [p for p in self.pending if p[0] <= now]
+            if due:
+                p = self.rng.choice(due)
+                self.pending.remove(p)
+                e = bool(self.err(p[2], p[3]))
+                self.errors += e
+                self.presenting = (p[1], int(e))
+        return self.presenting
+
+    def taken(self):
+        self.presenting = None
+
+
+def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
+            timeout=20000, bad_resp_at=None):
+    """Drive ``descs`` (dicts of the desc layout) into a :class:`CDU` in Amaranth's simulator
+    with random idle/backpressure on every stream and :class:`HbmModel` answering; returns
+    what came out of every stream (``txns``, ``hbm_reqs``, ``ready``, ``status``), the
+    transfer cycles (``at``), the counters and register reads, and the end state."""
+    import random
+
+    from amaranth.sim import Simulator
+
+    from tricut.rtl.cdu.core import COUNTERS
+    from tricut.rtl.cdu.layouts import desc_layout
+    from tricut.rtl.cdu.top import CDU
+
+    dut = CDU(**(params or {}))
+    w = dut.widths
+    rng = random.Random(seed)
+    hbm = HbmModel(rng, max_latency, err)
+    out = {"txns": [], "hbm_reqs": [], "ready": [], "status": [], "cycles": 0, "at": {}}
+    lay = desc_layout(w)
+
+    def tag(p):
+        return (p.req, p.layer, p.block)
+
+    async def bench(ctx):
+        i, now, presenting = 0, 0, False
+        idle_run = 0
+        while True:
+            # inputs for this cycle
+            if i < len(descs) and (presenting or rng.random() < p_valid):
+                ctx.set(dut.desc.payload, lay.const(descs[i]))
+                ctx.set(dut.desc.valid, 1)
+                presenting = True
+            else:
+                ctx.set(dut.desc.valid, 0)
+            for s in (dut.txn, dut.ready, dut.status, dut.hbm_req):
+                ctx.set(s.ready, int(rng.random() < p_ready))
+            r = hbm.next_response(now) if rng.random() < p_valid or hbm.presenting else None
+            if bad_resp_at is not None and now == bad_resp_at:
+                r = (3, 0)                     # an id never requested
+                hbm.presenting = None
+            if r is not None:
+                ctx.set(dut.hbm_resp.payload.id, r[0])
+                ctx.set(dut.hbm_resp.payload.err, r[1])
+            ctx.set(dut.hbm_resp.valid, int(r is not None))
+            # transfers on this cycle
+            if ctx.get(dut.desc.valid) and ctx.get(dut.desc.ready):
+                out["at"].setdefault("desc", []).append(now)
+                i += 1
+                presenting = False
+            if r is not None and ctx.get(dut.hbm_resp.ready):
+                if hbm.presenting is not None:
+                    hbm.taken()
+                out["at"].setdefault("resp", []).append(now)
+            if ctx.get(dut.txn.valid) and ctx.get(dut.txn.ready):
+                p = ctx.get(dut.txn.payload)
+                out["at"].setdefault("txn", []).append(now)
+                out["txns"].append((p.kind, p.req, p.layer, p.block, p.result, p.victim_valid,
+                                    p.victim.req, p.victim.layer, p.victim.block, p.hbm))
+            if ctx.get(dut.hbm_req.valid) and ctx.get(dut.hbm_req.ready):
+                p = ctx.get(dut.hbm_req.payload)
+                out["at"].setdefault("hbm_req", []).append(now)
+                out["hbm_reqs"].append((p.id, p.req, p.layer, p.block, p.retry))
+                hbm.request(now, p.id, tag(p), p.retry)
+            if ctx.get(dut.ready.valid) and ctx.get(dut.ready.ready):
+                p = ctx.get(dut.ready.payload)
+                out["at"].setdefault("ready", []).append(now)
+                out["ready"].append((p.req, p.layer, p.block, p.hit, p.err))
+            if ctx.get(dut.status.valid) and ctx.get(dut.status.ready):
+                p = ctx.get(dut.status.payload)
+                out["status"].append((p.id, p.req, p.layer, p.block))
+            idle = ctx.get(dut.idle)
+            await ctx.tick()
+            now += 1
+            idle_run = idle_run + 1 if (idle and i == len(descs) and not hbm.pending
+                                        and hbm.presenting is None) else 0
+            if idle_run > 3:
+                break
+            _require(now < timeout, f"CDU hung: {i}/{len(descs)} descriptors, "
+                                    f"{len(out['txns'])} txns after {now} cycles")
+        out["cycles"] = now
+        out["idle"] = ctx.get(dut.idle)
+        out["bad_desc"] = ctx.get(dut.bad_desc)
+        out["bad_resp"] = ctx.get(dut.bad_resp)
+        c = ctx.get(dut.counters)
+        out["counters"] = {k: getattr(c, k) for k in COUNTERS}
+        regs = []
+        for a in range(len(COUNTERS)):
+            ctx.set(dut.reg_addr, a)
+            regs.append(ctx.get(dut.reg_data))
+        out["regs"] = regs
+        out["errors_injected"] = hbm.errors
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+
+
+def _require(cond, msg):
+    if not cond:
+        raise RtlMismatch(msg)
+
+
+_KIND_NAME = {v: k for k, v in _KIND.items()}
+
+
+def _rtl_names():
+    from tricut.rtl.cdu.core import COUNTERS
+    from tricut.rtl.cdu.layouts import RESULT, RESULT_NAME
+    return COUNTERS, RESULT, RESULT_NAME
+
+
+def txn_tuple(t):
+    """Model Txn -> the RTL's txn fields."""
+    RESULT = _rtl_names()[1]
+    v = t.victim or (0, 0, 0)
+    return (_KIND[t.kind], t.req, t.layer, t.block, RESULT[t.result], int(t.victim is not None),
+            *v, int(t.hbm))
+
+
+def describe(tt):
+    k, r, ly, b, res, vv, vr, vl, vb, h = tt
+    RESULT_NAME = _rtl_names()[2]
+    vic = f" victim ({vr},{vl},{vb})" if vv else ""
+    return f"{_KIND_NAME[k]} ({r},{ly},{b}) {RESULT_NAME.get(res, res)}{vic}{' hbm' if h else ''}"
+
+
+def compare_rtl(ops, got, sets, ways, **_):
+    """Check an RTL run (dict from :func:`run_rtl` or the cocotb bench) against the model,
+    raising :class:`RtlMismatch` (one line) at the first difference; returns the model core."""
+    core = CDUCore(sets, ways)
+    for o in ops:
+        core.apply(o)
+    want = [txn_tuple(t) for t in core.txns]
+    for i, (a, b) in enumerate(zip(got["txns"], want)):
+        _require(a == b, f"txn {i}: RTL {describe(a)} != model {describe(b)}")
+    _require(len(got["txns"]) == len(want), f"{len(got['txns'])} txns, model {len(want)}")
+    first = [r[1:4] for r in got["hbm_reqs"] if not r[4]]
+    _require(first == [(t.req, t.layer, t.block) for t in core.txns if t.hbm],
+             "HBM requests differ")
+    ready = [r[:4] for r in got["ready"]]
+    _require(ready == [(t.req, t.layer, t.block, int(t.result == "hit"))
+                       for t in core.txns if t.kind == "R"], "ready stream differs")
+    _require(not any(r[4] for r in got["ready"]), "ready beat with err")
+    c = core.counters()
+    for k in _rtl_names()[0]:
+        if k in ("prefetch_late", "hbm_reads", "hbm_retries", "hbm_failures"):
+            continue
+        _require(got["counters"][k] == c[k],
+                 f"counter {k}: RTL {got['counters'][k]} model {c[k]}")
+    _require(got["counters"]["hbm_reads"] == c["misses"] + c["prefetch_issued"],
+             f"counter hbm_reads: RTL {got['counters']['hbm_reads']} model "
+             f"{c['misses'] + c['prefetch_issued']}")
+    _require(got["counters"]["hbm_retries"] == got["errors_injected"],
+             f"counter hbm_retries: RTL {got['counters']['hbm_retries']}, "
+             f"{got['errors_injected']} error answers")
+    _require(got["counters"]["hbm_failures"] == 0 and not got["status"],
+             f"{len(got['status'])} HBM reads failed after all retries")
+    _require(got["idle"] and not got["bad_desc"] and not got["bad_resp"],
+             f"end state: idle={got['idle']} bad_desc={got['bad_desc']} bad_resp={got['bad_resp']}")
+    return core
+
+
+def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch=2,
+               kv_dtype="bf16", seed=0, *, context=100, sets=4, ways=2, distance=4,
+               pattern_args=None, err_rate=0.0, max_cycles=200000):
+    """``tricut cdu replay --rtl``: the same kind of replay on a small CDU instance, through
+    the RTL in Amaranth's simulator (random stream idle/backpressure, HBM answering out of
+    order, a fraction ``err_rate`` of answers with the error bit, always retried in time),
+    compared with the policy model transaction by transaction.
+
+    The small instance: ``sets`` x ``ways`` frames, at most 8 layers, 16 requests and 1024
+    blocks per request (the RTL's tag widths). Returns the counters dict (model == RTL);
+    raises :class:`RtlMismatch` (one line) on any difference and ``ValueError`` on bad
+    arguments."""
+    import random
+
+    from tricut.rtl.cdu.core import check_params
+    from tricut.rtl.cdu.layouts import Widths
+
+    if isinstance(model, (str, Path)):
+        model = load_model(model)
+    if policy not in POLICIES:
+        raise ValueError(f"unknown CDU policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if pattern not in PATTERNS:
+        raise ValueError(f"unknown access pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
+    kv_dtype_bytes(kv_dtype)
+    for name, v in (("steps", steps), ("batch", batch), ("context", context)):
+        _pos_int(name, v)
+    if not 0 <= err_rate < 1:
+        raise ValueError(f"err_rate must be in [0, 1), got {err_rate!r}")
+    params = dict(sets=sets, ways=ways, mshrs=4, rq_depth=4, max_retries=2)
+    widths = Widths()
+    check_params(max_retries=2, mshrs=4, rq_depth=4, sets=sets, ways=ways, w=widths)
+    if batch > 2 ** widths.req:
+        raise ValueError(f"--rtl: batch must be <= {2 ** widths.req}, got {batch}")
+    if -(-(context + steps) // BLOCK_TOKENS) > 2 ** widths.block:
+        raise ValueError(f"--rtl: context + steps must be <= {BLOCK_TOKENS * 2 ** widths.block} "
+                         f"tokens, got {context + steps}")
+    layers = min(model.num_layers, 2 ** widths.layer)
+    pat = Pattern(pattern, seed=seed, **(pattern_args or {}))
+    descs = [StepDesc(t, tuple(SlotDesc(i, i, context + t + 1) for i in range(batch)),
+                      tuple(range(layers))) for t in range(steps)]
+    fe = FrontEnd(policy, sets * ways, distance=distance)
+    ops = list(fe.ops(descs, lambda st, sd, ly: pat.blocks(st.step, sd.request, ly, sd.seq_len)))
+    rng = random.Random(seed)
+    err = (lambda tag, a: a < 2 and rng.random() < err_rate) if err_rate else None
+    got = run_rtl(ops_to_descs(ops), params=params, seed=seed, err=err, timeout=max_cycles)
+    core = compare_rtl(ops, got, sets, ways)
+    token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
+    out = core.counters()
+    out.update(hbm_read_bytes=got["counters"]["hbm_reads"] * token_bytes * BLOCK_TOKENS,
+               hbm_write_bytes=got["counters"]["writes"] * token_bytes,
+               rtl_cycles=got["cycles"], ops=len(ops), layers_simulated=layers)
+    return out
+
+
+def figures_markdown(rows):
+    """The docs/cdu.md table of :func:`figures` rows."""
+    head = ("| model | context | batch | L2 MB | pattern | policy | hit rate | reuse hit | accuracy "
+            "| coverage | late | HBM read / disabled | HBM read GB |")
+    lines = [head, "|" + "---|" * 13]
+    for r in rows:
+        late = r["prefetch_late"] / r["prefetch_useful"] if r["prefetch_useful"] else 0.0
+        lines.append(
+            f"| {r['model']} | {r['context'] // 1024}K | {r['batch']} | {r['l2_mb']} | "
+            f"{r['pattern']} | {r['policy']} | {r['hit_rate']:.1%} | {r['reuse_hit_rate']:.1%} | "
+            f"{r['accuracy']:.1%} | {r['coverage']:.1%} | {late:.1%} | "
+            f"{r['hbm_read_vs_disabled']:.2f} | {r['hbm_read_bytes'] / 1e9:.1f} |")
+    return "\n".join(lines)
