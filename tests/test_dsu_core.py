@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """DSU RV32IM core: lockstep against Unicorn in the Amaranth simulator, traps, CSRs.
 
 Every lockstep run checks each retired instruction's pc, its rd write (against Unicorn's
