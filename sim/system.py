@@ -69,7 +69,9 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
             t = max(t, ready[0][0])
             continue
         degraded = degraded_at_s is not None and t >= degraded_at_s
-        st = step_model.step_time([d.seq_len for d in batch], [d.residency for d in batch], rng, degraded)
+        active = sum(1 for slot in model.slots if slot is not None)
+        st = step_model.step_time([d.seq_len for d in batch], [d.residency for d in batch], rng, degraded,
+                                  active, dsu.cap, dsu.profile)
         t += st.time_s
         results = {d.slot: faults[(model.round, d.slot)] for d in batch if (model.round, d.slot) in faults}
         if any(v == TIMEOUT for v in results.values()):

@@ -62,9 +62,21 @@ class UnitTiming:
     te_engines: int = 528                 # 4 TE decode engines per SM (one per SM sub-partition)
     te_clock_hz: float = 1.98e9
     te_lanes: int = 16                    # multiplier lanes per engine (the RTL's maximum)
-    dsu_cycles_base: int = 400            # firmware cycles per scheduling round
-    dsu_cycles_per_request: int = 30      # per slot considered
     dsu_clock_hz: float = 1.2e9
+
+    #: DSU cycles per scheduling round, ``base + per_active × active slots``, least-squares
+    #: fits to the scheduler firmware running on the DSU RTL cluster (docs/system-model.md):
+    #: when every active slot fits the batch, from 8-slot runs (seeds 11-13, 40 requests);
+    #: when the profile must select, from the 64-slot runs in docs/dsu.md.
+    dsu_fit_all_fit: tuple = (("throughput-opt", 268.5, 153.6), ("latency-opt", 263.9, 136.1),
+                              ("fairness-opt", 300.2, 168.4))
+    dsu_fit_select: tuple = (("throughput-opt", 3423, 211), ("latency-opt", 1354, 155),
+                             ("fairness-opt", 2902, 127))
+
+    def dsu_round_cycles(self, active: int, cap: int, profile: str) -> float:
+        table = self.dsu_fit_all_fit if active <= cap else self.dsu_fit_select
+        base, per = next((b, p) for name, b, p in table if name == profile)
+        return base + per * active
 
     def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
         """Cycles of ``jobs`` TE jobs (one request, layer and KV head each) streaming ``n``
@@ -135,16 +147,19 @@ class StepModel:
             wanted = sum(long_hist)
         return min(float(wanted), self.cdu_capacity_tokens)
 
-    def sched_time(self, batch: int, degraded: bool, rng) -> float:
+    def sched_time(self, batch: int, degraded: bool, rng, active: int | None = None,
+                   cap: int | None = None, profile: str = "throughput-opt") -> float:
         a, u = self.assumptions, self.units
         if "dsu" in self.cuts and not degraded:
-            return (u.dsu_cycles_base + u.dsu_cycles_per_request * batch) / u.dsu_clock_hz
+            active = batch if active is None else active
+            return u.dsu_round_cycles(active, cap or batch, profile) / u.dsu_clock_hz
         host = a.host_sched_s + a.host_sched_per_request_s * batch
         if a.host_jitter_s > 0:
             host += rng.exponential(a.host_jitter_s)
         return host + (a.degraded_extra_s if degraded else 0.0)
 
-    def step_time(self, seq_lens: list[int], residency: list[int], rng, degraded: bool = False
+    def step_time(self, seq_lens: list[int], residency: list[int], rng, degraded: bool = False,
+                  active: int | None = None, cap: int | None = None, profile: str = "throughput-opt"
                   ) -> StepTiming:
         """One decode step for a batch; ``seq_lens`` include the token this step appends."""
         m, g, a, u = self.model, self.gpu, self.assumptions, self.units
@@ -183,7 +198,7 @@ class StepModel:
             attn_t = max((hbm_kv + kv_write) / (bw * a.sm_attention_bw_efficiency), l2_kv / a.l2_bandwidth)
             core_t = gemv_t + attn_t + m.num_layers * a.kernel_overhead_s + comm_t
             sm_busy, te_busy = gemv_t + attn_t, 0.0
-        sched = self.sched_time(batch, degraded, rng)
+        sched = self.sched_time(batch, degraded, rng, active, cap, profile)
         floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
         total = core_t + sched
         if total < floor * (1 - 1e-12):

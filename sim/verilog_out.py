@@ -50,11 +50,25 @@ def _cdu(**p):
     return CDU(**p)
 
 
+def _dsu_cluster(**p):
+    from tricut.rtl.dsu.cluster import DsuCluster
+    return DsuCluster(**p)
+
+
+def _dsu_arbiter(**p):
+    from tricut.rtl.dsu.arbiter import SlotArbiter
+    return SlotArbiter(**p)
+
+
 UNITS: dict[str, Unit] = {
     "te": Unit(_te, {"head_dim": 128, "G": 4, "lanes": 8, "kv_dtype": "bf16"},
                "TE decode engine (docs/te.md)"),
     "cdu": Unit(_cdu, {"sets": 16, "ways": 4, "mshrs": 4, "rq_depth": 8, "max_retries": 2},
                 "Cache Director Unit pipeline; its tag store is flip-flops, so generation time grows fast with sets x ways (docs/cdu.md)"),
+    "dsu": Unit(_dsu_cluster, {"n_cores": 4, "n_slots": 64, "intake_depth": 4, "mem_bytes": 0x8000},
+                "DSU cluster: RV32IM cores, MMIO interconnect, slot arbiter (docs/dsu.md)"),
+    "dsu-arbiter": Unit(_dsu_arbiter, {"n_slots": 64, "intake_depth": 4, "n_harts": 4},
+                        "DSU decode-slot arbiter (docs/dsu.md)"),
     "dsu-core": Unit(_dsu_core, {"hart_id": 0, "reset_vector": 0},
                      "RV32IM core of the DSU cluster (docs/dsu.md)"),
 }

@@ -111,3 +111,48 @@ def test_cdu_replay_rtl_small_instance():
 def test_cdu_replay_bad_input(args, needle):
     r = _cli(*args)
     assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_dsu_run_matches_golden(tmp_path):
+    reqs = tmp_path / "reqs.jsonl"
+    reqs.write_text('{"prompt_tokens": 100, "max_new_tokens": 3}\n'
+                    '{"prompt_tokens": 5000, "max_new_tokens": 4, "arrival_step": 1, "priority": 2}\n'
+                    '{"prompt_tokens": 20, "max_new_tokens": 2, "arrival_step": 2}\n')
+    r = _cli("dsu", "run", "--requests", str(reqs), "--profile", "latency-opt",
+             "--faults", "error:slot=0:step=1", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["differences"] == []
+    assert {k: (v["status"], v["tokens"]) for k, v in data["outcomes"].items()} == \
+        {"0": ("completed", 3), "1": ("completed", 4), "2": ("completed", 2)}
+    # the failed step of round 1 is rolled back: request 0 runs at seq_len 102 twice
+    assert [d["seq_len"] for b in data["batches"] for d in b if d["request"] == 0] == [101, 102, 102, 103]
+    assert all(x["cycles"] > 0 for x in data["latencies"])
+
+
+@pytest.mark.parametrize("body,needle", [
+    ('{"prompt_tokens": 10}\n', ":1: missing field 'max_new_tokens'"),
+    ('{"prompt_tokens": 10, "max_new_tokens": 0}\n', ":1: max_new_tokens out of range: 0"),
+    ('{"prompt_tokens": 10, "max_new_tokens": 2, "priority": 9}\n', ":1: priority out of range: 9"),
+    ('{"prompt_tokens": 10, "max_new_tokens": 2, "colour": 1}\n', ":1: unknown field 'colour'"),
+    ('{"prompt_tokens": 1, "max_new_tokens": 1}\n{"id": 0, "prompt_tokens": 1, "max_new_tokens": 1}\n',
+     ":2: request id 0 appears twice"),
+    ('{"prompt_tokens": 10, "max_new', ":1: not valid JSON"),
+])
+def test_dsu_run_bad_requests(tmp_path, body, needle):
+    f = tmp_path / "r.jsonl"
+    f.write_text(body)
+    r = _cli("dsu", "run", "--requests", str(f))
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("spec", ["error:slot=3", "melt:slot=1:step=2", "error:slot=x:step=1"])
+def test_dsu_run_bad_fault_spec(spec):
+    r = _cli("dsu", "run", "--synthetic", "2", "--faults", spec)
+    assert r.returncode == 2 and r.stderr.startswith("tricut: error: ") and "Traceback" not in r.stderr
+
+
+def test_verilog_dsu_cluster_lint_clean(tmp_path):
+    r = _cli("verilog", "dsu", "-o", str(tmp_path), "-p", "n_slots=8", "-p", "n_cores=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "clean" in r.stdout

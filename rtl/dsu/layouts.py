@@ -165,3 +165,34 @@ MSTATUS_MPP = 0b11 << 11  # hardwired to M mode: the core has no other privilege
 
 #: misa: MXL=1 (32-bit), extensions I and M. Writes are ignored (WARL).
 MISA_RV32IM = (1 << 30) | (1 << (ord("I") - ord("A"))) | (1 << (ord("M") - ord("A")))
+
+
+# -- slot arbiter streams and the shared MMIO bus ------------------------------------------
+from amaranth.lib import data as _data  # noqa: E402
+
+#: intake FIFO entry: one request's metadata, pushed by the request source in arrival order
+INTAKE_LAYOUT = _data.StructLayout({
+    "request": 16, "prompt": 24, "max_new": 16, "priority": 2, "arrival": 24})
+#: step descriptor for the CDU/TE: one per chosen slot per round, in slot order
+DESCRIPTOR_LAYOUT = _data.StructLayout({
+    "step": 24, "slot": 8, "request": 16, "seq_len": 24, "priority": 2, "residency": 1})
+#: completion of one descriptor (result: regmap.Result)
+COMPLETION_LAYOUT = _data.StructLayout({"slot": 8, "result": 2})
+#: a request that ended: status 0 completed / 1 failed, reason: regmap.Reason
+OUTCOME_LAYOUT = _data.StructLayout({
+    "request": 16, "status": 1, "tokens": 16, "reason": 2, "step": 24})
+
+
+class MmioSignature(wiring.Signature):
+    """:class:`BusSignature` plus ``hart``: which initiator (hart id; the host port is
+    ``MAX_HARTS``) the granted request comes from. Seen from the initiator side."""
+
+    def __init__(self):
+        super().__init__({
+            "addr": Out(32), "wdata": Out(32), "mask": Out(4), "we": Out(1), "valid": Out(1),
+            "hart": Out(3), "rdata": In(32), "ready": In(1), "err": In(1),
+        })
+
+
+__all__ += ["INTAKE_LAYOUT", "DESCRIPTOR_LAYOUT", "COMPLETION_LAYOUT", "OUTCOME_LAYOUT",
+            "MmioSignature"]

@@ -1,0 +1,304 @@
+"""The DSU slot arbiter's MMIO register map: the one source of truth.
+
+The RTL (:mod:`tricut.rtl.dsu.arbiter`) decodes addresses from this table, the firmware's C
+header is generated from it (``python -m tricut.rtl.dsu.regmap --header OUT.h``, run by the
+firmware build into the build directory) and so is the register table in ``docs/dsu.md``
+(``--markdown``; ``tests/test_dsu_sched.py`` checks the committed table is current).
+
+Access rules (enforced by the arbiter, reported in ``CMD_STATUS``):
+
+* every **write** sets ``CMD_STATUS`` (``OK`` or the reason it was rejected; a rejected write
+  changes nothing);
+* a **read** of an unknown offset or of a slot ``>= N_SLOTS`` returns 0 and sets
+  ``CMD_STATUS`` to ``BAD_ADDR`` / ``BAD_SLOT``; other reads have no side effect;
+* every rejected access also increments ``BAD_ACCESSES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+
+__all__ = ["MMIO_BASE", "MMIO_SIZE", "SLOT_BASE", "SLOT_STRIDE", "Status", "Profile",
+           "SlotState", "Result", "Reason", "Field", "Register", "REGISTERS", "SLOT_FIELDS",
+           "BY_NAME", "SLOT_FIELD", "MAX_HARTS", "c_header", "markdown_table"]
+
+#: where the cores (and the host port) see the arbiter
+MMIO_BASE = 0x8000_0000
+MMIO_SIZE = 0x1_0000
+#: the per-slot record window: slot ``i`` field ``f`` at ``SLOT_BASE + i*SLOT_STRIDE + 4*f``
+SLOT_BASE = 0x1000
+SLOT_STRIDE = 0x40
+#: busy-cycle counters exist for harts 0 .. MAX_HARTS-1 (hart MAX_HARTS is the host port)
+MAX_HARTS = 4
+
+
+class Status(IntEnum):
+    """``CMD_STATUS`` codes."""
+    OK = 0            #: accepted
+    BAD_ADDR = 1      #: no register at this offset
+    BAD_SLOT = 2      #: slot number >= N_SLOTS
+    SLOT_BUSY = 3     #: ADMIT into a slot that is not FREE
+    BAD_PROFILE = 4   #: PROFILE not one of Profile
+    BAD_VALUE = 5     #: value out of the register's range
+    BUSY = 6          #: a round is in flight (ADMIT/REJECT/ISSUE/BATCH/config refused)
+    INTAKE_EMPTY = 7  #: ADMIT/REJECT with nothing in the intake FIFO
+    BAD_BATCH = 8     #: ISSUE with a batch bit on a slot that is not ACTIVE
+    READ_ONLY = 9     #: write to a read-only register
+    OUTCOME_FULL = 10  #: REJECT while the outcome FIFO is full (retry)
+
+
+class Profile(IntEnum):
+    LATENCY_OPT = 0
+    THROUGHPUT_OPT = 1
+    FAIRNESS_OPT = 2
+
+
+class SlotState(IntEnum):
+    FREE = 0
+    ACTIVE = 1    #: holds a request, not in the round in flight
+    RUNNING = 2   #: its descriptor was issued, completion outstanding
+
+
+class Result(IntEnum):
+    """Completion stream ``result``."""
+    OK = 0
+    ERROR = 1
+    TIMEOUT = 2   #: reported by the consumer; the slot watchdog produces the same
+    INVALID = 3   #: not a result: counted in BAD_COMPLETIONS and treated as ERROR
+
+
+class Reason(IntEnum):
+    """Outcome stream ``reason``."""
+    NONE = 0       #: completed
+    TOO_LARGE = 1  #: prompt + max_new > KV capacity (decided by firmware, REJECT)
+    ERROR = 2      #: error: retries exhausted
+    TIMEOUT = 3    #: timeout: retries exhausted
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+    @property
+    def mask(self):
+        return ((1 << self.width) - 1) << self.lsb
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    access: str          #: "RO", "RW", "WO"
+    doc: str
+    fields: tuple = field(default_factory=tuple)
+    count: int = 1       #: > 1: an array of ``count`` registers, 4 bytes apart
+
+    def __post_init__(self):
+        if self.access not in ("RO", "RW", "WO"):
+            raise ValueError(f"register {self.name}: access must be RO, RW or WO, "
+                             f"not {self.access!r}")
+        if self.offset % 4:
+            raise ValueError(f"register {self.name}: offset {self.offset:#x} not word aligned")
+
+
+REGISTERS: tuple[Register, ...] = (
+    Register("ID", 0x000, "RO", "Magic 0x44535531 ('DSU1')."),
+    Register("STATUS", 0x004, "RO", "Unit status.", (
+        Field("ROUND_BUSY", 0, 1, "a round is in flight (ISSUE accepted, completions outstanding)"),
+        Field("DEGRADED", 1, 1, "the heartbeat watchdog expired: host scheduling has taken over "
+                                "(sticky until reset; slot records are kept)"),
+        Field("INTAKE_VALID", 2, 1, "the intake FIFO has a head (INTAKE_* are valid)"),
+        Field("INTAKE_END", 3, 1, "the request source will push nothing more"),
+        Field("OUTCOME_FULL", 4, 1, "the outcome FIFO is full"),
+    )),
+    Register("CMD_STATUS", 0x008, "RO", "Result of the last write (and of a rejected read): "
+             "a Status code."),
+    Register("N_SLOTS", 0x00C, "RO", "Number of decode slots (constructor parameter)."),
+    Register("ROUND", 0x010, "RO", "Scheduling rounds completed; the round in flight or being "
+             "prepared has this number. Descriptors carry it as `step`."),
+    Register("HEARTBEAT", 0x014, "WO", "Any write restarts the firmware heartbeat watchdog."),
+    Register("CORE_IDLE", 0x018, "WO", "Bit 0 = 1: the writing hart is idle/polling (its "
+             "BUSY_CYCLES counter stops), 0: working."),
+    Register("PROFILE", 0x020, "RW", "Scheduling profile (Profile: 0 latency-opt, "
+             "1 throughput-opt, 2 fairness-opt), published for the host and CDU; "
+             "other values: BAD_PROFILE."),
+    Register("MAX_RETRIES", 0x024, "RW", "Failed attempts of one step allowed before the request "
+             "fails (0..15, else BAD_VALUE)."),
+    Register("WATCHDOG_LIMIT", 0x028, "RW", "Cycles a RUNNING slot may wait for its completion "
+             "before the watchdog completes it as `timeout` (1..2^24-1, else BAD_VALUE)."),
+    Register("LONG_CTX", 0x02C, "RW", "Residency threshold: a descriptor's `residency` is 1 when "
+             "its seq_len >= LONG_CTX (1..2^24-1)."),
+    Register("HEARTBEAT_LIMIT", 0x030, "RW", "Cycles without a HEARTBEAT write after which "
+             "STATUS.DEGRADED is set (1..2^24-1); a write also restarts the count."),
+    Register("INTAKE_REQUEST", 0x040, "RO", "Intake FIFO head: request id."),
+    Register("INTAKE_PROMPT", 0x044, "RO", "Intake FIFO head: prompt tokens."),
+    Register("INTAKE_MAX_NEW", 0x048, "RO", "Intake FIFO head: max_new_tokens."),
+    Register("INTAKE_PRIORITY", 0x04C, "RO", "Intake FIFO head: priority 0..3."),
+    Register("INTAKE_ARRIVAL", 0x050, "RO", "Intake FIFO head: arrival round (the request is "
+             "visible to the scheduler from that round on)."),
+    Register("ADMIT_SEQ", 0x060, "RW", "Argument of ADMIT: the request's arrival sequence "
+             "number (admission order, the profiles' tie-breaker)."),
+    Register("ADMIT", 0x064, "WO", "Write a slot number: the intake head moves into that slot "
+             "(ACTIVE, seq_len = checkpoint = prompt, tokens_left = max_new, wait = retries = "
+             "generated = 0) and is popped. BAD_SLOT, SLOT_BUSY, INTAKE_EMPTY, BUSY."),
+    Register("REJECT", 0x068, "WO", "Write a Reason (1..3): the intake head is popped and "
+             "reported failed on the outcome stream with 0 tokens. BAD_VALUE, INTAKE_EMPTY, "
+             "OUTCOME_FULL, BUSY."),
+    Register("ISSUE", 0x06C, "WO", "Any value: start the round with the batch in BATCH[]: "
+             "descriptors for the chosen slots in slot order, every other ACTIVE slot gets "
+             "wait += 1. BAD_BATCH, BUSY."),
+    Register("BATCH", 0x080, "RW", "Batch mask, slot i = bit i%32 of BATCH[i/32]. "
+             "Bits >= N_SLOTS: BAD_VALUE.", count=8),
+    Register("DESCRIPTORS", 0x0A0, "RO", "Counter: descriptors issued."),
+    Register("ROLLBACKS", 0x0A4, "RO", "Counter: steps rolled back (error or timeout)."),
+    Register("TIMEOUTS", 0x0A8, "RO", "Counter: steps completed as timeout (watchdog or "
+             "consumer)."),
+    Register("BAD_COMPLETIONS", 0x0AC, "RO", "Counter: completions for a slot not RUNNING or "
+             "with result INVALID."),
+    Register("BAD_ACCESSES", 0x0B0, "RO", "Counter: rejected MMIO accesses."),
+    Register("OUTCOMES", 0x0B4, "RO", "Counter: outcomes emitted."),
+    Register("BUSY_CYCLES", 0x0C0, "RO", "Counter per hart: cycles not marked idle "
+             "(CORE_IDLE) since reset.", count=MAX_HARTS),
+    Register("ENDED", 0x100, "RO", "Slots (bit i%32 of word i/32) whose request ended "
+             "(completed or failed; the slot is FREE again) in the last round; cleared by ISSUE.",
+             count=8),
+    Register("ROLLED_BACK", 0x120, "RO", "Slots whose step in the last round came back error or "
+             "timeout and was rolled back (ended ones included); cleared by ISSUE.", count=8),
+)
+
+#: the per-slot window (read only): field name, doc; offset = SLOT_BASE + slot*SLOT_STRIDE + 4*i
+SLOT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("STATE", "SlotState"),
+    ("REQUEST", "request id"),
+    ("SEQ_LEN", "KV tokens held (before the next step)"),
+    ("TOKENS_LEFT", "decode steps still to run"),
+    ("PRIORITY", "0..3"),
+    ("RESIDENCY", "residency hint of the last descriptor (1 = keep in L2)"),
+    ("WAIT", "rounds since the slot last ran"),
+    ("ARRIVAL_SEQ", "admission order"),
+    ("CHECKPOINT", "last stable seq_len (rollback target)"),
+    ("RETRIES", "failed attempts of the current step"),
+    ("WATCHDOG", "cycles since the descriptor was accepted (RUNNING)"),
+    ("GENERATED", "tokens kept"),
+)
+SLOT_FIELD = {name: i for i, (name, _doc) in enumerate(SLOT_FIELDS)}
+assert len(SLOT_FIELDS) * 4 <= SLOT_STRIDE
+
+BY_NAME = {r.name: r for r in REGISTERS}
+
+
+def _check_map():
+    spans = sorted((r.offset, r.offset + 4 * r.count, r.name) for r in REGISTERS)
+    for (a0, a1, an), (b0, _b1, bn) in zip(spans, spans[1:]):
+        if b0 < a1:
+            raise ValueError(f"registers {an} and {bn} overlap")
+    if spans[-1][1] > SLOT_BASE:
+        raise ValueError("registers overlap the slot window")
+
+
+_check_map()
+
+
+def c_header() -> str:
+    out = ["/* Generated by `python -m tricut.rtl.dsu.regmap --header` from rtl/dsu/regmap.py.",
+           " * Do not edit. */", "#ifndef DSU_REGS_H", "#define DSU_REGS_H", "#include <stdint.h>",
+           "", f"#define DSU_MMIO_BASE 0x{MMIO_BASE:08x}u",
+           "#define DSU_REG(off) (*(volatile uint32_t *)(DSU_MMIO_BASE + (off)))", ""]
+    for r in REGISTERS:
+        out.append(f"/* {r.name} ({r.access}): {r.doc} */")
+        out.append(f"#define DSU_{r.name}_OFF 0x{r.offset:03x}u")
+        if r.count > 1:
+            out.append(f"#define DSU_{r.name}_COUNT {r.count}u")
+            out.append(f"#define DSU_{r.name}(i) DSU_REG(0x{r.offset:03x}u + 4u * (i))")
+        else:
+            out.append(f"#define DSU_{r.name} DSU_REG(0x{r.offset:03x}u)")
+        for f in r.fields:
+            out.append(f"#define DSU_{r.name}_{f.name} 0x{f.mask:08x}u /* {f.doc} */")
+    out += ["", f"#define DSU_SLOT_BASE 0x{SLOT_BASE:04x}u",
+            f"#define DSU_SLOT_STRIDE 0x{SLOT_STRIDE:02x}u",
+            "#define DSU_SLOT(s, f) DSU_REG(DSU_SLOT_BASE + (s) * DSU_SLOT_STRIDE + 4u * (f))"]
+    for i, (name, doc) in enumerate(SLOT_FIELDS):
+        out.append(f"#define DSU_SLOT_{name} {i}u /* {doc} */")
+    for enum in (Status, Profile, SlotState, Result, Reason):
+        out.append("")
+        prefix = {"Status": "DSU_ST", "Profile": "DSU_PROFILE", "SlotState": "DSU_SLOT_ST",
+                  "Result": "DSU_RESULT", "Reason": "DSU_REASON"}[enum.__name__]
+        for v in enum:
+            out.append(f"#define {prefix}_{v.name} {int(v)}u")
+    out += ["", "#endif", ""]
+    return "\n".join(out)
+
+
+def markdown_table() -> str:
+    rows = ["| offset | register | access | description |", "|---|---|---|---|"]
+    for r in REGISTERS:
+        off = f"0x{r.offset:03x}" if r.count == 1 else \
+            f"0x{r.offset:03x}–0x{r.offset + 4 * r.count - 1:03x}"
+        name = r.name if r.count == 1 else f"{r.name}[{r.count}]"
+        doc = r.doc.replace("|", "\\|")
+        if r.fields:
+            doc += " " + "; ".join(f"bit {f.lsb} `{f.name}`: {f.doc}" for f in r.fields)
+        rows.append(f"| {off} | `{name}` | {r.access} | {doc} |")
+    end = SLOT_BASE + 256 * SLOT_STRIDE - 1
+    rows.append(f"| 0x{SLOT_BASE:04x}–0x{end:04x} | `SLOT[s].*` | RO | per-slot record, "
+                f"`0x{SLOT_BASE:x} + s*0x{SLOT_STRIDE:x} + 4*field` (s < N_SLOTS, else BAD_SLOT); "
+                "fields below |")
+    rows += ["", "| field | index | meaning |", "|---|---|---|"]
+    for i, (name, doc) in enumerate(SLOT_FIELDS):
+        rows.append(f"| `{name}` | {i} | {doc} |")
+    rows += ["", "| CMD_STATUS | code | meaning |", "|---|---|---|"]
+    for s in Status:
+        rows.append(f"| `{s.name}` | {int(s)} | {_STATUS_DOC[s]} |")
+    return "\n".join(rows) + "\n"
+
+
+_STATUS_DOC = {
+    Status.OK: "accepted",
+    Status.BAD_ADDR: "no register at this offset",
+    Status.BAD_SLOT: "slot number >= N_SLOTS",
+    Status.SLOT_BUSY: "ADMIT into a slot that is not FREE",
+    Status.BAD_PROFILE: "PROFILE value not 0..2",
+    Status.BAD_VALUE: "value out of the register's range",
+    Status.BUSY: "a round is in flight",
+    Status.INTAKE_EMPTY: "ADMIT/REJECT with an empty intake FIFO",
+    Status.BAD_BATCH: "ISSUE with a batch bit on a slot that is not ACTIVE",
+    Status.READ_ONLY: "write to a read-only register",
+    Status.OUTCOME_FULL: "REJECT while the outcome FIFO is full",
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="Generate the DSU register map C header / docs table")
+    p.add_argument("--header", help="write the C header here")
+    p.add_argument("--markdown", help="write the Markdown register table here ('-' = stdout)")
+    p.add_argument("--update-doc", metavar="MD", help="replace the table between "
+                   "'<!-- regmap:begin -->' and '<!-- regmap:end -->' in this file")
+    a = p.parse_args(argv)
+    if not (a.header or a.markdown or a.update_doc):
+        p.error("give --header, --markdown and/or --update-doc")
+    if a.update_doc:
+        text = Path(a.update_doc).read_text()
+        begin, end = "<!-- regmap:begin -->\n", "<!-- regmap:end -->"
+        if begin not in text or end not in text:
+            p.error(f"{a.update_doc} has no {begin.strip()} ... {end} markers")
+        i, j = text.index(begin) + len(begin), text.index(end)
+        Path(a.update_doc).write_text(text[:i] + markdown_table() + text[j:])
+    if a.header:
+        Path(a.header).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.header).write_text(c_header())
+    if a.markdown == "-":
+        sys.stdout.write(markdown_table())
+    elif a.markdown:
+        Path(a.markdown).write_text(markdown_table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,673 @@
+"""Run the DSU cluster (RV32IM cores + scheduler firmware + slot arbiter) on a request stream,
+in Amaranth's simulator or on Verilator (cocotb), and compare every round's batch and every
+request's outcome with the golden model :mod:`tricut.models.dsu`.
+
+Entry point: :func:`run_dsu`. Fault specs: :func:`parse_faults`.
+
+The testbench side (:class:`DsuEnv`) is plain Python and shared by both simulators: each cycle
+it drives the cluster's inputs from its own state (never from this cycle's outputs), then
+samples the outputs and commits the handshakes of that clock edge. It plays
+
+* the **request source**: pushes requests into the intake stream in ``(arrival_step, id)``
+  order as fast as the FIFO takes them, then raises ``intake_end``;
+* the **CDU/TE**: takes descriptors (with idle/backpressure cycles), answers each with a
+  completion after 1..6 cycles — ``error`` where a fault says so, *nothing* for ``timeout``
+  faults (the slot watchdog must fire);
+* the **host**: loads the firmware through the host port, reads results, and — when the
+  heartbeat watchdog reports ``degraded`` — takes over scheduling: it reads the slot records
+  over MMIO and continues with the golden model from exactly that state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ..models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, DsuParams, Outcome,
+                          RequestSpec, Slot, run_schedule)
+from ..rtl.dsu.cluster import HOST_LOCAL_BASE
+from ..rtl.dsu.layouts import COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT
+from ..rtl.dsu.regmap import (BY_NAME, MMIO_BASE, SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason,
+                              Result, SlotState, c_header)
+from .firmware import FIRMWARE_DIR, REPO_ROOT, Firmware, build_firmware, elf_symbols
+
+__all__ = ["Fault", "parse_faults", "build_dsu_firmware", "DsuEnv", "DsuRunResult", "run_dsu",
+           "execute", "make_spec", "compare", "firmware_words",
+           "CONFIG_FIELDS", "MEM_BYTES"]
+
+MEM_BYTES = 0x8000
+CONFIG_MAGIC = 0x44535543
+CONFIG_FIELDS = ("magic", "profile", "max_batch", "latency_batch", "kv_capacity", "long_ctx",
+                 "max_retries", "watchdog_limit", "heartbeat_limit")
+REASONS = {Reason.TOO_LARGE: "too large", Reason.ERROR: "error: retries exhausted",
+           Reason.TIMEOUT: "timeout: retries exhausted"}
+COCOTB_DIR = REPO_ROOT / "tests" / "cocotb"
+
+
+# -- faults ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Fault:
+    kind: str            # "error", "timeout" or "hang"
+    slot: int = -1
+    step: int = -1
+    cycle: int = -1
+
+
+_FAULT_KEYS = {"error": ("slot", "step"), "timeout": ("slot", "step"), "hang": ("cycle",)}
+
+
+def parse_faults(text: str) -> list[Fault]:
+    """Parse ``error:slot=3:step=5,timeout:slot=7:step=2,hang:cycle=20000``.
+
+    ``error``/``timeout`` at (step, slot): that round's descriptor for the slot fails / is never
+    completed (the watchdog fires). ``hang`` at a cycle (counted from the cores' release):
+    every core stops fetching. Raises :class:`ValueError` naming the bad part."""
+    faults, seen = [], set()
+    if not isinstance(text, str):
+        raise ValueError(f"faults must be a string, not {text!r}")
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            if text.strip():
+                raise ValueError(f"bad fault spec {text!r}: empty item")
+            continue
+        kind, *kvs = part.split(":")
+        if kind not in _FAULT_KEYS:
+            raise ValueError(f"bad fault {part!r}: kind must be error, timeout or hang")
+        values = {}
+        for kv in kvs:
+            m = re.fullmatch(r"([a-z]+)=(\d+)", kv)
+            if not m:
+                raise ValueError(f"bad fault {part!r}: {kv!r} is not key=non-negative-integer")
+            if m[1] not in _FAULT_KEYS[kind]:
+                raise ValueError(f"bad fault {part!r}: {kind} takes "
+                                 f"{' and '.join(_FAULT_KEYS[kind])}, not {m[1]!r}")
+            if m[1] in values:
+                raise ValueError(f"bad fault {part!r}: {m[1]} given twice")
+            values[m[1]] = int(m[2])
+        missing = [k for k in _FAULT_KEYS[kind] if k not in values]
+        if missing:
+            raise ValueError(f"bad fault {part!r}: missing {', '.join(missing)}")
+        f = Fault(kind, **values)
+        key = ("hang",) if kind == "hang" else (f.step, f.slot)
+        if key in seen:
+            raise ValueError(f"bad fault {part!r}: a fault for the same "
+                             f"{'hang' if kind == 'hang' else 'step and slot'} is already given")
+        seen.add(key)
+        faults.append(f)
+    return faults
+
+
+def _split_faults(faults):
+    if faults is None:
+        return {}, None
+    if isinstance(faults, str):
+        faults = parse_faults(faults)
+    step_faults, hang = {}, None
+    for f in faults:
+        if f.kind == "hang":
+            hang = f.cycle
+        else:
+            step_faults[(f.step, f.slot)] = ERROR if f.kind == "error" else TIMEOUT
+    return step_faults, hang
+
+
+# -- payload packing ---------------------------------------------------------------------------
+def _pack(layout, **values):
+    word = 0
+    for name, f in layout:
+        word |= (values[name] & ((1 << f.width) - 1)) << f.offset
+    return word
+
+
+def _unpack(layout, word):
+    return {name: (word >> f.offset) & ((1 << f.width) - 1) for name, f in layout}
+
+
+# -- firmware ----------------------------------------------------------------------------------
+def build_dsu_firmware(program="scheduler", out_dir=None, max_slots=64) -> Firmware:
+    """Build ``rtl/dsu/firmware/<program>.c`` with the register header generated from
+    :mod:`tricut.rtl.dsu.regmap` into the build directory (``-DMAX_SLOTS=max_slots``: the
+    firmware's tables; it refuses a cluster with more slots). Cached by content hash."""
+    src = FIRMWARE_DIR / f"{program}.c"
+    header = c_header()
+    h = hashlib.sha256()
+    for p in (src, FIRMWARE_DIR / "crt0.S", FIRMWARE_DIR / "runtime.c",
+              FIRMWARE_DIR / "link.ld.in"):
+        h.update(p.read_bytes())
+    h.update(header.encode())
+    h.update(str(max_slots).encode())
+    out = Path(out_dir) if out_dir else REPO_ROOT / ".build" / "firmware" / \
+        f"dsu_{program}-{max_slots}-{h.hexdigest()[:12]}"
+    elf, binary = out / f"{program}.elf", out / f"{program}.bin"
+    if elf.exists() and binary.exists():
+        return Firmware(image=binary.read_bytes(), origin=0, length=MEM_BYTES,
+                        symbols=elf_symbols(elf), elf=elf, bin=binary)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dsu_regs.h").write_text(header)
+    return build_firmware([src], out, origin=0, length=MEM_BYTES, stack_size=0x800,
+                          name=program, extra_cflags=["-I", str(out), f"-DMAX_SLOTS={max_slots}u"])
+
+
+def firmware_words(fw: Firmware, config: dict | None = None) -> list[int]:
+    """The image as words, with ``dsu_config`` patched from ``config`` (CONFIG_FIELDS)."""
+    words = fw.words()
+    if config is not None:
+        base = fw.symbols["dsu_config"] // 4
+        for i, name in enumerate(CONFIG_FIELDS):
+            words[base + i] = config[name] & 0xFFFFFFFF
+    return words
+
+
+# -- the environment ---------------------------------------------------------------------------
+PROFILE_CODE = {p: i for i, p in enumerate(PROFILES)}
+
+
+@dataclass
+class DsuRunResult:
+    batches: list            # per round: list of Descriptor (RTL, then host after a takeover)
+    outcomes: dict           # request id -> Outcome
+    latencies: list          # dicts: round, cycles, batch, active
+    golden_batches: list
+    golden_outcomes: dict
+    differences: list        # strings; empty when RTL == golden
+    cycles: int = 0
+    rounds_rtl: int = 0      # rounds scheduled by the firmware (the rest by the host)
+    degraded_cycle: int | None = None
+    counters: dict = field(default_factory=dict)
+    firmware_bytes: int = 0
+    exit_code: int | None = None
+    fw_error: int = 0
+    wall_s: float = 0.0
+    sim: str = ""
+
+    def to_json(self):
+        return {
+            "batches": [[asdict(d) for d in b] for b in self.batches],
+            "outcomes": {str(k): asdict(v) for k, v in sorted(self.outcomes.items())},
+            "latencies": self.latencies, "differences": self.differences,
+            "cycles": self.cycles, "rounds_rtl": self.rounds_rtl,
+            "degraded_cycle": self.degraded_cycle, "counters": self.counters,
+            "firmware_bytes": self.firmware_bytes, "exit_code": self.exit_code,
+            "fw_error": self.fw_error, "wall_s": self.wall_s, "sim": self.sim,
+        }
+
+
+class DsuEnv:
+    """Cycle-level environment of :class:`~tricut.rtl.dsu.cluster.DsuCluster` (see module doc).
+
+    Per cycle: ``drive()`` returns the input values (a dict, names as in :data:`INPUTS`),
+    then ``commit(obs)`` takes the sampled outputs (:data:`OUTPUTS`) after those inputs settled.
+    """
+
+    INPUTS = ("run", "stall", "intake_valid", "intake_payload", "intake_end",
+              "descriptors_ready", "completions_valid", "completions_payload", "outcomes_ready",
+              "host_addr", "host_wdata", "host_mask", "host_we", "host_valid")
+    OUTPUTS = ("intake_ready", "descriptors_valid", "descriptors_payload", "completions_ready",
+               "outcomes_valid", "outcomes_payload", "degraded", "round_busy", "round", "trap",
+               "host_ready", "host_rdata", "host_err")
+
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.n_cores = spec["cores"]
+        self.n_slots = spec["n_slots"]
+        self.params = DsuParams(**spec["params"])
+        self.requests = [RequestSpec(**r) for r in spec["requests"]]
+        self.todo = sorted(self.requests, key=lambda r: (r.arrival_step, r.id))
+        self.step_faults = {(s, sl): r for s, sl, r in spec["step_faults"]}
+        self.hang = spec["hang"]
+        self.max_cycles = spec["max_cycles"]
+        self.rng = random.Random(spec["seed"])
+        self.backpressure = spec["backpressure"]
+        self.symbols = spec["symbols"]
+        self.cycle = 0
+        self.run_cycle = None          # cycle the cores were released
+        self.run = 0
+        self.stall = 0
+        self.intake_k = 0
+        self.host_ops = []             # (addr, wdata or None, callback)
+        self.host_cur = None
+        self.desc_ready = 1
+        self.completions = []          # [due_cycle, slot, result]
+        self.comp_cur = None
+        self.rtl = {}                  # step -> [Descriptor]
+        self.outcomes = {}
+        self.round = 0
+        self.round_end = {}            # round -> cycle ROUND moved past it
+        self.first_desc = {}           # step -> first cycle a descriptor was valid
+        self.degraded_cycle = None
+        self.takeover = None           # None, "wait", "reading", "done"
+        self.finishing = False
+        self.done = False
+        self.exit_code = None
+        self.fw_error = 0
+        self.counters = {}
+        self.host_batches = []
+        self.rounds_rtl = None
+        self.errors = []
+        self.dump = {}
+        words = spec["image"]
+        for h in range(self.n_cores):
+            for i, w in enumerate(words):
+                if w:
+                    self.host_ops.append((HOST_LOCAL_BASE + (h << 20) + 4 * i, w, None))
+        self.host_ops.append(("run", None, None))
+
+    # -- helpers ------------------------------------------------------------------------
+    def _read(self, addr, cb):
+        self.host_ops.append((addr, None, cb))
+
+    def _reg(self, name):
+        return MMIO_BASE + BY_NAME[name].offset
+
+    def drive(self):
+        d = dict.fromkeys(self.INPUTS, 0)
+        d["run"], d["stall"] = self.run, self.stall
+        if self.run and self.hang is not None and self.cycle - self.run_cycle >= self.hang:
+            self.stall = d["stall"] = (1 << self.n_cores) - 1
+        # host port
+        if self.host_cur is None:
+            while self.host_ops and self.host_ops[0][0] == "run":
+                self.host_ops.pop(0)
+                self.run = d["run"] = 1
+                self.run_cycle = self.cycle
+            if self.host_ops:
+                self.host_cur = self.host_ops.pop(0)
+        if self.host_cur is not None:
+            addr, wdata, _cb = self.host_cur
+            d.update(host_addr=addr, host_valid=1, host_mask=0xF, host_we=int(wdata is not None),
+                     host_wdata=wdata or 0)
+        # intake
+        if self.run and self.intake_k < len(self.todo):
+            r = self.todo[self.intake_k]
+            d["intake_valid"] = 1
+            d["intake_payload"] = _pack(INTAKE_LAYOUT, request=r.id, prompt=r.prompt_tokens,
+                                        max_new=r.max_new_tokens, priority=r.priority,
+                                        arrival=r.arrival_step)
+        d["intake_end"] = int(self.intake_k >= len(self.todo))
+        # descriptor consumer: idle/backpressure cycles
+        self.desc_ready = 1 if not self.backpressure else int(self.rng.random() < 0.75)
+        d["descriptors_ready"] = self.desc_ready
+        # completions
+        self.comp_cur = None
+        due = [c for c in self.completions if c[0] <= self.cycle]
+        if due and (not self.backpressure or self.rng.random() < 0.8):
+            self.comp_cur = min(due)
+            d["completions_valid"] = 1
+            d["completions_payload"] = _pack(COMPLETION_LAYOUT, slot=self.comp_cur[1],
+                                             result=self.comp_cur[2])
+        d["outcomes_ready"] = 1
+        return d
+
+    def commit(self, o):
+        c = self.cycle
+        if o["trap"]:
+            self.errors.append(f"cycle {c}: core trap (mask {o['trap']:#x})")
+            self.done = True
+        if o["round"] != self.round:
+            self.round_end[self.round] = c
+            self.round = o["round"]
+        if o["degraded"] and self.degraded_cycle is None:
+            self.degraded_cycle = c
+            if self.hang is None:
+                self.errors.append(f"cycle {c}: degraded without an injected hang")
+                self.host_ops.clear()
+                self.takeover = "failed"
+                self._read_final()
+            else:
+                self.takeover = "wait"
+        if self.run and self.intake_k < len(self.todo) and o["intake_ready"]:
+            self.intake_k += 1
+        if o["descriptors_valid"]:
+            p = _unpack(DESCRIPTOR_LAYOUT, o["descriptors_payload"])
+            self.first_desc.setdefault(p["step"], c)
+            if self.desc_ready:
+                desc = Descriptor(p["step"], p["slot"], p["request"], p["seq_len"], p["priority"],
+                                  p["residency"])
+                self.rtl.setdefault(p["step"], []).append(desc)
+                result = self.step_faults.get((p["step"], p["slot"]), OK)
+                if result != TIMEOUT:
+                    code = Result.OK if result == OK else Result.ERROR
+                    self.completions.append([c + self.rng.randint(1, 6), p["slot"], int(code)])
+        if self.comp_cur is not None and o["completions_ready"]:
+            self.completions.remove(self.comp_cur)
+        if o["outcomes_valid"]:
+            p = _unpack(OUTCOME_LAYOUT, o["outcomes_payload"])
+            status = "completed" if p["status"] == 0 else "failed"
+            reason = REASONS.get(p["reason"], "") if status == "failed" else ""
+            if p["request"] in self.outcomes:
+                self.errors.append(f"request {p['request']}: second outcome")
+            self.outcomes[p["request"]] = Outcome(p["request"], status, p["tokens"], reason,
+                                                  p["step"])
+        if self.host_cur is not None and o["host_ready"]:
+            addr, wdata, cb = self.host_cur
+            if o["host_err"]:
+                self.errors.append(f"host access {addr:#x} answered with err")
+            if cb:
+                cb(o["host_rdata"])
+            self.host_cur = None
+        # end of run / takeover
+        if self.takeover == "wait" and not o["round_busy"] and not self.completions \
+                and not self.host_ops and self.host_cur is None:
+            self.takeover = "reading"
+            self._start_takeover()
+        if self.takeover is None and not self.finishing and self.run and \
+                len(self.outcomes) == len(self.requests) and not o["round_busy"]:
+            self.finishing = True
+            self._poll_exit()
+        self.cycle += 1
+        if self.cycle >= self.max_cycles and not self.done:
+            self.errors.append(f"no end within {self.max_cycles} cycles "
+                               f"({len(self.outcomes)} of {len(self.requests)} outcomes)")
+            self.done = True
+
+    def _poll_exit(self):
+        def got(v):
+            if v == 0xDEADBEEF:
+                for _ in range(32):
+                    self._read(self._reg("ID"), None)    # ~64 cycles later
+                self._poll_exit()
+            else:
+                self.exit_code = v
+                self._read_final()
+        self._read(HOST_LOCAL_BASE + self.symbols["_exit_code"], got)
+
+    def _read_final(self, then_done=True):
+        names = ("DESCRIPTORS", "ROLLBACKS", "TIMEOUTS", "BAD_COMPLETIONS", "BAD_ACCESSES",
+                 "OUTCOMES", "ROUND")
+        for name in names:
+            self._read(self._reg(name), lambda v, n=name: self.counters.__setitem__(n.lower(), v))
+        for h in range(self.n_cores):
+            self._read(self._reg("BUSY_CYCLES") + 4 * h,
+                       lambda v, h=h: self.counters.setdefault("busy_cycles", []).append(v))
+        if "fw_error" in self.symbols:
+            self._read(HOST_LOCAL_BASE + self.symbols["fw_error"],
+                       lambda v: setattr(self, "fw_error", v))
+        for name, count in self.spec.get("dump", {}).items():
+            for i in range(count):
+                self._read(HOST_LOCAL_BASE + self.symbols[name] + 4 * i,
+                           lambda v, name=name: self.dump.setdefault(name, []).append(v))
+        if then_done:
+            self._read(self._reg("ID"), lambda v: setattr(self, "done", True))
+
+    # -- degraded: the host takes over from the slot records ------------------------------
+    def _start_takeover(self):
+        recs = {}
+
+        def rd(slot, fi):
+            return lambda v: recs.setdefault(slot, {}).__setitem__(SLOT_FIELDS[fi][0], v)
+        self._read(self._reg("ROUND"), lambda v: setattr(self, "rounds_rtl", v))
+        for s in range(self.n_slots):
+            for fi in range(len(SLOT_FIELDS)):
+                self._read(MMIO_BASE + SLOT_BASE + s * SLOT_STRIDE + 4 * fi, rd(s, fi))
+        self._read_final(then_done=False)
+        self._read(self._reg("ID"), lambda v: self._host_schedule(recs))
+
+    def _host_schedule(self, recs):
+        model = DsuModel(self.params)
+        model.round = self.rounds_rtl
+        consumed = set(self.outcomes)
+        admitted = sum(1 for o in self.outcomes.values() if o.reason != "too large")
+        for s, r in recs.items():
+            if r["STATE"] == SlotState.FREE:
+                continue
+            if r["STATE"] != SlotState.ACTIVE:
+                self.errors.append(f"takeover: slot {s} in state {r['STATE']}")
+            model.slots[s] = Slot(r["REQUEST"], r["SEQ_LEN"], r["TOKENS_LEFT"], r["PRIORITY"],
+                                  r["ARRIVAL_SEQ"], r["CHECKPOINT"],
+                                  r["SEQ_LEN"] + r["TOKENS_LEFT"], r["GENERATED"], r["RETRIES"],
+                                  r["WAIT"])
+            model.kv_used += r["SEQ_LEN"] + r["TOKENS_LEFT"]
+            consumed.add(r["REQUEST"])
+            admitted += 1
+        model.arrivals = admitted
+        model.outcomes = dict(self.outcomes)
+        todo = [r for r in self.todo if r.id not in consumed]
+        k = 0
+        while k < len(todo) or not model.idle:
+            if model.round > 1_000_000:
+                raise RuntimeError("host scheduling did not finish")
+            while k < len(todo) and todo[k].arrival_step <= model.round:
+                model.intake.append(todo[k])
+                k += 1
+            batch = model.step()
+            self.host_batches.append(batch)
+            model.complete({d.slot: self.step_faults[(model.round, d.slot)] for d in batch
+                            if (model.round, d.slot) in self.step_faults})
+        self.outcomes = dict(model.outcomes)
+        self.takeover = "done"
+        self.done = True
+
+    # -- results ------------------------------------------------------------------------
+    def result(self):
+        n_rtl = self.rounds_rtl if self.rounds_rtl is not None else self.counters.get("round", 0)
+        bad_steps = sorted(s for s in self.rtl if s >= n_rtl)
+        batches = [self.rtl.get(r, []) for r in range(n_rtl)] + self.host_batches
+        lat = []
+        for s in range(1, n_rtl):
+            if s in self.first_desc and (s - 1) in self.round_end:
+                lat.append({"round": s, "cycles": self.first_desc[s] - self.round_end[s - 1],
+                            "batch": len(self.rtl.get(s, []))})
+        errors = list(self.errors) + [f"descriptor for step {s} beyond the last round {n_rtl}"
+                                      for s in bad_steps]
+        return batches, lat, errors, n_rtl
+
+
+# -- drivers -----------------------------------------------------------------------------------
+def _sim_amaranth(spec, cluster):
+    from amaranth.sim import Simulator
+    env = DsuEnv(spec)
+    dut = cluster
+    ins = {"run": dut.run, "stall": dut.stall, "intake_valid": dut.intake.valid,
+           "intake_payload": dut.intake.payload.as_value(), "intake_end": dut.intake_end,
+           "descriptors_ready": dut.descriptors.ready, "completions_valid": dut.completions.valid,
+           "completions_payload": dut.completions.payload.as_value(),
+           "outcomes_ready": dut.outcomes.ready, "host_addr": dut.host.addr,
+           "host_wdata": dut.host.wdata, "host_mask": dut.host.mask, "host_we": dut.host.we,
+           "host_valid": dut.host.valid}
+    outs = {"intake_ready": dut.intake.ready, "descriptors_valid": dut.descriptors.valid,
+            "descriptors_payload": dut.descriptors.payload.as_value(),
+            "completions_ready": dut.completions.ready, "outcomes_valid": dut.outcomes.valid,
+            "outcomes_payload": dut.outcomes.payload.as_value(), "degraded": dut.degraded,
+            "round_busy": dut.round_busy, "round": dut.round, "trap": dut.trap,
+            "host_ready": dut.host.ready, "host_rdata": dut.host.rdata, "host_err": dut.host.err}
+
+    async def bench(ctx):
+        while not env.done:
+            for name, value in env.drive().items():
+                ctx.set(ins[name], value)
+            env.commit({name: ctx.get(sig) for name, sig in outs.items()})
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return env
+
+
+def cocotb_bench_main(spec_path, result_path):
+    """Body of the cocotb test (``tests/cocotb/dsu_sched.py``): returns a coroutine function."""
+    async def run(dut):
+        import cocotb
+        from cocotb.clock import Clock
+        from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+        spec = json.loads(Path(spec_path).read_text())
+        env = DsuEnv(spec)
+        cocotb.start_soon(Clock(dut.clk, 1, unit="ns").start())
+        sig = lambda n: getattr(dut, n.replace("_", "__", 1) if n not in  # noqa: E731
+                                ("run", "stall", "intake_end", "degraded", "round_busy",
+                                 "round", "trap") else n)
+        ins = {n: sig(n) for n in env.INPUTS}
+        outs = {n: sig(n) for n in env.OUTPUTS}
+        dut.rst.value = 1
+        for s in ins.values():
+            s.value = 0
+        await RisingEdge(dut.clk)
+        await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        while not env.done:
+            await FallingEdge(dut.clk)
+            for n, v in env.drive().items():
+                ins[n].value = v
+            await ReadOnly()
+            env.commit({n: int(s.value) for n, s in outs.items()})
+        Path(result_path).write_text(json.dumps(_env_state(env)))
+    return run
+
+
+def _env_state(env):
+    batches, lat, errors, n_rtl = env.result()
+    return {"batches": [[asdict(d) for d in b] for b in batches],
+            "outcomes": [asdict(o) for o in env.outcomes.values()], "latencies": lat,
+            "errors": errors, "rounds_rtl": n_rtl, "cycles": env.cycle,
+            "degraded_cycle": env.degraded_cycle, "counters": env.counters,
+            "exit_code": env.exit_code, "fw_error": env.fw_error, "dump": env.dump}
+
+
+def execute(spec, cluster, sim):
+    """Run ``spec`` (see :func:`run_dsu`) on ``cluster``; returns the environment's state
+    (batches, outcomes, latencies, errors, counters, exit code, dumped words)."""
+    if sim == "amaranth":
+        return _env_state(_sim_amaranth(spec, cluster))
+    from .cocotb_run import run_cocotb
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(json.dumps(spec))
+        run_cocotb(cluster, "dsu_cluster", "dsu_sched", COCOTB_DIR,
+                   extra_env={"DSU_SPEC": str(spec_path), "DSU_RESULT": str(result_path)})
+        return json.loads(result_path.read_text())
+
+
+def make_spec(fw, *, cores, n_slots, params=None, requests=(), step_faults=None, hang=None,
+              config=None, seed=0, backpressure=True, max_cycles=2_000_000, dump=None):
+    """The JSON-able description of one run that :class:`DsuEnv` executes."""
+    params = params or DsuParams(n_slots=n_slots)
+    symbols = {k: fw.symbols[k] for k in ("_exit_code", "fw_error", "dsu_config", *(dump or {}))
+               if k in fw.symbols}
+    return {"cores": cores, "n_slots": n_slots, "params": asdict(params),
+            "requests": [asdict(r) for r in requests],
+            "step_faults": [[s, sl, r] for (s, sl), r in (step_faults or {}).items()],
+            "hang": hang, "max_cycles": max_cycles, "seed": seed, "backpressure": backpressure,
+            "symbols": symbols, "image": firmware_words(fw, config), "dump": dict(dump or {})}
+
+
+def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="verilator",
+            n_slots=8, max_batch=None, latency_batch=None, kv_capacity_tokens=1 << 20,
+            long_context_tokens=4096, max_retries=2, watchdog_limit=200,
+            heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=2_000_000,
+            intake_depth=4, firmware="scheduler", config_overrides=None) -> DsuRunResult:
+    """Run the cluster (``cores`` cores, ``n_slots`` slots) with the scheduler firmware on
+    ``requests`` (:class:`~tricut.models.dsu.RequestSpec` list) and compare with
+    :func:`tricut.models.dsu.run_schedule`.
+
+    ``faults``: a spec string (:func:`parse_faults`) or a list of :class:`Fault`.
+    ``sim``: ``"verilator"`` (cocotb on the generated Verilog) or ``"amaranth"``.
+    ``max_batch`` defaults to ``n_slots``, ``latency_batch`` to ``max(1, n_slots // 4)``.
+    ``config_overrides`` patches the firmware's configuration block (e.g. ``{"profile": 3}``)
+    without changing the golden model's parameters: for testing the checks themselves.
+    Returns a :class:`DsuRunResult`; ``differences`` is empty when every round's batch and
+    every outcome equal the golden model's (and the run itself had no error).
+    """
+    from ..rtl.dsu.cluster import DsuCluster
+    if sim not in ("verilator", "amaranth"):
+        raise ValueError(f"sim must be 'verilator' or 'amaranth', not {sim!r}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {profile!r}")
+    params = DsuParams(profile=profile, n_slots=n_slots,
+                       max_batch=max_batch or n_slots,
+                       latency_batch=latency_batch or max(1, n_slots // 4),
+                       kv_capacity_tokens=kv_capacity_tokens,
+                       long_context_tokens=long_context_tokens, max_retries=max_retries)
+    for r in requests:
+        if not (0 <= r.id < 1 << 16 and 1 <= r.prompt_tokens < 1 << 23
+                and 1 <= r.max_new_tokens < 1 << 16 and 0 <= r.priority <= 3
+                and 0 <= r.arrival_step < 1 << 24):
+            raise ValueError(f"request {r.id}: out of the hardware's field ranges (id < 65536, "
+                             f"prompt < 2^23, max_new < 65536, priority 0..3, arrival < 2^24)")
+    if len({r.id for r in requests}) != len(requests):
+        raise ValueError("request ids must be unique")
+    step_faults, hang = _split_faults(faults)
+    for (s, sl) in step_faults:
+        if sl >= n_slots:
+            raise ValueError(f"fault slot {sl} >= n_slots {n_slots}")
+    golden_batches, golden_outcomes = run_schedule(list(requests), params, step_faults)
+
+    fw = build_dsu_firmware(firmware, max_slots=64 if n_slots <= 64 else 256)
+    config = {"magic": CONFIG_MAGIC, "profile": PROFILE_CODE[profile],
+              "max_batch": params.max_batch, "latency_batch": params.latency_batch,
+              "kv_capacity": kv_capacity_tokens, "long_ctx": long_context_tokens,
+              "max_retries": max_retries, "watchdog_limit": watchdog_limit,
+              "heartbeat_limit": heartbeat_limit}
+    config.update(config_overrides or {})
+    spec = make_spec(fw, cores=cores, n_slots=n_slots, params=params, requests=requests,
+                     step_faults=step_faults, hang=hang, config=config, seed=seed,
+                     backpressure=backpressure, max_cycles=max_cycles)
+    cluster = DsuCluster(n_cores=cores, n_slots=n_slots, intake_depth=intake_depth,
+                         mem_bytes=MEM_BYTES)
+    t0 = time.time()
+    state = execute(spec, cluster, sim)
+    wall = time.time() - t0
+    batches = [[Descriptor(**d) for d in b] for b in state["batches"]]
+    outcomes = {o["request"]: Outcome(**o) for o in state["outcomes"]}
+    diffs = list(state["errors"])
+    if state["fw_error"]:
+        diffs.append(f"firmware error {state['fw_error']:#x}")
+    if hang is None and state["exit_code"] != 0:
+        diffs.append(f"firmware exit code {state['exit_code']!r}")
+    diffs += compare(batches, outcomes, golden_batches, golden_outcomes)
+    # active slots per round, from the golden model (admission happens before selection)
+    active = _active_per_round(requests, params, step_faults)
+    lat = state["latencies"]
+    for entry in lat:
+        entry["active"] = active[entry["round"]] if entry["round"] < len(active) else None
+    return DsuRunResult(batches=batches, outcomes=outcomes, latencies=lat,
+                        golden_batches=golden_batches, golden_outcomes=golden_outcomes,
+                        differences=diffs, cycles=state["cycles"], rounds_rtl=state["rounds_rtl"],
+                        degraded_cycle=state["degraded_cycle"], counters=state["counters"],
+                        firmware_bytes=len(fw.image), exit_code=state["exit_code"],
+                        fw_error=state["fw_error"], wall_s=wall, sim=sim)
+
+
+def compare(batches, outcomes, golden_batches, golden_outcomes):
+    """Differences (strings) between an observed schedule and the golden one: every round's
+    batch (descriptor by descriptor) and every request's outcome."""
+    diffs = []
+    for r in range(max(len(batches), len(golden_batches))):
+        got = batches[r] if r < len(batches) else None
+        want = golden_batches[r] if r < len(golden_batches) else None
+        if got != want:
+            diffs.append(f"round {r}: got {_fmt(got)}, golden {_fmt(want)}")
+    for rid in sorted(set(outcomes) | set(golden_outcomes)):
+        if outcomes.get(rid) != golden_outcomes.get(rid):
+            diffs.append(f"request {rid}: got {outcomes.get(rid)}, "
+                         f"golden {golden_outcomes.get(rid)}")
+    return diffs
+
+
+def _fmt(batch):
+    if batch is None:
+        return "(no round)"
+    return "[" + ", ".join(f"s{d.slot}:r{d.request}@{d.seq_len}p{d.priority}"
+                           f"{'L' if d.residency else ''}" for d in batch) + "]"
+
+
+def _active_per_round(requests, params, faults):
+    model = DsuModel(params)
+    todo = sorted(requests, key=lambda r: (r.arrival_step, r.id))
+    k, out = 0, []
+    while k < len(todo) or not model.idle:
+        while k < len(todo) and todo[k].arrival_step <= model.round:
+            model.submit(todo[k])
+            k += 1
+        model._admit()
+        out.append(sum(s is not None for s in model.slots))
+        batch = model.step()
+        model.complete({d.slot: faults[(model.round, d.slot)] for d in batch
+                        if (model.round, d.slot) in faults})
+    return out
