@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from tricut.models.config import KV_DTYPES
+from tricut.models.jsonl import iter_jsonl_objects
 
 from .verilog_out import LINT_WAIVERS, UNITS, area, build_unit, lint, write_verilog
 
@@ -138,23 +139,8 @@ def read_dsu_requests(path: Path):
     (0..3, default 0)."""
     from tricut.models.dsu import RequestSpec
 
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: cannot read: {e}") from None
     out, ids = [], set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        label = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{label}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{label}: expected a JSON object")
+    for label, row in iter_jsonl_objects(path, InputError):
         unknown = set(row) - set(_REQUEST_FIELDS)
         if unknown:
             raise InputError(f"{label}: unknown field {sorted(unknown)[0]!r}")

@@ -8,13 +8,14 @@ message names the file and the line; the CLI prints it as one line.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from tricut.models.jsonl import iter_jsonl_objects
 
 __all__ = ["Request", "TraceError", "read_trace", "read_mooncake", "read_azure", "read_vidur",
            "synthetic", "scale_rate", "TRACE_FORMATS"]
@@ -83,32 +84,19 @@ def read_mooncake(path: str | Path) -> list[Request]:
     """Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
     path = Path(path)
     out = []
-    with _open(path) as f:
-        try:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                label = f"{path}:{number}"
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise TraceError(f"{label}: not valid JSON ({e.msg})") from None
-                if not isinstance(row, dict):
-                    raise TraceError(f"{label}: expected a JSON object")
-                for key in ("timestamp", "input_length", "output_length"):
-                    if key not in row:
-                        raise TraceError(f"{label}: missing field {key!r}")
-                hashes = row.get("hash_ids", [])
-                if not isinstance(hashes, list) or not all(
-                        isinstance(h, int) and not isinstance(h, bool) for h in hashes):
-                    raise TraceError(f"{label}: hash_ids must be a list of integers")
-                out.append(Request(
-                    id=len(out), arrival_s=_time(row["timestamp"], label, "timestamp") / 1e3,
-                    prompt_tokens=_positive_int(row["input_length"], label, "input_length"),
-                    output_tokens=_positive_int(row["output_length"], label, "output_length"),
-                    prefix_hashes=tuple(hashes)))
-        except UnicodeDecodeError:
-            raise TraceError(f"{path}: not UTF-8 text") from None
+    for label, row in iter_jsonl_objects(path, TraceError):
+        for key in ("timestamp", "input_length", "output_length"):
+            if key not in row:
+                raise TraceError(f"{label}: missing field {key!r}")
+        hashes = row.get("hash_ids", [])
+        if not isinstance(hashes, list) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in hashes):
+            raise TraceError(f"{label}: hash_ids must be a list of integers")
+        out.append(Request(
+            id=len(out), arrival_s=_time(row["timestamp"], label, "timestamp") / 1e3,
+            prompt_tokens=_positive_int(row["input_length"], label, "input_length"),
+            output_tokens=_positive_int(row["output_length"], label, "output_length"),
+            prefix_hashes=tuple(hashes)))
     return _finish(out, path)
 
 
