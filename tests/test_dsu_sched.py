@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """DSU scheduling: register map, slot arbiter (Amaranth sim, driven from Python against the
 golden model), the cluster running the scheduler firmware (Amaranth sim and Verilator), fault
 specs, bad MMIO accesses. Longer random runs are on Verilator (tests/cocotb/dsu_sched.py)."""
