@@ -155,29 +155,29 @@ class CDUCore:
     # -- tag store primitives
     def _touch(self, s, w):
         """Make way w the most recently used of set s."""
-        ages, old = self.ages[s], self.ages[s][w]
-        for i in range(self.ways):
-            if ages[i] < old:
-                ages[i] += 1
-        ages[w] = 0
+        ages = self.ages[s]
+        old = ages[w]
+        if old:
+            for i, a in enumerate(ages):
+                if a < old:
+                    ages[i] = a + 1
+            ages[w] = 0
 
     def victim(self, s):
         """(way, evicted tag or None), or None when every way is pinned."""
         ents = self.entries[s]
-        for w in range(self.ways):
-            if ents[w] is None:
-                return w, None
-        best = None
-        for w in range(self.ways):
-            e = ents[w]
-            if e["cls"] == CLASS_PIN:
-                continue
-            key = (e["cls"], -self.ages[s][w])
-            if best is None or key < best[0]:
-                best = (key, w)
-        if best is None:
+        if None in ents:
+            return ents.index(None), None
+        # lowest class, then the oldest (ages are a permutation: no ties); pinned never
+        ages = self.ages[s]
+        best_w, best_c, best_a = -1, CLASS_PIN, -1
+        for w, e in enumerate(ents):
+            c = e["cls"]
+            if c < best_c or (c == best_c != CLASS_PIN and ages[w] > best_a):
+                best_w, best_c, best_a = w, c, ages[w]
+        if best_w < 0:
             return None
-        return best[1], ents[best[1]]["tag"]
+        return best_w, ents[best_w]["tag"]
 
     def _allocate(self, tag, cls, pf, ready):
         """Allocate tag with class cls; returns (allocated, victim tag or None)."""

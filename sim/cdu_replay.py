@@ -15,9 +15,11 @@ Sampling does not scale the ~``2 × distance`` frames the prefetch stream keeps 
 it understates prefetch hits unless the scaled frame count is well above that; the figures in
 ``docs/cdu.md`` simulate every layer.
 
-:func:`replay_rtl` (for ``--rtl``) runs a small instance through the RTL and compares it with
-the model transaction by transaction (:func:`run_rtl`, :func:`compare_rtl`); :func:`figures`
-reproduces the docs table.
+:func:`replay_rtl` (for ``--rtl``) drives the step descriptors (and ``topk`` demand lists)
+into the whole RTL of a small instance -- front end, intake, core -- and compares it with
+the model transaction by transaction (:func:`run_rtl`, :func:`compare_rtl`);
+:func:`run_frontend_rtl` / :func:`compare_ops` check the RTL front end alone op by op;
+:func:`figures` reproduces the docs table.
 
 Every argument error is a :class:`ValueError` with a one-line message.
 """
@@ -33,6 +35,8 @@ from tricut.models.cdu import (
 from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_model
 
 __all__ = ["replay", "replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
+           "run_frontend_rtl", "compare_ops", "frontend_reference",
+           "frontend_reference_lookahead", "step_beats", "demand_beats", "fe_config",
            "RtlMismatch", "COUNTER_KEYS", "figures", "figures_markdown", "FIGURE_CASES"]
 
 COUNTER_KEYS = ("accesses", "hits", "misses", "prefetch_issued", "prefetch_useful",
@@ -245,40 +249,52 @@ class HbmModel:
 
 
 def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
-            timeout=20000, bad_resp_at=None):
-    """Drive ``descs`` (dicts of the desc layout) into a :class:`CDU` in Amaranth's simulator
-    with random idle/backpressure on every stream and :class:`HbmModel` answering; returns
-    what came out of every stream (``txns``, ``hbm_reqs``, ``ready``, ``status``), the
-    transfer cycles (``at``), the counters and register reads, and the end state."""
+            timeout=20000, bad_resp_at=None, front=None):
+    """Drive a CDU in Amaranth's simulator with random idle/backpressure on every stream and
+    :class:`HbmModel` answering; returns what came out of every stream (``txns``,
+    ``hbm_reqs``, ``ready``, ``status``), the transfer cycles (``at``), the counters and
+    register reads, and the end state.
+
+    Without ``front``: ``descs`` (dicts of the desc layout) into :class:`CDUBackEnd`
+    (intake -> core). With ``front = dict(beats=, lists=, config=, params=)``: step beats
+    (:func:`step_beats`), demand lists and the front-end config into the whole :class:`CDU`
+    (front end -> intake -> core); ``descs`` is ignored."""
     import random
 
     from amaranth.sim import Simulator
 
     from tricut.rtl.cdu.core import COUNTERS
-    from tricut.rtl.cdu.layouts import desc_layout
-    from tricut.rtl.cdu.top import CDU
+    from tricut.rtl.cdu.layouts import (PATTERN, demand_layout, desc_layout, fe_config_layout,
+                                        step_layout)
+    from tricut.rtl.cdu.top import CDU, CDUBackEnd
 
-    dut = CDU(**(params or {}))
-    w = dut.widths
     rng = random.Random(seed)
+    if front is None:
+        dut = CDUBackEnd(**(params or {}))
+        w = dut.widths
+        sources = [_StreamSource(dut.desc, desc_layout(w), descs, rng, p_valid)]
+    else:
+        dut = CDU(**(params or {}), **front.get("params", {}))
+        w = dut.widths
+        lists = front["lists"] if front["config"]["pattern"] == PATTERN["list"] else []
+        sources = [_StreamSource(dut.step, step_layout(w, dut.front.slot_bits), front["beats"],
+                                 rng, p_valid),
+                   _StreamSource(dut.demand, demand_layout(w), demand_beats(lists), rng, p_valid)]
     hbm = HbmModel(rng, max_latency, err)
     out = {"txns": [], "hbm_reqs": [], "ready": [], "status": [], "cycles": 0, "at": {}}
-    lay = desc_layout(w)
 
     def tag(p):
         return (p.req, p.layer, p.block)
 
     async def bench(ctx):
-        i, now, presenting = 0, 0, False
+        if front is not None:
+            ctx.set(dut.config, fe_config_layout(w).const(front["config"]))
+        now = 0
         idle_run = 0
         while True:
             # inputs for this cycle
-            if i < len(descs) and (presenting or rng.random() < p_valid):
-                ctx.set(dut.desc.payload, lay.const(descs[i]))
-                ctx.set(dut.desc.valid, 1)
-                presenting = True
-            else:
-                ctx.set(dut.desc.valid, 0)
+            for src in sources:
+                src.drive(ctx)
             for s in (dut.txn, dut.ready, dut.status, dut.hbm_req):
                 ctx.set(s.ready, int(rng.random() < p_ready))
             r = hbm.next_response(now) if rng.random() < p_valid or hbm.presenting else None
@@ -290,10 +306,10 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
                 ctx.set(dut.hbm_resp.payload.err, r[1])
             ctx.set(dut.hbm_resp.valid, int(r is not None))
             # transfers on this cycle
-            if ctx.get(dut.desc.valid) and ctx.get(dut.desc.ready):
+            if sources[0].sample(ctx):
                 out["at"].setdefault("desc", []).append(now)
-                i += 1
-                presenting = False
+            for src in sources[1:]:
+                src.sample(ctx)
             if r is not None and ctx.get(dut.hbm_resp.ready):
                 if hbm.presenting is not None:
                     hbm.taken()
@@ -318,16 +334,21 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
             idle = ctx.get(dut.idle)
             await ctx.tick()
             now += 1
-            idle_run = idle_run + 1 if (idle and i == len(descs) and not hbm.pending
+            done = all(src.done for src in sources)
+            idle_run = idle_run + 1 if (idle and done and not hbm.pending
                                         and hbm.presenting is None) else 0
             if idle_run > 3:
                 break
-            _require(now < timeout, f"CDU hung: {i}/{len(descs)} descriptors, "
-                                    f"{len(out['txns'])} txns after {now} cycles")
+            _require(now < timeout, f"CDU hung: {sources[0].i}/{len(sources[0].items)} input "
+                                    f"beats, {len(out['txns'])} txns after {now} cycles")
         out["cycles"] = now
         out["idle"] = ctx.get(dut.idle)
-        out["bad_desc"] = ctx.get(dut.bad_desc)
         out["bad_resp"] = ctx.get(dut.bad_resp)
+        if front is None:
+            out["bad_desc"] = ctx.get(dut.bad_desc)
+        else:
+            out["bad_desc"] = ctx.get(dut.bad_step) | ctx.get(dut.bad_demand) | \
+                ctx.get(dut.overflow)
         c = ctx.get(dut.counters)
         out["counters"] = {k: getattr(c, k) for k in COUNTERS}
         regs = []
@@ -342,8 +363,6 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
     sim.add_testbench(bench)
     sim.run()
     return out
-
-
 
 
 def _require(cond, msg):
@@ -413,14 +432,17 @@ def compare_rtl(ops, got, sets, ways, **_):
 
 def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch=2,
                kv_dtype="bf16", seed=0, *, context=100, sets=4, ways=2, distance=4,
-               pattern_args=None, err_rate=0.0, max_cycles=200000):
+               pattern_args=None, err_rate=0.0, max_cycles=200000, entries=8):
     """``tricut cdu replay --rtl``: the same kind of replay on a small CDU instance, through
-    the RTL in Amaranth's simulator (random stream idle/backpressure, HBM answering out of
+    the whole RTL (DSU step descriptors into the front end, which generates and predicts
+    the block operations; ``topk`` demand lists on its ``demand`` stream) in Amaranth's
+    simulator (random stream idle/backpressure, HBM answering out of
     order, a fraction ``err_rate`` of answers with the error bit, always retried in time),
     compared with the policy model transaction by transaction.
 
     The small instance: ``sets`` x ``ways`` frames, at most 8 layers, 16 requests and 1024
-    blocks per request (the RTL's tag widths). Returns the counters dict (model == RTL);
+    blocks per request (the RTL's tag widths), ``entries`` adaptive predictor entries (model
+    and RTL), the front end's unit FIFO sized to the run's lookahead. Returns the counters dict (model == RTL);
     raises :class:`RtlMismatch` (one line) on any difference and ``ValueError`` on bad
     arguments."""
     import random
@@ -451,11 +473,20 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
     pat = Pattern(pattern, seed=seed, **(pattern_args or {}))
     descs = [StepDesc(t, tuple(SlotDesc(i, i, context + t + 1) for i in range(batch)),
                       tuple(range(layers))) for t in range(steps)]
-    fe = FrontEnd(policy, sets * ways, distance=distance)
-    ops = list(fe.ops(descs, lambda st, sd, ly: pat.blocks(st.step, sd.request, ly, sd.seq_len)))
+    # the model's run, the demand lists (topk: what the TE scores would select) and how far
+    # the RTL front end's walker must be able to run ahead (its unit FIFO is sized to that)
+    ops, lists, deep = frontend_reference_lookahead(
+        descs, lambda st, sd, ly: pat.blocks(st.step, sd.request, ly, sd.seq_len),
+        policy, sets * ways, distance, entries)
+    longest = max([len(d) for d in lists] + [1]) if pattern == "topk" else 1
+    front = dict(beats=step_beats(descs), lists=lists,
+                 config=fe_config(policy, pattern, distance, pat),
+                 params=dict(slot_bits=4, max_slots=16, max_layers=2 ** widths.layer,
+                             entries=entries, units=min(256, max(8, deep + 1)),
+                             max_demand=min(1024, longest)))
     rng = random.Random(seed)
     err = (lambda tag, a: a < 2 and rng.random() < err_rate) if err_rate else None
-    got = run_rtl(ops_to_descs(ops), params=params, seed=seed, err=err, timeout=max_cycles)
+    got = run_rtl(None, params=params, seed=seed, err=err, timeout=max_cycles, front=front)
     core = compare_rtl(ops, got, sets, ways)
     token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
     out = core.counters()
@@ -478,3 +509,171 @@ def figures_markdown(rows):
             f"{r['accuracy']:.1%} | {r['coverage']:.1%} | {late:.1%} | "
             f"{r['hbm_read_vs_disabled']:.2f} | {r['hbm_read_bytes'] / 1e9:.1f} |")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- RTL front end
+
+_HINT_CODE = {"auto": 0, "stream": 1, "priority": 2, "pin": 3}
+
+
+def step_beats(descs):
+    """Model StepDescs -> ``step`` stream beats (dicts of ``rtl/cdu/layouts.step_layout``):
+    per step a header, its slots, its layers; ``last`` on the step's final beat, ``end`` on
+    the final beat of the final step."""
+    beats = []
+    for n, st in enumerate(descs):
+        b = [dict(kind=0, step=st.step)]
+        b += [dict(kind=1, slot=sd.slot, req=sd.request, seq_len=sd.seq_len,
+                   hint=_HINT_CODE[sd.hint]) for sd in st.slots]
+        b += [dict(kind=2, layer=ly) for ly in st.layers]
+        b[-1]["last"] = 1
+        b[-1]["end"] = int(n == len(descs) - 1)
+        beats += b
+    full = dict(kind=0, step=0, slot=0, req=0, seq_len=0, hint=0, layer=0, last=0, end=0)
+    return [dict(full, **x) for x in beats]
+
+
+def fe_config(policy, pattern, distance, pat=None):
+    """The front end's ``config`` port for a model Pattern (``pat``) and policy."""
+    from tricut.rtl.cdu.layouts import PATTERN, POLICY
+    ceil = lambda t: -(-t // BLOCK_TOKENS)  # noqa: E731
+    code = PATTERN["list"] if pattern in ("topk", "list", "trace") else PATTERN[pattern]
+    cfg = dict(policy=POLICY[policy], pattern=code, distance=distance, sink_blocks=1,
+               window_blocks=1, reread_blocks=1, burst_start=0, burst_len=0)
+    if pat is not None:
+        cfg.update(sink_blocks=ceil(pat.sinks), window_blocks=ceil(pat.window),
+                   reread_blocks=ceil(pat.reread_tokens), burst_start=pat.burst_start,
+                   burst_len=pat.burst_len)
+    return cfg
+
+
+def frontend_reference(descs, demand, policy, frames, distance, entries):
+    """Run the model front end; returns (ops, demand lists in the order the front end asked
+    for them, i.e. unit order) -- the vectors for the RTL front end."""
+    ops, lists, _ = frontend_reference_lookahead(descs, demand, policy, frames, distance, entries)
+    return ops, lists
+
+
+def frontend_reference_lookahead(descs, demand, policy, frames, distance, entries):
+    """:func:`frontend_reference` plus the deepest unit FIFO the RTL front end needs for
+    this run: the most (slot, layer) units planned and not yet finished when a unit is
+    planned (the RTL's ``units`` parameter must exceed it, else ``overflow``)."""
+    lists = []
+    planned = [0]
+    deepest = [0]
+
+    class Probe(FrontEnd):
+        def _unit_plan(self, sd, layer):
+            # units in the FIFO before this push: planned - finished (the current demand
+            # unit, if its demand was asked for, is not finished)
+            deepest[0] = max(deepest[0], planned[0] - max(0, len(lists) - 1))
+            planned[0] += 1
+            return super()._unit_plan(sd, layer)
+
+    def rec(st, sd, ly):
+        d = demand(st, sd, ly)
+        lists.append(list(d))
+        return d
+    fe = Probe(policy, frames, distance=distance, entries=entries)
+    ops = list(fe.ops(descs, rec))
+    # disabled: the RTL's walker never runs (nothing is ever predicted)
+    return ops, lists, 0 if policy == "disabled" else deepest[0]
+
+
+class _StreamSource:
+    """Drive one input stream with random idle: keeps a beat valid until it transfers."""
+
+    def __init__(self, port, layout, items, rng, p_valid):
+        self.port, self.layout, self.items, self.rng, self.p = port, layout, items, rng, p_valid
+        self.i, self.presenting = 0, False
+
+    def drive(self, ctx):
+        if self.i < len(self.items) and (self.presenting or self.rng.random() < self.p):
+            ctx.set(self.port.payload, self.layout.const(self.items[self.i]))
+            ctx.set(self.port.valid, 1)
+            self.presenting = True
+        else:
+            ctx.set(self.port.valid, 0)
+
+    def sample(self, ctx):
+        if ctx.get(self.port.valid) and ctx.get(self.port.ready):
+            self.i += 1
+            self.presenting = False
+            return True
+        return False
+
+    @property
+    def done(self):
+        return self.i == len(self.items)
+
+
+def demand_beats(lists):
+    return [dict(block=b, last=int(n == len(d) - 1)) for d in lists for n, b in enumerate(d)]
+
+
+def run_frontend_rtl(beats, lists, config, params=None, seed=0, p_valid=0.7, p_ready=0.7,
+                     timeout=100000):
+    """Drive step beats and demand lists into a :class:`FrontEndRTL` in Amaranth's simulator
+    with random idle/backpressure; returns ``ops`` (tuples kind, req, layer, block, cls,
+    fresh), ``cycles``, the per-op transfer cycles ``at`` and the sticky flags."""
+    import random
+
+    from amaranth.sim import Simulator
+
+    from tricut.rtl.cdu.frontend import FrontEndRTL
+    from tricut.rtl.cdu.layouts import PATTERN, demand_layout, fe_config_layout, step_layout
+
+    dut = FrontEndRTL(**(params or {}))
+    w = dut.widths
+    rng = random.Random(seed)
+    src = _StreamSource(dut.step, step_layout(w, dut.slot_bits), beats, rng, p_valid)
+    dem = _StreamSource(dut.demand, demand_layout(w),
+                        demand_beats(lists) if config["pattern"] == PATTERN["list"] else [],
+                        rng, p_valid)
+    out = {"ops": [], "at": []}
+
+    async def bench(ctx):
+        ctx.set(dut.config, fe_config_layout(w).const(config))
+        now, idle_run = 0, 0
+        while True:
+            src.drive(ctx)
+            dem.drive(ctx)
+            ctx.set(dut.ops.ready, int(rng.random() < p_ready))
+            src.sample(ctx)
+            dem.sample(ctx)
+            if ctx.get(dut.ops.valid) and ctx.get(dut.ops.ready):
+                q = ctx.get(dut.ops.payload)
+                out["ops"].append((q.kind, q.req, q.layer, q.block, q.cls, q.fresh))
+                out["at"].append(now)
+            idle = ctx.get(dut.idle)
+            await ctx.tick()
+            now += 1
+            idle_run = idle_run + 1 if idle and src.done and dem.done else 0
+            if idle_run > 3:
+                break
+            _require(now < timeout, f"front end hung: {src.i}/{len(beats)} step beats, "
+                                    f"{len(out['ops'])} ops after {now} cycles")
+        out["cycles"] = now
+        for k in ("bad_step", "bad_demand", "overflow"):
+            out[k] = ctx.get(getattr(dut, k))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+def op_tuple(o):
+    return (_KIND[o.kind], o.req, o.layer, o.block, o.cls, int(o.fresh))
+
+
+def compare_ops(want_ops, got):
+    """Front-end RTL ops == model ops, one by one (RtlMismatch at the first difference)."""
+    want = [op_tuple(o) for o in want_ops]
+    for n, (a, b) in enumerate(zip(got["ops"], want)):
+        _require(a == b, f"op {n}: RTL {a} != model {b}")
+    _require(len(got["ops"]) == len(want), f"{len(got['ops'])} ops, model {len(want)}")
+    _require(not (got["bad_step"] or got["bad_demand"] or got["overflow"]),
+             f"flags: bad_step={got['bad_step']} bad_demand={got['bad_demand']} "
+             f"overflow={got['overflow']}")

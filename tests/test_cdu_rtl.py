@@ -11,7 +11,7 @@ import pytest
 
 from tricut.rtl.cdu.core import COUNTERS, CDUCoreRTL
 from tricut.rtl.cdu.layouts import Widths
-from tricut.rtl.cdu.top import CDU
+from tricut.rtl.cdu.top import CDU, CDUBackEnd
 from tricut.sim.cdu_replay import RtlMismatch, replay_rtl
 from tricut.sim.cdu_replay import run_rtl as _run_rtl
 
@@ -132,7 +132,7 @@ def test_parameter_errors(kw, msg):
 def test_cocotb_verilator_same_vectors():
     """The same vectors through the generated Verilog on Verilator (tests/cocotb/cdu_equiv.py)."""
     from tricut.sim.cocotb_run import run_cocotb
-    assert run_cocotb(CDU(**B.PARAMS), "cdu", "cdu_equiv", Path(__file__).parent / "cocotb") == 3
+    assert run_cocotb(CDUBackEnd(**B.PARAMS), "cdu", "cdu_equiv", Path(__file__).parent / "cocotb") == 3
 
 
 def test_verilog_lint_clean_with_documented_waivers(tmp_path):

@@ -77,3 +77,65 @@ def ready_layout(w: Widths):
 
 def status_layout(w: Widths):
     return data.StructLayout({"id": unsigned(w.id), **w.tag()})
+
+
+# --------------------------------------------------------------------------- front end
+
+#: ``step`` beat kinds: a step descriptor is a ``HEADER`` beat (step number), then its
+#: ``SLOT`` beats (slot, request, seq_len, hint) and ``LAYER`` beats (TE layer order) in any
+#: interleaving; its final beat has ``last``; ``end`` on that beat says no step follows.
+STEP_KIND = {"header": 0, "slot": 1, "layer": 2}
+#: DSU hint codes (``models/cdu.HINTS`` order).
+HINT = {"auto": 0, "stream": 1, "priority": 2, "pin": 3}
+#: front-end policy and pattern codes (``config`` port). ``list`` = the demand blocks of each
+#: (slot, layer) come in on the ``demand`` stream (topk from the TE scores, or a trace).
+POLICY = {"disabled": 0, "static": 1, "adaptive": 2}
+PATTERN = {"full": 0, "window": 1, "list": 2, "reread": 3}
+#: unit class modes (how a unit's blocks are classed)
+MODE_STREAM, MODE_FIXED, MODE_STATIC, MODE_ADAPTIVE = 0, 1, 2, 3
+
+
+def step_bits():
+    return 16
+
+
+def seq_bits(w: Widths):
+    return w.block + 4
+
+
+def step_layout(w: Widths, slot_bits):
+    return data.StructLayout({
+        "kind": unsigned(2), "step": unsigned(step_bits()), "slot": unsigned(slot_bits),
+        "req": unsigned(w.req), "seq_len": unsigned(seq_bits(w)), "hint": unsigned(2),
+        "layer": unsigned(w.layer), "last": unsigned(1), "end": unsigned(1)})
+
+
+def demand_layout(w: Widths):
+    """One demand block of the current (slot, layer) unit; ``last`` on its final block.
+    Blocks strictly increasing and < ceil(seq_len / 16) (else sticky ``bad_demand``)."""
+    return data.StructLayout({"block": unsigned(w.block), "last": unsigned(1)})
+
+
+def fe_config_layout(w: Widths):
+    """Front-end configuration, held stable during a run. Pattern sizes in blocks:
+    ``sink_blocks = ceil(sinks/16)``, ``window_blocks = ceil(window/16)``,
+    ``reread_blocks = ceil(reread_tokens/16)``; reread bursts on steps
+    ``burst_start <= step < burst_start + burst_len``."""
+    return data.StructLayout({
+        "policy": unsigned(2), "pattern": unsigned(2), "distance": unsigned(8),
+        "sink_blocks": unsigned(w.block + 1), "window_blocks": unsigned(w.block + 1),
+        "reread_blocks": unsigned(w.block + 1), "burst_start": unsigned(step_bits()),
+        "burst_len": unsigned(step_bits())})
+
+
+def entry_layout(w: Widths):
+    """Adaptive predictor scatter entry: block index + 2-bit saturating confidence (0 = free)."""
+    return data.StructLayout({"block": unsigned(w.block), "conf": unsigned(2)})
+
+
+def pred_row_layout(w: Widths, entries):
+    """Adaptive predictor state of one (slot, layer): seen, prefix run ``a``, suffix run
+    ``w``, ``entries`` scatter entries."""
+    return data.StructLayout({"seen": unsigned(1), "a": unsigned(w.block + 1),
+                              "w": unsigned(w.block + 1),
+                              "e": data.ArrayLayout(entry_layout(w), entries)})

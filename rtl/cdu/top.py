@@ -1,19 +1,23 @@
-"""CDU top level: descriptor intake -> decision core."""
+"""CDU top level: front end (address generation / prediction) -> intake -> decision core.
+
+:class:`CDU` takes DSU step descriptors (and, for query-dependent patterns, demand lists);
+:class:`CDUBackEnd` is intake -> core alone, taking an operation-run stream (``desc``)."""
 
 from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .core import COUNTERS, CDUCoreRTL, check_params
+from .frontend import FrontEndRTL
 from .intake import Intake
-from .layouts import (Widths, desc_layout, hbm_req_layout, hbm_resp_layout, ready_layout,
-                      status_layout, txn_layout)
+from .layouts import (Widths, demand_layout, desc_layout, fe_config_layout, hbm_req_layout,
+                      hbm_resp_layout, ready_layout, status_layout, step_layout, txn_layout)
 
-__all__ = ["CDU"]
+__all__ = ["CDU", "CDUBackEnd"]
 
 
-class CDU(wiring.Component):
-    """The CDU: :class:`~.intake.Intake` followed by :class:`~.core.CDUCoreRTL`.
+class CDUBackEnd(wiring.Component):
+    """Operation runs in: :class:`~.intake.Intake` followed by :class:`~.core.CDUCoreRTL`.
 
     Parameters are those of :class:`~.core.CDUCoreRTL`. Ports: ``desc`` in; ``txn``,
     ``hbm_req``, ``ready``, ``status`` out; ``hbm_resp`` in; ``counters`` and the register
@@ -60,4 +64,65 @@ class CDU(wiring.Component):
                      self.reg_data.eq(core.reg_data), self.bad_desc.eq(intake.bad_desc),
                      self.bad_resp.eq(core.bad_resp),
                      self.idle.eq(core.idle & ~intake.op.valid)]
+        return m
+
+
+class CDU(wiring.Component):
+    """The CDU: :class:`~.frontend.FrontEndRTL` -> :class:`~.intake.Intake` ->
+    :class:`~.core.CDUCoreRTL`.
+
+    Parameters: those of :class:`~.core.CDUCoreRTL` and, in ``front``, of
+    :class:`~.frontend.FrontEndRTL` (``frames`` is ``sets * ways``). Ports: ``step``,
+    ``demand`` and ``config`` in (front end); ``txn``, ``hbm_req``, ``ready``, ``status``
+    out; ``hbm_resp`` in; ``counters``, ``reg_addr``/``reg_data``; sticky ``bad_step``,
+    ``bad_demand``, ``overflow`` (front end) and ``bad_resp``; ``idle`` (waiting for a step
+    descriptor, nothing planned, in flight or queued).
+    """
+
+    def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
+                 **front):
+        self.widths = widths or Widths()
+        try:
+            check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths)
+            self._back = CDUBackEnd(sets, ways, mshrs, rq_depth, max_retries, self.widths)
+            self._front = FrontEndRTL(self.widths, frames=sets * ways, **front)
+        except (ValueError, TypeError):
+            self._MustUse__silence = True
+            raise
+        self.params = dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth,
+                           max_retries=max_retries)
+        self.front = self._front
+        w = self.widths
+        super().__init__({
+            "step": In(stream.Signature(step_layout(w, self._front.slot_bits))),
+            "demand": In(stream.Signature(demand_layout(w))),
+            "config": In(fe_config_layout(w)),
+            "txn": Out(stream.Signature(txn_layout(w))),
+            "hbm_req": Out(stream.Signature(hbm_req_layout(w))),
+            "hbm_resp": In(stream.Signature(hbm_resp_layout(w))),
+            "ready": Out(stream.Signature(ready_layout(w))),
+            "status": Out(stream.Signature(status_layout(w))),
+            "counters": Out(data.StructLayout({k: 32 for k in COUNTERS})),
+            "reg_addr": In(5),
+            "reg_data": Out(32),
+            "bad_step": Out(1), "bad_demand": Out(1), "overflow": Out(1),
+            "bad_resp": Out(1),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.front = fe = self._front
+        m.submodules.back = be = self._back
+        wiring.connect(m, wiring.flipped(self.step), fe.step)
+        wiring.connect(m, wiring.flipped(self.demand), fe.demand)
+        wiring.connect(m, fe.ops, be.desc)
+        for name in ("txn", "hbm_req", "ready", "status"):
+            wiring.connect(m, getattr(be, name), wiring.flipped(getattr(self, name)))
+        wiring.connect(m, wiring.flipped(self.hbm_resp), be.hbm_resp)
+        m.d.comb += [fe.config.eq(self.config), self.counters.eq(be.counters),
+                     be.reg_addr.eq(self.reg_addr), self.reg_data.eq(be.reg_data),
+                     self.bad_step.eq(fe.bad_step), self.bad_demand.eq(fe.bad_demand),
+                     self.overflow.eq(fe.overflow), self.bad_resp.eq(be.bad_resp),
+                     self.idle.eq(fe.idle & be.idle)]
         return m

@@ -68,3 +68,85 @@ def edge_ops():
 
 
 compare = compare_rtl
+
+
+# --------------------------------------------------------------------------- front end vectors
+
+from tricut.sim.cdu_replay import (  # noqa: E402
+    compare_ops, fe_config, frontend_reference_lookahead, run_frontend_rtl, step_beats)
+
+FE_PARAMS = dict(slot_bits=2, max_slots=4, max_layers=8, entries=4, units=16, max_demand=16)
+PATTERNS = ("full", "window", "topk", "reread")
+POLICIES = ("disabled", "static", "adaptive")
+
+
+def random_steps(seed, steps=4, pool=5, max_batch=3, layers=3, p_empty=0.1, hint_change=0.2,
+                 seq=(1, 120)):
+    """Seeded random DSU step descriptors: requests from a pool join and leave (each keeps
+    its slot), seq_len grows by one per step it decodes, hints change now and then, a step
+    may be an empty batch, layer order is a random permutation per step."""
+    rng = random.Random(seed)
+    seq = {r: rng.randrange(*seq) for r in range(pool)}
+    slot_of = {r: r % 4 for r in range(pool)}
+    hint = {r: rng.choice(["auto", "auto", "auto", "priority", "stream", "pin"]) for r in range(pool)}
+    out = []
+    for t in range(steps):
+        if rng.random() < p_empty:
+            batch = []
+        else:
+            used, batch = set(), []
+            for r in rng.sample(range(pool), pool):
+                if len(batch) < max_batch and slot_of[r] not in used:
+                    used.add(slot_of[r])
+                    batch.append(r)
+        sl = []
+        for r in batch:
+            seq[r] += 1
+            if rng.random() < hint_change:
+                hint[r] = rng.choice(["auto", "stream", "priority", "pin"])
+            sl.append(SlotDesc(slot_of[r], r, seq[r], hint[r]))
+        ly = tuple(rng.sample(range(layers), rng.randrange(1, layers + 1)))
+        out.append(StepDesc(t, tuple(sl), ly))
+    return out
+
+
+def make_pattern(name, seed, **kw):
+    args = dict(sinks=4, window=48, k=5, reread_tokens=64, burst_start=1, burst_len=2,
+                overlap=0.6)
+    args.update(kw)
+    return Pattern(name, seed=seed, **args)
+
+
+def fe_vectors(descs, pattern, policy, distance=4, frames=8, entries=None, pat=None, seed=0):
+    """(model ops, front dict for run_rtl / run_frontend_rtl) of one front-end run."""
+    entries = entries or FE_PARAMS["entries"]
+    pat = pat or make_pattern(pattern, seed)
+    ops, lists, deep = frontend_reference_lookahead(
+        descs, lambda st, sd, ly: pat.blocks(st.step, sd.request, ly, sd.seq_len),
+        policy, frames, distance, entries)
+    front = dict(beats=step_beats(descs), lists=lists,
+                 config=fe_config(policy, pattern, distance, pat),
+                 params=dict(FE_PARAMS, entries=entries), frames=frames, lookahead=deep)
+    return ops, front
+
+
+def run_fe(front, **kw):
+    """The front end alone in Amaranth's simulator (frames as in the model run)."""
+    return run_frontend_rtl(front["beats"], front["lists"], front["config"],
+                            dict(front["params"], frames=front["frames"]), **kw)
+
+
+def edge_steps():
+    """Named edge cases in one descriptor stream: seq_len crossing a 16-token block
+    (15 -> 16 -> 17, and 32 -> 33: fresh writes), an empty batch, a step with the same
+    slot's hint changing (auto -> stream -> pin -> priority -> auto), a one-token context,
+    a slot reused by another request, and a step listing a single layer."""
+    S = SlotDesc
+    return [
+        StepDesc(0, (S(0, 0, 15), S(1, 1, 32), S(2, 2, 1)), (0, 1)),
+        StepDesc(1, (S(0, 0, 16, "stream"), S(1, 1, 33)), (1, 0)),
+        StepDesc(2, (), (0, 1)),                                   # empty batch
+        StepDesc(3, (S(0, 0, 17, "pin"), S(1, 1, 34, "priority"), S(2, 2, 2)), (0,)),
+        StepDesc(4, (S(0, 0, 18, "priority"), S(2, 3, 80)), (1, 0)),  # slot 2 reused
+        StepDesc(5, (S(0, 0, 19), S(1, 1, 35), S(2, 3, 81)), (0, 1)),
+    ]

@@ -1,0 +1,446 @@
+"""CDU front end: block address generation and prediction, from DSU step descriptors to the
+operation stream of ``models/cdu.FrontEnd`` (W, R, P with residency classes), in its exact
+order."""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .layouts import (HINT, KIND, MODE_ADAPTIVE, MODE_FIXED, MODE_STATIC, MODE_STREAM, PATTERN,
+                      POLICY, STEP_KIND, Widths, demand_layout, desc_layout, entry_layout,
+                      fe_config_layout, pred_row_layout, seq_bits, step_bits, step_layout)
+
+__all__ = ["FrontEndRTL", "predictor_bits", "HASH_MUL"]
+
+#: keep-class hash of ``models/cdu.AdaptivePredictor.keep_class``, multipliers mod 1024
+HASH_MUL = (2654435761 % 1024, 40503 % 1024, 977 % 1024)
+
+
+def _log2(n):
+    return max(1, (n - 1).bit_length())
+
+
+def predictor_bits(slots, layers, entries, block_bits):
+    """Predictor state of :class:`FrontEndRTL` in bits: per (slot, layer) row ``seen`` +
+    ``a`` + ``w`` (``block_bits + 1`` each) + ``entries`` x (block + 2-bit confidence); plus
+    the two 24-bit keep-candidate counters."""
+    return slots * layers * (1 + 2 * (block_bits + 1) + entries * (block_bits + 2)) + 2 * 24
+
+
+def _reduce(items, pick):
+    items = list(items)
+    while len(items) > 1:
+        items = [pick(items[i], items[i + 1]) if i + 1 < len(items) else items[i]
+                 for i in range(0, len(items), 2)]
+    return items[0]
+
+
+def _popcount(bits):
+    return _reduce([b.as_unsigned() if hasattr(b, "as_unsigned") else b for b in bits] or
+                   [Const(0)], lambda a, b: a + b)
+
+
+class FrontEndRTL(wiring.Component):
+    """Block address generation and prediction (``models/cdu.FrontEnd`` in gates).
+
+    Parameters
+    ----------
+    widths : :class:`~.layouts.Widths`
+    slot_bits : slots are ``0 .. 2**slot_bits - 1`` (predictor rows per layer)
+    max_slots, max_layers : capacity of one step descriptor
+    entries : adaptive predictor scatter entries per (slot, layer)
+    units : planned-unit FIFO depth (how far the prefetch walker may run ahead of the demand
+        walker, in (slot, layer) units); running out sets the sticky ``overflow`` output
+    max_demand : demand blocks of one unit kept for the predictor update when the pattern
+        is ``list`` (more set ``overflow``)
+    frames : CDU frames (adaptive keep budget ``frames - frames//8 - 2*distance``)
+    recent_blocks : ``static`` keeps the last ``recent_blocks`` blocks (128 tokens = 8)
+
+    Streams: ``step`` in (descriptor beats, :func:`~.layouts.step_layout`), ``demand`` in
+    (pattern ``list`` only), ``ops`` out (one block op per beat, ``desc_layout`` with
+    ``count = 1``; a register: valid from the cycle after the decision that emits it).
+    ``config`` in (stable during a run). Sticky ``bad_step``, ``bad_demand``, ``overflow``.
+    ``idle``: waiting for a step descriptor with nothing planned and no op pending.
+
+    One unit (slot, layer) costs: 1 cycle (start) + 1 (W) + one cycle per R and per P
+    (+ 1 at the end of a generated demand list), + 1 per plan of a unit (+ 1 per descriptor
+    beat when the walker loads a step), + for ``adaptive``: 4 cycles of predictor update
+    (+ 2 per demand block with pattern ``list``), + 1 (pop).
+    """
+
+    def __init__(self, widths=None, slot_bits=2, max_slots=4, max_layers=8, entries=8,
+                 units=8, max_demand=16, frames=8, recent_blocks=8):
+        self.widths = w = widths or Widths()
+        for name, v, lo, hi in (("slot_bits", slot_bits, 1, 8), ("max_slots", max_slots, 1, 256),
+                                ("max_layers", max_layers, 1, 256), ("entries", entries, 1, 64),
+                                ("units", units, 1, 256), ("max_demand", max_demand, 1, 1024),
+                                ("frames", frames, 1, 1 << 20),
+                                ("recent_blocks", recent_blocks, 0, 1 << 16)):
+            if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                self._MustUse__silence = True
+                raise ValueError(f"CDU front end: {name} must be an integer in {lo}..{hi}, "
+                                 f"got {v!r}")
+        self.slot_bits, self.max_slots, self.max_layers = slot_bits, max_slots, max_layers
+        self.entries, self.units, self.max_demand = entries, units, max_demand
+        self.frames, self.recent_blocks = frames, recent_blocks
+        super().__init__({
+            "step": In(stream.Signature(step_layout(w, slot_bits))),
+            "demand": In(stream.Signature(demand_layout(w))),
+            "ops": Out(stream.Signature(desc_layout(w))),
+            "config": In(fe_config_layout(w)),
+            "bad_step": Out(1), "bad_demand": Out(1), "overflow": Out(1), "idle": Out(1),
+        })
+
+    def budget_bits(self):
+        return predictor_bits(2 ** self.slot_bits, 2 ** self.widths.layer, self.entries,
+                              self.widths.block)
+
+    def elaborate(self, platform):
+        m = Module()
+        w, E = self.widths, self.entries
+        cfg = self.config
+        BB, SB = w.block, self.slot_bits
+        unit_layout = data.StructLayout({
+            "first": 1, "step": step_bits(), "slot": SB, "req": w.req, "layer": w.layer,
+            "seq_len": seq_bits(w), "mode": 2, "fixcls": 2, "base": 32,
+            "pA": BB + 1, "pS": BB + 1, "seen": 1, "e": data.ArrayLayout(entry_layout(w), E)})
+        slot_layout = data.StructLayout({"slot": SB, "req": w.req, "seq_len": seq_bits(w),
+                                         "hint": 2})
+        row_layout = pred_row_layout(w, E)
+
+        # ---------------------------------------------------------------- storage
+        rows = 2 ** (SB + w.layer)
+        m.submodules.rows = mem = Memory(shape=row_layout, depth=rows, init=[])
+        rp = mem.read_port(domain="comb")
+        wp = mem.write_port()
+
+        slots = Array(Signal(slot_layout, name=f"sd{i}") for i in range(self.max_slots))
+        layers = Array(Signal(w.layer, name=f"ly{i}") for i in range(self.max_layers))
+        n_slots = Signal(range(self.max_slots + 1))
+        n_layers = Signal(range(self.max_layers + 1))
+        si = Signal(range(self.max_slots))
+        li = Signal(range(self.max_layers))
+        in_step, loaded, ended, w_first = Signal(), Signal(), Signal(), Signal()
+        w_step = Signal(step_bits())
+
+        Q = self.units
+        fifo = Array(Signal(unit_layout, name=f"u{i}") for i in range(Q))
+        rd = Signal(range(Q))
+        wr = Signal(range(Q))
+        count = Signal(range(Q + 1))
+        tail = Signal(unit_layout)
+        t_cur = Signal(BB + 1)
+        p = Signal(32)
+        keep_prev, keep_cur = Signal(24), Signal(24)
+
+        head = Signal(unit_layout)
+        m.d.comb += head.eq(fifo[rd])
+        D = self.max_demand
+        buf = Array(Signal(BB, name=f"db{i}") for i in range(D))
+        newbit = Signal(D)
+        nbuf = Signal(range(D + 2))
+        i_dem = Signal(16)
+        g_cur, gA, gS = Signal(BB + 1), Signal(BB + 1), Signal(BB + 1)
+        a_run, a_open, run, prevb, have_prev = (Signal(BB + 1), Signal(), Signal(BB + 1),
+                                                Signal(BB), Signal())
+        fin_a, fin_w = Signal(BB + 1), Signal(BB + 1)
+        orow = Signal(row_layout)
+        hits = Signal(E)
+        j = Signal(range(D + 1))
+        plan_b = Signal()
+
+        budget_c = self.frames - self.frames // 8
+        two_d = cfg.distance * 2
+        budget = Mux(two_d >= budget_c, 0, budget_c - two_d)
+
+        def nblocks(seq_len):
+            return (seq_len + 15) >> 4
+
+        # ---------------------------------------------------------------- class of a block
+        def in_keep(u, b):
+            hit = Const(0)
+            for x in range(E):
+                hit = hit | ((u.e[x].conf >= 2) & (u.e[x].block == b))
+            return u.seen & ((b < u.pA) | (b >= u.pS) | hit)
+
+        def cls_of(u, b):
+            nb = nblocks(u.seq_len)
+            h = (b * HASH_MUL[0] + u.layer * HASH_MUL[1] + u.slot * HASH_MUL[2])[:10]
+            keep = (keep_prev <= budget) | (h * keep_prev < (budget << 10))
+            adaptive = Mux(in_keep(u, b) & keep, 2, 1)
+            static = Mux((b == 0) | (b + self.recent_blocks >= nb), 2, 1)
+            return Mux(u.mode == MODE_STREAM, 0,
+                       Mux(u.mode == MODE_FIXED, u.fixcls,
+                           Mux(u.mode == MODE_STATIC, static, adaptive)))
+
+        # next predicted block of the tail unit at or after t_cur
+        t_nb = nblocks(tail.seq_len)
+        cands = [(tail.e[x].conf != 0) & (tail.e[x].block >= t_cur) & (tail.e[x].block < tail.pS)
+                 for x in range(E)]
+        best_v, best_b = _reduce(
+            [(cands[x], tail.e[x].block) for x in range(E)],
+            lambda a, b: (a[0] | b[0], Mux(a[0] & (~b[0] | (a[1] <= b[1])), a[1], b[1])))
+        suf = Mux(t_cur > tail.pS, t_cur, tail.pS)
+        t_cand = Mux(t_cur < tail.pA, t_cur, Mux(best_v, best_b, suf))
+        t_has = t_cand < t_nb
+
+        # ---------------------------------------------------------------- output register
+        ops = self.ops
+        out_free = ~ops.valid | ops.ready
+        with m.If(ops.ready):
+            m.d.sync += ops.valid.eq(0)
+
+        def emit(kind, u, b, cls, fresh=0):
+            return [ops.valid.eq(1), ops.p.kind.eq(KIND[kind]), ops.p.req.eq(u.req),
+                    ops.p.layer.eq(u.layer), ops.p.block.eq(b), ops.p.count.eq(1),
+                    ops.p.cls.eq(cls), ops.p.fresh.eq(fresh)]
+
+        # ---------------------------------------------------------------- plan of a unit
+        sd = Signal(slot_layout)
+        ly = Signal(w.layer)
+        obs_rd = Signal()
+        m.d.comb += [sd.eq(slots[si]), ly.eq(layers[li]),
+                     rp.addr.eq(Mux(obs_rd, Cat(head.layer, head.slot), Cat(ly, sd.slot)))]
+        row = rp.data
+        nb_new = nblocks(sd.seq_len)
+        new = Signal(unit_layout)
+        disabled = cfg.policy == POLICY["disabled"]
+        adaptive_pol = cfg.policy == POLICY["adaptive"]
+        fixed = (sd.hint == HINT["pin"]) | (sd.hint == HINT["priority"])
+        m.d.comb += [new.first.eq(w_first), new.step.eq(w_step), new.slot.eq(sd.slot),
+                     new.req.eq(sd.req), new.layer.eq(ly), new.seq_len.eq(sd.seq_len),
+                     new.base.eq(p), new.fixcls.eq(Mux(sd.hint == HINT["pin"], 3, 2))]
+        with m.If(disabled | (sd.hint == HINT["stream"])):
+            m.d.comb += [new.mode.eq(MODE_STREAM), new.pA.eq(0), new.pS.eq(nb_new)]
+        with m.Elif(~adaptive_pol | ~row.seen):
+            m.d.comb += [new.mode.eq(Mux(fixed, MODE_FIXED,
+                                         Mux(adaptive_pol, MODE_ADAPTIVE, MODE_STATIC))),
+                         new.pA.eq(nb_new), new.pS.eq(nb_new)]
+        with m.Else():
+            m.d.comb += [new.mode.eq(Mux(fixed, MODE_FIXED, MODE_ADAPTIVE)), new.seen.eq(1),
+                         new.pA.eq(Mux(row.a < nb_new, row.a, nb_new)),
+                         new.pS.eq(Mux(row.w >= nb_new, 0, nb_new - row.w)),
+                         new.e.eq(row.e)]
+
+        # ---------------------------------------------------------------- step intake
+        st = self.step.p
+        ok_slot = in_step & (n_slots < self.max_slots)
+        ok_layer = in_step & (n_layers < self.max_layers)
+        ns_next = n_slots + ((st.kind == STEP_KIND["slot"]) & ok_slot)
+        nl_next = n_layers + ((st.kind == STEP_KIND["layer"]) & ok_layer)
+
+        def take_step_beat():
+            with m.Switch(st.kind):
+                with m.Case(STEP_KIND["header"]):
+                    m.d.sync += [in_step.eq(~st.last), n_slots.eq(0), n_layers.eq(0),
+                                 w_step.eq(st.step), ended.eq(st.last & st.end)]
+                with m.Case(STEP_KIND["slot"]):
+                    with m.If(ok_slot):
+                        m.d.sync += [slots[n_slots].slot.eq(st.slot), slots[n_slots].req.eq(st.req),
+                                     slots[n_slots].seq_len.eq(st.seq_len),
+                                     slots[n_slots].hint.eq(st.hint), n_slots.eq(ns_next)]
+                    with m.Else():
+                        m.d.sync += self.bad_step.eq(1)
+                with m.Case(STEP_KIND["layer"]):
+                    with m.If(ok_layer):
+                        m.d.sync += [layers[n_layers].eq(st.layer), n_layers.eq(nl_next)]
+                    with m.Else():
+                        m.d.sync += self.bad_step.eq(1)
+                with m.Default():
+                    m.d.sync += self.bad_step.eq(1)
+            with m.If(st.last & (st.kind != STEP_KIND["header"]) & in_step):
+                m.d.sync += [in_step.eq(0), ended.eq(st.end), si.eq(0), li.eq(0), w_first.eq(1),
+                             loaded.eq((ns_next != 0) & (nl_next != 0))]
+
+        # ---------------------------------------------------------------- demand element
+        h_nb = nblocks(head.seq_len)
+        ext = cfg.pattern == PATTERN["list"]
+        b_int = Mux(g_cur < gA, g_cur, Mux(g_cur > gS, g_cur, gS))
+        dem_b = Mux(ext, self.demand.p.block, b_int)
+        dem_ok = Mux(ext, self.demand.valid, b_int < h_nb)
+        lim = head.base + i_dem + cfg.distance
+
+        # predictor update helpers (orow)
+        o_nb = h_nb
+        o_conf_ne = [orow.e[x].conf != 0 for x in range(E)]
+        o_used = _popcount(o_conf_ne)
+        o_free_v, o_free_i = _reduce(
+            [(~o_conf_ne[x], Const(x, _log2(E))) for x in range(E)],
+            lambda a, b: (a[0] | b[0], Mux(a[0], a[1], b[1])))
+        o_min_k, o_min_i = _reduce(
+            [(Cat(orow.e[x].block, orow.e[x].conf), Const(x, _log2(E))) for x in range(E)],
+            lambda a, b: (Mux(a[0] <= b[0], a[0], b[0]), Mux(a[0] <= b[0], a[1], b[1])))
+
+        with m.FSM(init="CLEAR") as fsm:
+            clr = Signal(range(rows + 1))
+            with m.State("CLEAR"):
+                m.d.comb += [wp.addr.eq(clr), wp.data.eq(0), wp.en.eq(1)]
+                m.d.sync += clr.eq(clr + 1)
+                with m.If(clr == rows - 1):
+                    m.next = "UNIT"
+
+            with m.State("UNIT"):
+                with m.If(count != 0):
+                    with m.If(head.first):
+                        m.d.sync += [keep_prev.eq(keep_cur), keep_cur.eq(0)]
+                    sb_ = cfg.sink_blocks
+                    A_win = Mux(sb_ < h_nb, sb_, h_nb)
+                    S_win = Mux(cfg.window_blocks >= h_nb, 0, h_nb - cfg.window_blocks)
+                    burst = (head.step >= cfg.burst_start) & \
+                        (head.step < cfg.burst_start + cfg.burst_len)
+                    rr = Mux(burst & (cfg.reread_blocks > sb_), cfg.reread_blocks, sb_)
+                    A_rr = Mux(rr < h_nb, rr, h_nb)
+                    with m.Switch(cfg.pattern):
+                        with m.Case(PATTERN["full"]):
+                            m.d.sync += [gA.eq(h_nb), gS.eq(h_nb)]
+                        with m.Case(PATTERN["window"]):
+                            m.d.sync += [gA.eq(A_win), gS.eq(S_win)]
+                        with m.Default():
+                            m.d.sync += [gA.eq(A_rr), gS.eq(S_win)]
+                    m.d.sync += [i_dem.eq(0), g_cur.eq(0), a_run.eq(0), a_open.eq(1), run.eq(0),
+                                 have_prev.eq(0), nbuf.eq(0), prevb.eq(0)]
+                    m.next = "WOP"
+                with m.Else():
+                    m.d.sync += plan_b.eq(0)
+                    m.next = "PLAN"
+
+            with m.State("PLAN"):
+                with m.If(loaded):
+                    with m.If(count == Q):
+                        m.d.sync += self.overflow.eq(1)
+                    with m.Else():
+                        m.d.sync += [fifo[wr].eq(new), wr.eq(Mux(wr == Q - 1, 0, wr + 1)),
+                                     count.eq(count + 1), tail.eq(new), t_cur.eq(0),
+                                     w_first.eq(0)]
+                        with m.If(si == n_slots - 1):
+                            m.d.sync += si.eq(0)
+                            with m.If(li == n_layers - 1):
+                                m.d.sync += loaded.eq(0)
+                            with m.Else():
+                                m.d.sync += li.eq(li + 1)
+                        with m.Else():
+                            m.d.sync += si.eq(si + 1)
+                    with m.If(plan_b):
+                        m.next = "STREAM"
+                    with m.Else():
+                        m.next = "UNIT"
+                with m.Elif(self.step.valid):
+                    m.d.comb += self.step.ready.eq(1)
+                    take_step_beat()
+                with m.Elif(ended & plan_b):
+                    m.next = "STREAM"
+
+            with m.State("WOP"):
+                last = (head.seq_len - 1)[4:]
+                with m.If(out_free):
+                    m.d.sync += emit("W", head, last, cls_of(head, last),
+                                     (head.seq_len - 1)[:4] == 0)
+                    m.next = "STREAM"
+
+            with m.State("STREAM"):
+                observe = adaptive_pol & (head.mode != MODE_STREAM)
+                with m.If(~ext & ~dem_ok):
+                    with m.If(observe):
+                        m.next = "OBS_RD"
+                    with m.Else():
+                        m.next = "POP"
+                with m.Elif(dem_ok & out_free):
+                    # disabled: nothing is ever predicted, so the walker has nothing to find
+                    walk = (cfg.distance != 0) & ~disabled
+                    pf = walk & t_has & (p < lim)
+                    need_plan = walk & ~t_has & (count != Q) & \
+                        (loaded | ~ended | self.step.valid)
+                    with m.If(walk & ~t_has & (count == Q) &
+                              (loaded | ~ended | self.step.valid)):
+                        m.d.sync += self.overflow.eq(1)
+                    with m.If(pf):
+                        m.d.sync += emit("P", tail, t_cand, cls_of(tail, t_cand))
+                        m.d.sync += [p.eq(p + 1), t_cur.eq(t_cand + 1)]
+                    with m.Elif(need_plan):
+                        m.d.sync += plan_b.eq(1)
+                        m.next = "PLAN"
+                    with m.Else():
+                        b = dem_b
+                        m.d.sync += emit("R", head, b, cls_of(head, b))
+                        m.d.comb += self.demand.ready.eq(ext)
+                        m.d.sync += [i_dem.eq(i_dem + 1), g_cur.eq(b + 1), prevb.eq(b),
+                                     have_prev.eq(1),
+                                     run.eq(Mux(have_prev & (b == prevb + 1), run + 1, 1))]
+                        with m.If(a_open & (b == i_dem)):
+                            m.d.sync += a_run.eq(i_dem + 1)
+                        with m.Else():
+                            m.d.sync += a_open.eq(0)
+                        with m.If(ext):
+                            with m.If((b >= h_nb) | (have_prev & (b <= prevb))):
+                                m.d.sync += self.bad_demand.eq(1)
+                            with m.If(nbuf < D):
+                                m.d.sync += buf[nbuf].eq(b)
+                            with m.Else():
+                                m.d.sync += self.overflow.eq(1)
+                            m.d.sync += nbuf.eq(nbuf + 1)
+                            with m.If(self.demand.p.last):
+                                with m.If(observe):
+                                    m.next = "OBS_RD"
+                                with m.Else():
+                                    m.next = "POP"
+
+            with m.State("OBS_RD"):
+                m.d.comb += obs_rd.eq(1)
+                m.d.sync += [orow.eq(rp.data), fin_a.eq(a_run),
+                             fin_w.eq(Mux(prevb == h_nb - 1, run, 0)), j.eq(0), hits.eq(0),
+                             newbit.eq(0),
+                             nbuf.eq(Mux(nbuf > D, D, nbuf))]
+                m.next = "OBS_SCAN"
+
+            with m.State("OBS_SCAN"):
+                with m.If(j >= nbuf):
+                    m.d.sync += j.eq(0)
+                    m.next = "OBS_UPD"
+                with m.Else():
+                    b = buf[j]
+                    scat = (b >= fin_a) & (b + fin_w < o_nb)
+                    match = Cat(*[o_conf_ne[x] & (orow.e[x].block == b) for x in range(E)])
+                    with m.If(scat):
+                        m.d.sync += hits.eq(hits | match)
+                        with m.If(match == 0):
+                            m.d.sync += newbit.bit_select(j, 1).eq(1)
+                    m.d.sync += j.eq(j + 1)
+
+            with m.State("OBS_UPD"):
+                for x in range(E):
+                    c = orow.e[x].conf
+                    with m.If(c != 0):
+                        m.d.sync += orow.e[x].conf.eq(Mux(hits[x], Mux(c == 3, 3, c + 1), c - 1))
+                m.next = "OBS_INS"
+
+            with m.State("OBS_INS"):
+                with m.If(j >= nbuf):
+                    m.next = "OBS_WB"
+                with m.Else():
+                    with m.If(newbit.bit_select(j, 1)):
+                        b = buf[j]
+                        with m.If(o_used < E):
+                            m.d.sync += [orow.e[o_free_i].block.eq(b), orow.e[o_free_i].conf.eq(1)]
+                        with m.Elif(orow.e[o_min_i].conf <= 1):
+                            m.d.sync += [orow.e[o_min_i].block.eq(b), orow.e[o_min_i].conf.eq(1)]
+                    m.d.sync += j.eq(j + 1)
+
+            with m.State("OBS_WB"):
+                m.d.comb += [wp.addr.eq(Cat(head.layer, head.slot)), wp.en.eq(1),
+                             wp.data.seen.eq(1), wp.data.a.eq(fin_a), wp.data.w.eq(fin_w),
+                             wp.data.e.eq(orow.e)]
+                both = fin_a + fin_w
+                over = Mux(both > o_nb, both - o_nb, 0)
+                c2 = _popcount([orow.e[x].conf >= 2 for x in range(E)])
+                m.d.sync += keep_cur.eq(keep_cur + both - over + c2)
+                m.next = "POP"
+
+            with m.State("POP"):
+                # pushes happen only in PLAN, so count never moves both ways at once
+                m.d.sync += [rd.eq(Mux(rd == Q - 1, 0, rd + 1)), count.eq(count - 1)]
+                m.next = "UNIT"
+
+        m.d.comb += self.idle.eq(fsm.ongoing("PLAN") & ~plan_b & ~loaded & ~in_step &
+                                 ~self.step.valid & ~ops.valid & (count == 0))
+        return m
