@@ -56,12 +56,13 @@ Counters (each has one definition; identities checked by :meth:`CDUCore.check`):
 
 from __future__ import annotations
 
-import json
 from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .jsonl import iter_jsonl_objects
 
 __all__ = [
     "BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
@@ -388,23 +389,8 @@ def read_access_trace(path):
     Blank lines are skipped. Returns ``{step: {(request, layer): (blocks, seq_len)}}``.
     Errors: :class:`TraceError` naming the file and the line."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise TraceError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceError(f"{path}: cannot read: {e}") from None
     out = {}
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{i}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(f"{where}: not valid JSON: {e.msg}") from None
-        if not isinstance(rec, dict):
-            raise TraceError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+    for where, rec in iter_jsonl_objects(path, TraceError):
         unknown = sorted(set(rec) - {"step", "request", "layer", "blocks", "seq_len"})
         if unknown:
             raise TraceError(f"{where}: unknown field {unknown[0]!r}")
