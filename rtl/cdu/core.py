@@ -22,6 +22,21 @@ COUNTERS = (
 )
 
 
+def memory_side_ports(w: Widths) -> dict:
+    """The ports every CDU top shares with its core: decisions out, the HBM request/response
+    streams, the in-order ready stream to the TE, the status stream and the counter registers."""
+    return {
+        "txn": Out(stream.Signature(txn_layout(w))),
+        "hbm_req": Out(stream.Signature(hbm_req_layout(w))),
+        "hbm_resp": In(stream.Signature(hbm_resp_layout(w))),
+        "ready": Out(stream.Signature(ready_layout(w))),
+        "status": Out(stream.Signature(status_layout(w))),
+        "counters": Out(data.StructLayout({k: 32 for k in COUNTERS})),
+        "reg_addr": In(5),
+        "reg_data": Out(32),
+    }
+
+
 def _log2(n):
     return (n - 1).bit_length()
 
@@ -86,14 +101,7 @@ class CDUCoreRTL(wiring.Component):
         self.max_retries, self.widths = max_retries, w
         super().__init__({
             "op": In(stream.Signature(op_layout(w))),
-            "txn": Out(stream.Signature(txn_layout(w))),
-            "hbm_req": Out(stream.Signature(hbm_req_layout(w))),
-            "hbm_resp": In(stream.Signature(hbm_resp_layout(w))),
-            "ready": Out(stream.Signature(ready_layout(w))),
-            "status": Out(stream.Signature(status_layout(w))),
-            "counters": Out(data.StructLayout({k: 32 for k in COUNTERS})),
-            "reg_addr": In(5),
-            "reg_data": Out(32),
+            **memory_side_ports(w),
             "bad_resp": Out(1),
             "idle": Out(1),
         })

@@ -4,14 +4,13 @@
 :class:`CDUBackEnd` is intake -> core alone, taking an operation-run stream (``desc``)."""
 
 from amaranth.hdl import Module
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .core import COUNTERS, CDUCoreRTL, check_params
+from .core import CDUCoreRTL, check_params, memory_side_ports
 from .frontend import FrontEndRTL
 from .intake import Intake
-from .layouts import (Widths, demand_layout, desc_layout, fe_config_layout, hbm_req_layout,
-                      hbm_resp_layout, ready_layout, status_layout, step_layout, txn_layout)
+from .layouts import Widths, demand_layout, desc_layout, fe_config_layout, step_layout
 
 __all__ = ["CDU", "CDUBackEnd"]
 
@@ -38,14 +37,7 @@ class CDUBackEnd(wiring.Component):
         w = self.widths
         super().__init__({
             "desc": In(stream.Signature(desc_layout(w))),
-            "txn": Out(stream.Signature(txn_layout(w))),
-            "hbm_req": Out(stream.Signature(hbm_req_layout(w))),
-            "hbm_resp": In(stream.Signature(hbm_resp_layout(w))),
-            "ready": Out(stream.Signature(ready_layout(w))),
-            "status": Out(stream.Signature(status_layout(w))),
-            "counters": Out(data.StructLayout({k: 32 for k in COUNTERS})),
-            "reg_addr": In(5),
-            "reg_data": Out(32),
+            **memory_side_ports(w),
             "bad_desc": Out(1),
             "bad_resp": Out(1),
             "idle": Out(1),
@@ -97,14 +89,7 @@ class CDU(wiring.Component):
             "step": In(stream.Signature(step_layout(w, self._front.slot_bits))),
             "demand": In(stream.Signature(demand_layout(w))),
             "config": In(fe_config_layout(w)),
-            "txn": Out(stream.Signature(txn_layout(w))),
-            "hbm_req": Out(stream.Signature(hbm_req_layout(w))),
-            "hbm_resp": In(stream.Signature(hbm_resp_layout(w))),
-            "ready": Out(stream.Signature(ready_layout(w))),
-            "status": Out(stream.Signature(status_layout(w))),
-            "counters": Out(data.StructLayout({k: 32 for k in COUNTERS})),
-            "reg_addr": In(5),
-            "reg_data": Out(32),
+            **memory_side_ports(w),
             "bad_step": Out(1), "bad_demand": Out(1), "overflow": Out(1),
             "bad_resp": Out(1),
             "idle": Out(1),
