@@ -62,13 +62,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .dsu import DsuParams, residency_bit
 from .jsonl import iter_jsonl_objects
 
 __all__ = [
     "BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
     "POLICIES", "PATTERNS", "Op", "Txn", "SlotDesc", "StepDesc", "TraceError", "CDUCore",
     "FrontEnd", "AdaptivePredictor", "Pattern", "read_access_trace", "set_index",
-    "predictor_budget_bits", "dsu_hints", "run",
+    "predictor_budget_bits", "dsu_hints", "HINT_OF_RESIDENCY", "run",
 ]
 
 BLOCK_TOKENS = 16
@@ -117,10 +118,16 @@ def set_index(req, layer, block, sets):
     return (block + LAYER_STRIDE * layer + REQ_STRIDE * req) % sets
 
 
-def dsu_hints(seq_lens, long_tokens=16384, short_tokens=2048):
-    """The source's DSU rule: long-context requests get L2 priority, short ones stream."""
-    return ["priority" if n >= long_tokens else "stream" if n < short_tokens else "auto"
-            for n in seq_lens]
+#: The DSU's residency bit as a CDU hint: 0 -> ``stream`` (never allocated, never prefetched),
+#: 1 -> ``auto`` (allocated; the policy decides what stays). Not ``priority``: keep class on
+#: every block of every long request leaves no frames for the prefetch stream (docs/cdu.md).
+HINT_OF_RESIDENCY = ("stream", "auto")
+
+
+def dsu_hints(seq_lens, long_context_tokens=DsuParams.long_context_tokens):
+    """The hints the DSU sends (the source's rule, one threshold: long contexts cached, short
+    ones streamed), from the same residency bit as the DSU model and firmware."""
+    return [HINT_OF_RESIDENCY[residency_bit(n, long_context_tokens)] for n in seq_lens]
 
 
 # --------------------------------------------------------------------------- core

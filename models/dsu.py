@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-__all__ = ["PROFILES", "OK", "ERROR", "TIMEOUT", "DsuParams", "RequestSpec", "Descriptor",
+__all__ = ["residency_bit", "PROFILES", "OK", "ERROR", "TIMEOUT", "DsuParams", "RequestSpec", "Descriptor",
            "Outcome", "Slot", "DsuModel", "run_schedule"]
 
 PROFILES = ("latency-opt", "throughput-opt", "fairness-opt")
@@ -117,6 +117,12 @@ class Slot:
     wait: int = 0
 
 
+def residency_bit(seq_len: int, long_context_tokens: int) -> int:
+    """The descriptor's residency hint: 1 (the CDU may keep the request's KV blocks in L2)
+    when ``seq_len >= long_context_tokens``, else 0 (its blocks are streamed from HBM)."""
+    return int(seq_len >= long_context_tokens)
+
+
 @dataclass
 class DsuModel:
     params: DsuParams = field(default_factory=DsuParams)
@@ -184,7 +190,7 @@ class DsuModel:
         chosen = self._select()
         lc = self.params.long_context_tokens
         self.pending = [Descriptor(self.round, i, s.request, s.seq_len + 1, s.priority,
-                                   int(s.seq_len + 1 >= lc))
+                                   residency_bit(s.seq_len + 1, lc))
                         for i in chosen for s in [self.slots[i]]]
         for i, s in enumerate(self.slots):
             if s is not None:

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from tricut.models.cdu import (
-    CLASS_KEEP, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, CDUCore, FrontEnd, AdaptivePredictor,
+    CLASS_KEEP, dsu_hints, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, CDUCore, FrontEnd, AdaptivePredictor,
     Op, Pattern, SlotDesc, StepDesc, TraceError, predictor_budget_bits,
     read_access_trace, set_index)
 from tricut.sim.cdu_replay import COUNTER_KEYS, replay
@@ -370,15 +370,27 @@ def test_measured_adaptive_vs_static():
     assert a["hbm_read_bytes"] > 0.9 * d["hbm_read_bytes"]
 
 
-def test_dsu_hints_stream_short_prioritise_long():
+def test_dsu_hints_stream_short_cache_long():
+    """The CDU's DSU hints come from the DSU model's residency bit: below the threshold a
+    request is streamed (never allocated, never prefetched); at or above it the policy decides."""
+    from tricut.models.dsu import DsuModel, DsuParams, RequestSpec
+
+    params = DsuParams(long_context_tokens=200)
+    m = DsuModel(params)
+    m.submit(RequestSpec(0, 50, 4, 0, 0))
+    m.submit(RequestSpec(1, 400, 4, 1, 0))
+    descs = m.step()
+    assert dsu_hints([d.seq_len for d in descs], params.long_context_tokens) == \
+        [("stream", "auto")[d.residency] for d in descs] == ["stream", "auto"]
+    assert dsu_hints([4095, 4096]) == ["stream", "auto"]        # DsuParams' default threshold
+
     c, core = replay("tiny", "full", "adaptive", 0.05, steps=3, contexts=[100, 17000],
                      hints="dsu", return_core=True)
     short = [t for t in core.txns if t.req == 0]
     assert short and all(t.result in ("miss_bypass", "w_bypass") for t in short)
     assert not any(t.kind == "P" for t in short)
-    long_cls = {e["cls"] for s in core.entries for e in s if e is not None}
-    assert long_cls == {CLASS_KEEP}
-    assert all(tag[0] == 1 for tag in core.where)
+    assert any(t.kind == "P" and t.result == "pf_issue" for t in core.txns if t.req == 1)
+    assert core.where and all(tag[0] == 1 for tag in core.where)
 
 
 @pytest.mark.parametrize("dtype,block,frames", [("bf16", 65536, 800), ("fp8", 32768, 1600),
