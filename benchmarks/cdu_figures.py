@@ -17,6 +17,9 @@ printed with their ``layers`` and must not be read as the grid's figures.
 The policy model is the golden (``models/cdu.py``); its tag store's victim search and LRU
 update were made ~1.6x faster without changing any decision (same transactions on the
 existing tests and on a before/after comparison), not enough for 128K x 64 at all layers.
+``--engine fast`` (the default) replays with ``sim/cdu_fast.py``, the golden's exact numba
+twin (same counters and transaction checksum on ``tests/test_cdu_fast.py``); ``--engine
+golden`` runs the golden itself.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ MISSING = sorted((g for g in GRID if g not in DONE),
 SAMPLE = {"llama-3-8b": 4, "llama-3-70b": 10}
 
 
-def run(cases, steps=6, seed=0, out=None, sample=False):
+def run(cases, steps=6, seed=0, out=None, sample=False, engine="fast"):
     rows = []
     for model, ctx, batch in cases:
         layers = SAMPLE[model] if sample and (model, ctx, batch) not in DONE else None
@@ -50,7 +53,7 @@ def run(cases, steps=6, seed=0, out=None, sample=False):
             for pol in POLICIES:
                 t0 = time.time()
                 c = replay(model, pat, pol, 50, steps=steps, batch=batch, context=ctx,
-                           seed=seed, layers=layers)
+                           seed=seed, layers=layers, engine=engine)
                 if pol == "disabled":
                     base = c["hbm_read_bytes"]
                 row = {k: c[k] for k in (
@@ -91,6 +94,9 @@ def main(argv=None):
     ap.add_argument("--md", metavar="JSONL", help="print the Markdown table of a JSONL file")
     ap.add_argument("--sample", action="store_true",
                     help="layer sampling for the missing configurations (NOT faithful, see above)")
+    ap.add_argument("--engine", choices=("golden", "fast"), default="fast",
+                    help="fast: the exact numba twin of the policy model (default); "
+                         "golden: models/cdu.py itself")
     ap.add_argument("--only", nargs="*", default=None, metavar="MODEL:CTX:BATCH",
                     help="run only these grid points, e.g. llama-3-70b:4096:64")
     a = ap.parse_args(argv)
@@ -102,7 +108,7 @@ def main(argv=None):
     if a.only is not None:
         want = [tuple(x.split(":")) for x in a.only]
         cases = [(m, int(c), int(b)) for m, c, b in want]
-    rows = run(cases, steps=a.steps, out=a.out, sample=a.sample)
+    rows = run(cases, steps=a.steps, out=a.out, sample=a.sample, engine=a.engine)
     print(markdown(rows))
     return 0
 

@@ -52,14 +52,22 @@ def _pos_int(name, v):
 def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
            kv_dtype="bf16", seed=0, *, trace=None, context=4096, contexts=None,
            gpu="h100-sxm5", ways=16, distance=None, layers=None, hints="auto",
-           pattern_args=None, return_core=False):
+           pattern_args=None, return_core=False, engine="golden"):
     """Counters of one replay (see the module docstring).
 
     ``pattern`` is one of ``full, window, topk, reread``, or a path to an access-trace JSONL
-    file (or pass ``trace=``). ``hints``: ``auto`` (no DSU hint), ``dsu`` (the source's rule:
-    contexts >= 16K get priority, < 2K are streamed) or one of the hint names for all.
+    file (or pass ``trace=``). ``hints``: ``auto`` (no DSU hint), ``dsu`` (the DSU's residency
+    bit, ``models.cdu.dsu_hints``: contexts below 4096 tokens are streamed, the others left to
+    the policy) or one of the hint names for all.
     ``contexts`` (a list, one per request) overrides ``batch`` x ``context``.
+    ``engine``: ``golden`` (the policy model, :func:`tricut.models.cdu.run`) or ``fast`` (its
+    exact compiled twin, :func:`tricut.sim.cdu_fast.run_fast`; adds ``txn_checksum``; no
+    ``return_core``).
     """
+    if engine not in ("golden", "fast"):
+        raise ValueError(f"unknown replay engine {engine!r}; choose golden or fast")
+    if return_core and engine != "golden":
+        raise ValueError("return_core=True needs engine='golden' (the fast engine keeps no core)")
     if isinstance(model, (str, Path)):
         model = load_model(model)
     if not isinstance(model, ModelConfig):
@@ -140,10 +148,17 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
         def demand(st, sd, layer):
             return pat.blocks(st.step, sd.request, layer, sd.seq_len)
 
-    core = run(descs, demand, policy, sets, ways_eff, distance=distance,
-               block_bytes=block_bytes, token_bytes=token_bytes, latency=latency,
-               keep_txns=return_core)
-    out = core.counters()
+    if engine == "fast":
+        from tricut.sim.cdu_fast import run_fast
+        core = None
+        out = run_fast(descs, demand, policy, sets, ways_eff, distance=distance,
+                       block_bytes=block_bytes, token_bytes=token_bytes, latency=latency,
+                       pattern=pat if trace is None else None)
+    else:
+        core = run(descs, demand, policy, sets, ways_eff, distance=distance,
+                   block_bytes=block_bytes, token_bytes=token_bytes, latency=latency,
+                   keep_txns=return_core)
+        out = core.counters()
     out.update(model=model.name, policy=policy, pattern=pattern or str(trace), l2_mb=l2_mb,
                kv_dtype=kv_dtype, block_bytes=block_bytes, sets=sets, ways=ways_eff,
                latency_blocks=latency, distance=distance, layers_simulated=layers,
