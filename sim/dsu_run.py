@@ -172,7 +172,7 @@ PROFILE_CODE = {p: i for i, p in enumerate(PROFILES)}
 class DsuRunResult:
     batches: list            # per round: list of Descriptor (RTL, then host after a takeover)
     outcomes: dict           # request id -> Outcome
-    latencies: list          # dicts: round, cycles, batch, active
+    latencies: list          # dicts: round, cycles, batch, active, admitted, retired, blocked
     golden_batches: list
     golden_outcomes: dict
     differences: list        # strings; empty when RTL == golden
@@ -621,11 +621,15 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
     if hang is None and state["exit_code"] != 0:
         diffs.append(f"firmware exit code {state['exit_code']!r}")
     diffs += compare(batches, outcomes, golden_batches, golden_outcomes)
-    # active slots per round, from the golden model (admission happens before selection)
-    active = _active_per_round(requests, params, step_faults)
+    # per-round counts from the golden model (admission happens before selection): active
+    # slots, admissions, retirements and a blocked intake head (the fast model's inputs)
+    counts = _round_counts(requests, params, step_faults)
     lat = state["latencies"]
     for entry in lat:
-        entry["active"] = active[entry["round"]] if entry["round"] < len(active) else None
+        known = entry["round"] < len(counts)
+        entry["active"] = counts[entry["round"]]["active"] if known else None
+        for name in ("admitted", "retired", "blocked"):
+            entry[name] = counts[entry["round"]][name] if known else None
     return DsuRunResult(batches=batches, outcomes=outcomes, latencies=lat,
                         golden_batches=golden_batches, golden_outcomes=golden_outcomes,
                         differences=diffs, cycles=state["cycles"], rounds_rtl=state["rounds_rtl"],
@@ -657,17 +661,24 @@ def _fmt(batch):
                            f"{'L' if d.residency else ''}" for d in batch) + "]"
 
 
-def _active_per_round(requests, params, faults):
+def _round_counts(requests, params, faults):
+    """Per round of the golden schedule: ``active`` slots after this round's admissions,
+    ``admitted`` requests, ``retired`` requests (their slots freed by the previous round's
+    completions: completed, or failed with retries exhausted) and ``blocked`` (1 when an
+    arrived intake head did not fit: no free slot or KV budget)."""
     model = DsuModel(params)
     todo = sorted(requests, key=lambda r: (r.arrival_step, r.id))
-    k, out = 0, []
+    k, out, retired = 0, [], 0
     while k < len(todo) or not model.idle:
         while k < len(todo) and todo[k].arrival_step <= model.round:
             model.submit(todo[k])
             k += 1
+        before = model.arrivals
         model._admit()
-        out.append(sum(s is not None for s in model.slots))
+        out.append({"active": sum(s is not None for s in model.slots),
+                    "admitted": model.arrivals - before, "retired": retired,
+                    "blocked": int(bool(model.intake))})
         batch = model.step()
-        model.complete({d.slot: faults[(model.round, d.slot)] for d in batch
-                        if (model.round, d.slot) in faults})
+        retired = len(model.complete({d.slot: faults[(model.round, d.slot)] for d in batch
+                                      if (model.round, d.slot) in faults}))
     return out

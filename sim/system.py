@@ -56,14 +56,21 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
     t = 0.0
     rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
     busy = {"sm": 0.0, "te": 0.0, "sched": 0.0, "l2": 0.0, "kv": 0.0}
+    retired = 0    # requests whose slots the previous round's completions freed
     while ready or not model.idle:
         while ready and ready[0][0] <= t:
             _, rid = heapq.heappop(ready)
             r = by_id[rid]
             model.submit(RequestSpec(rid, r.prompt_tokens + 1, r.output_tokens - 1))
+        arrivals = model.arrivals
         batch = model.step()
+        # this round's counts for the DSU's cost: admissions (the model numbers every
+        # admitted request), and an arrived request left waiting at the intake head
+        admitted = model.arrivals - arrivals
+        blocked = bool(model.intake)
         if not batch:
             model.complete()
+            retired = 0
             if not ready:
                 break
             t = max(t, ready[0][0])
@@ -71,12 +78,12 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         degraded = degraded_at_s is not None and t >= degraded_at_s
         active = sum(1 for slot in model.slots if slot is not None)
         st = step_model.step_time([d.seq_len for d in batch], [d.residency for d in batch], rng, degraded,
-                                  active, dsu.cap, dsu.profile)
+                                  active, dsu.cap, dsu.profile, admitted, retired, blocked)
         t += st.time_s
         results = {d.slot: faults[(model.round, d.slot)] for d in batch if (model.round, d.slot) in faults}
         if any(v == TIMEOUT for v in results.values()):
             t += step_model.assumptions.host_sched_s  # the watchdog fires after a step's worth
-        model.complete(results)
+        retired = len(model.complete(results))
         for d in batch:
             if d.slot not in results:
                 times[d.request].append(t)

@@ -64,19 +64,41 @@ class UnitTiming:
     te_lanes: int = 16                    # multiplier lanes per engine (the RTL's maximum)
     dsu_clock_hz: float = 1.2e9
 
-    #: DSU cycles per scheduling round, ``base + per_active × active slots``, least-squares
-    #: fits to the scheduler firmware running on the DSU RTL cluster (docs/system-model.md):
-    #: when every active slot fits the batch, from 8-slot runs (seeds 11-13, 40 requests);
-    #: when the profile must select, from the 64-slot runs in docs/dsu.md.
-    dsu_fit_all_fit: tuple = (("throughput-opt", 268.5, 153.6), ("latency-opt", 263.9, 136.1),
-                              ("fairness-opt", 300.2, 168.4))
-    dsu_fit_select: tuple = (("throughput-opt", 3423, 211), ("latency-opt", 1354, 155),
-                             ("fairness-opt", 2902, 127))
+    #: DSU cycles per scheduling round (docs/system-model.md), per profile and regime:
+    #: ``base + per_active·A + per_admitted·admitted + per_retired·retired
+    #: + per_compact·A_prev·[retired > 0] + per_blocked·blocked`` with ``A_prev = A - admitted
+    #: + retired`` (the firmware's active list it compacts after freeing slots). Least-squares
+    #: fits of the scheduler firmware on the DSU RTL cluster (8 slots, 24 requests, seeds
+    #: 11-14, caps 8 and 4): ``.venv/bin/python benchmarks/dsu_fit.py``. "all fit" when
+    #: every active slot fits the batch (A <= cap), "select" when the profile must choose.
+    #: Columns: profile, base, per_active, per_admitted, per_retired, per_compact, per_blocked.
+    dsu_fit_all_fit: tuple = (
+        ("throughput-opt", 371.2, 83.0, 154.8, 29.1, 27.3, 116.1),
+        ("latency-opt", 373.1, 61.6, 175.7, 26.8, 28.0, 116.4),
+        ("fairness-opt", 387.9, 97.2, 140.6, 63.2, 27.4, 115.6))
+    dsu_fit_select: tuple = (
+        ("throughput-opt", 679.6, 236.2, 216.1, 0.6, 26.4, 113.8),
+        ("latency-opt", 706.5, 93.2, 224.3, -20.3, 33.0, 146.0),
+        ("fairness-opt", 500.7, 150.4, 179.5, 109.6, 20.5, 103.6))
 
-    def dsu_round_cycles(self, active: int, cap: int, profile: str) -> float:
+    @staticmethod
+    def dsu_round_terms(active: int, admitted: int = 0, retired: int = 0,
+                        blocked: bool | int = False) -> tuple:
+        """The regressors of :meth:`dsu_round_cycles`, in the order of the fit columns."""
+        compact = (active - admitted + retired) if retired > 0 else 0
+        return (1.0, float(active), float(admitted), float(retired), float(compact),
+                float(bool(blocked)))
+
+    def dsu_round_cycles(self, active: int, cap: int, profile: str, admitted: int = 0,
+                         retired: int = 0, blocked: bool | int = False) -> float:
+        """DSU cycles of one scheduling round with ``active`` slots after admission,
+        ``admitted`` requests admitted this round, ``retired`` requests whose slots the
+        previous round's completions freed, and ``blocked`` when an arrived request waits at
+        the intake head (no free slot or KV budget). The defaults are a steady round."""
         table = self.dsu_fit_all_fit if active <= cap else self.dsu_fit_select
-        base, per = next((b, p) for name, b, p in table if name == profile)
-        return base + per * active
+        coefs = next(row[1:] for row in table if row[0] == profile)
+        terms = self.dsu_round_terms(active, admitted, retired, blocked)
+        return sum(c * t for c, t in zip(coefs, terms))
 
     def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
         """Cycles of ``jobs`` TE jobs (one request, layer and KV head each) streaming ``n``
@@ -148,20 +170,27 @@ class StepModel:
         return min(float(wanted), self.cdu_capacity_tokens)
 
     def sched_time(self, batch: int, degraded: bool, rng, active: int | None = None,
-                   cap: int | None = None, profile: str = "throughput-opt") -> float:
+                   cap: int | None = None, profile: str = "throughput-opt", admitted: int = 0,
+                   retired: int = 0, blocked: bool = False) -> float:
+        """Scheduling time of one round: the DSU's cycles (``UnitTiming.dsu_round_cycles``
+        with this round's admissions, retirements and blocked intake head) or, without the
+        dsu cut or when degraded, the host's."""
         a, u = self.assumptions, self.units
         if "dsu" in self.cuts and not degraded:
             active = batch if active is None else active
-            return u.dsu_round_cycles(active, cap or batch, profile) / u.dsu_clock_hz
+            return u.dsu_round_cycles(active, cap or batch, profile, admitted, retired,
+                                      blocked) / u.dsu_clock_hz
         host = a.host_sched_s + a.host_sched_per_request_s * batch
         if a.host_jitter_s > 0:
             host += rng.exponential(a.host_jitter_s)
         return host + (a.degraded_extra_s if degraded else 0.0)
 
     def step_time(self, seq_lens: list[int], residency: list[int], rng, degraded: bool = False,
-                  active: int | None = None, cap: int | None = None, profile: str = "throughput-opt"
-                  ) -> StepTiming:
-        """One decode step for a batch; ``seq_lens`` include the token this step appends."""
+                  active: int | None = None, cap: int | None = None, profile: str = "throughput-opt",
+                  admitted: int = 0, retired: int = 0, blocked: bool = False) -> StepTiming:
+        """One decode step for a batch; ``seq_lens`` include the token this step appends.
+        ``active``, ``cap``, ``profile``, ``admitted``, ``retired``, ``blocked``: the
+        scheduling round's counts (see :meth:`sched_time`)."""
         m, g, a, u = self.model, self.gpu, self.assumptions, self.units
         batch = len(seq_lens)
         history = [s - 1 for s in seq_lens]
@@ -198,7 +227,8 @@ class StepModel:
             attn_t = max((hbm_kv + kv_write) / (bw * a.sm_attention_bw_efficiency), l2_kv / a.l2_bandwidth)
             core_t = gemv_t + attn_t + m.num_layers * a.kernel_overhead_s + comm_t
             sm_busy, te_busy = gemv_t + attn_t, 0.0
-        sched = self.sched_time(batch, degraded, rng, active, cap, profile)
+        sched = self.sched_time(batch, degraded, rng, active, cap, profile, admitted, retired,
+                                blocked)
         floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
         total = core_t + sched
         if total < floor * (1 - 1e-12):

@@ -22,12 +22,14 @@ def test_te_cycles_fast_model_vs_rtl(head_dim, G, n, kv_dtype):
     assert units.te_job_cycles(2 * n, head_dim, G, jobs=2) == 2 * predicted
 
 
+@pytest.mark.parametrize("cap", [8, 4])
 @pytest.mark.parametrize("profile", ["throughput-opt", "fairness-opt", "latency-opt"])
-def test_dsu_round_cycles_fast_model_vs_rtl(profile):
-    """The fast model's DSU cost per round against the firmware on the RTL cluster, summed over
-    a whole random schedule. Per round the linear fit is rough (admissions and completions add
-    work it does not see); over a schedule it must be within 5 % (measured: 3.5-3.7 % on this
-    held-out seed; the issue's 2 % target is not met yet)."""
+def test_dsu_round_cycles_fast_model_vs_rtl(profile, cap):
+    """The fast model's DSU cost per round against the scheduler firmware on the RTL cluster,
+    summed over a whole held-out random schedule (seed 7; the fit, benchmarks/dsu_fit.py,
+    uses seeds 11-14): within 2 %. Cap 8 = all 8 slots fit the batch; cap 4 = most rounds
+    must select. Each round is charged with its own counts (active slots, admissions,
+    retirements, blocked intake head), as the system model does."""
     import random
 
     from tricut.models.dsu import RequestSpec
@@ -36,10 +38,18 @@ def test_dsu_round_cycles_fast_model_vs_rtl(profile):
     rng = random.Random(7)
     reqs = [RequestSpec(i, rng.randint(1, 8000), rng.randint(2, 12), rng.randint(0, 30), rng.randint(0, 3))
             for i in range(24)]
-    result = run_dsu(reqs, profile, n_slots=8, max_batch=8, latency_batch=8, backpressure=False)
+    result = run_dsu(reqs, profile, n_slots=8, max_batch=cap, latency_batch=cap, backpressure=False)
     assert result.differences == []
     rounds = [x for x in result.latencies if x["active"] > 0]
+    if cap < 8:    # the schedule exercises the select regime
+        assert sum(x["active"] > cap for x in rounds) >= len(rounds) // 2
     measured = sum(x["cycles"] for x in rounds)
     units = UnitTiming()
-    predicted = sum(units.dsu_round_cycles(x["active"], 8, profile) for x in rounds)
-    assert abs(predicted - measured) / measured <= 0.05, (predicted, measured)
+    predicted = sum(units.dsu_round_cycles(x["active"], cap, profile, admitted=x["admitted"],
+                                           retired=x["retired"], blocked=x["blocked"])
+                    for x in rounds)
+    assert abs(predicted - measured) / measured <= 0.02, (predicted, measured)
+    # the counts matter: charging every round as a steady one (no admissions, retirements or
+    # blocked head) is 9-24 % low on this schedule, far outside the 2 % above
+    steady = sum(units.dsu_round_cycles(x["active"], cap, profile) for x in rounds)
+    assert steady < 0.95 * measured, (steady, measured)
