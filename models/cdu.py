@@ -26,7 +26,10 @@ Definitions (also in ``docs/cdu.md``)
 * Latency model: time advances by one unit per demand read (the TE consumes one block per
   unit); an HBM read issued at time ``t`` arrives at ``t + latency`` units.
 * Residency classes: 0 = stream (never allocated), 1 = normal, 2 = keep (evicted only when
-  the set has no normal block), 3 = pinned (never evicted). Victim: the lowest-numbered
+  the set has no normal block), 3 = pinned (never evicted). A set holds at most ``keep_cap
+  = ways - reserve`` keep/pinned blocks (``reserve``, default ``ways // 8``): a block that
+  would become keep in a full set stays/becomes normal, so every set keeps ways for the
+  prefetch stream (:meth:`CDUCore.effective_class`). Victim: the lowest-numbered
   invalid way; else among unpinned ways the lowest class, then the oldest (largest age).
   No unpinned way -> the block is not allocated (bypass). Allocation, a reuse hit and a
   write hit make the way the most recently used; the first demand hit on a prefetched block
@@ -143,14 +146,19 @@ class CDUCore:
         "fills", "hbm_read_bytes", "hbm_write_bytes", "occupancy", "occupancy_peak",
     )
 
-    def __init__(self, sets, ways, block_bytes=1, token_bytes=1, latency=0):
+    def __init__(self, sets, ways, block_bytes=1, token_bytes=1, latency=0, reserve=None):
         for name, v in (("sets", sets), ("ways", ways), ("block_bytes", block_bytes),
                         ("token_bytes", token_bytes)):
             if not isinstance(v, (int, float)) or v <= 0:
                 raise ValueError(f"CDUCore: {name} must be positive, got {v!r}")
         if latency < 0:
             raise ValueError(f"CDUCore: latency must be >= 0, got {latency!r}")
+        reserve = int(ways) // 8 if reserve is None else reserve
+        if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve < ways:
+            raise ValueError(f"CDUCore: reserve must be an integer in [0, ways), got {reserve!r}")
         self.sets, self.ways = int(sets), int(ways)
+        self.keep_cap = self.ways - reserve   # keep/pinned blocks a set may hold before a
+        #                                       keep request is demoted to normal
         self.block_bytes, self.token_bytes, self.latency = block_bytes, token_bytes, latency
         # entry per (set, way): None or dict(tag, cls, pf, ready); ages: a permutation per set
         self.entries = [[None] * self.ways for _ in range(self.sets)]
@@ -170,6 +178,17 @@ class CDUCore:
                 if a < old:
                     ages[i] = a + 1
             ages[w] = 0
+
+    def effective_class(self, s, cls, skip=-1, current=CLASS_STREAM):
+        """The class a block gets: ``cls``, except that a block becoming *keep* while its set
+        already holds ``keep_cap`` keep or pinned blocks (not counting way ``skip``, the
+        victim being replaced) stays/becomes *normal*: every set keeps ``ways - keep_cap``
+        ways for the prefetch stream."""
+        if cls != CLASS_KEEP or current >= CLASS_KEEP:
+            return cls
+        held = sum(1 for w, e in enumerate(self.entries[s])
+                   if w != skip and e is not None and e["cls"] >= CLASS_KEEP)
+        return CLASS_NORMAL if held >= self.keep_cap else cls
 
     def victim(self, s):
         """(way, evicted tag or None), or None when every way is pinned."""
@@ -199,6 +218,7 @@ class CDUCore:
             if self.entries[s][w]["pf"]:
                 self.c["prefetch_useless"] += 1
             del self.where[old]
+        cls = self.effective_class(s, cls, skip=w)
         self.entries[s][w] = {"tag": tag, "cls": cls, "pf": pf, "ready": ready}
         self.where[tag] = (s, w)
         self._touch(s, w)
@@ -223,7 +243,7 @@ class CDUCore:
                 e = self.entries[s][w]
                 c["hits"] += 1
                 if op.cls != CLASS_STREAM:
-                    e["cls"] = op.cls
+                    e["cls"] = self.effective_class(s, op.cls, current=e["cls"])
                 if e["pf"]:
                     # first use of a prefetched block: its age stays that of the prefetch,
                     # so a consumed stream block does not push out blocks still in flight
@@ -263,7 +283,8 @@ class CDUCore:
             if loc is not None:
                 s, w = loc
                 if op.cls != CLASS_STREAM:
-                    self.entries[s][w]["cls"] = op.cls
+                    e = self.entries[s][w]
+                    e["cls"] = self.effective_class(s, op.cls, current=e["cls"])
                 self._touch(s, w)
                 result = "w_hit"
                 c["write_hits"] += 1
@@ -531,7 +552,8 @@ class FrontEnd:
     ``pin`` -> pinned class.
     Prefetch: one pointer into the concatenated predicted lists (TE order, crossing step
     boundaries); before the ``i``-th demand read of unit ``k`` it issues prefetches until it
-    is ``distance`` blocks past ``base_k + i`` (it first jumps to ``base_k`` if behind).
+    is ``distance`` blocks past ``base_k + i`` (it first jumps to ``base_k`` if behind); for a
+    streamed unit (``stream`` hint) ``i`` counts as 0: its reads do not move the window.
     """
 
     def __init__(self, policy, frames, distance=16, entries=64, recent_tokens=128):
@@ -597,13 +619,17 @@ class FrontEnd:
             if p - poff > 65536:       # forget the consumed part of the predicted stream
                 del pstream[:p - poff]
                 poff = p
+            # a streamed unit reads from HBM past the prefetcher: the pointer stays
+            # `distance` ahead of the unit's start instead of running ahead with its reads
+            streamed = self.policy == "disabled" or sd.hint == "stream"
             for i, b in enumerate(d):
+                lead = 0 if streamed else i
                 if self.distance:
                     while True:
                         # make sure the plans reach p
                         while p >= poff + len(pstream) and len(plans) < len(units):
                             plan(len(plans))
-                        if p >= poff + len(pstream) or p >= bases[k] + i + self.distance:
+                        if p >= poff + len(pstream) or p >= bases[k] + lead + self.distance:
                             break
                         uk, pb = pstream[p - poff]
                         ust, usd, ul = units[uk]
@@ -618,9 +644,10 @@ class FrontEnd:
 # --------------------------------------------------------------------------- run
 
 def run(steps, demand, policy, sets, ways, distance=16, block_bytes=1, token_bytes=1,
-        latency=0, entries=64, keep_txns=True):
-    """Run the front end and the core; returns the :class:`CDUCore` (counters, txns)."""
-    core = CDUCore(sets, ways, block_bytes, token_bytes, latency)
+        latency=0, entries=64, keep_txns=True, reserve=None):
+    """Run the front end and the core; returns the :class:`CDUCore` (counters, txns).
+    ``reserve``: ways per set kept from the keep class (default ``ways // 8``)."""
+    core = CDUCore(sets, ways, block_bytes, token_bytes, latency, reserve)
     fe = FrontEnd(policy, sets * ways, distance, entries)
     for op in fe.ops(steps, demand):
         core.apply(op)

@@ -145,6 +145,20 @@ def _lookup(s, W, tag, tags, nvalid):
 
 
 @njit(cache=True, boundscheck=True, inline="always")
+def _eff_cls(cls, s, W, ekey, nvalid, skip, current, keep_cap):
+    """golden CDUCore.effective_class: keep demoted to normal in a set already holding
+    keep_cap keep/pinned blocks (way ``skip`` not counted)."""
+    if cls != 2 or current >= 2:
+        return cls
+    base = s * W
+    held = 0
+    for w in range(nvalid[s]):
+        if w != skip and (ekey[base + w] >> 56) >= 2:
+            held += 1
+    return 1 if held >= keep_cap else cls
+
+
+@njit(cache=True, boundscheck=True, inline="always")
 def _in_sorted(arr, lo, hi, x):
     """x in arr[lo:hi] (ascending)."""
     while lo < hi:
@@ -347,7 +361,7 @@ def _observe(q, sbuf, n, nb, entries, ps_seen, ps_a, ps_w, ps_n, tb_blk, tb_conf
 
 
 @njit(cache=True, boundscheck=True)
-def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
+def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
          u_req, u_layer, u_slot, u_nb, u_seq, u_pidx, u_cmode, u_pmode, u_obs, u_new,
          u_dkind, u_d0, u_d1, dflat, maxd, npred, ecap):
     U = u_req.shape[0]
@@ -449,7 +463,8 @@ def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
             i = s * W + wl
             clock += 1
             if cls != 0:
-                ekey[i] = (cls << 56) | clock
+                ec = _eff_cls(cls, s, W, ekey, nvalid, -1, ekey[i] >> 56, keep_cap)
+                ekey[i] = (ec << 56) | clock
             else:
                 ekey[i] = (ekey[i] & ~_TS_MASK) | clock
             res = 6
@@ -470,11 +485,12 @@ def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
                     else:
                         nvalid[s] += 1
                         occ += 1
+                    ec = _eff_cls(cls, s, W, ekey, nvalid, w, 0, keep_cap)
                     tags[i] = tag
                     epf[i] = 0
                     eready[i] = now
                     clock += 1
-                    ekey[i] = (cls << 56) | clock
+                    ekey[i] = (ec << 56) | clock
                     C[C_FILLS] += 1
                     if occ > peak:
                         peak = occ
@@ -493,10 +509,11 @@ def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
         bk = base[k]
         if bk > p:
             p = bk
+        streamed = u_pmode[k] == PM_NONE
         for di in range(dlen):
             b = dbuf[di]
             if distance > 0:
-                lim = bk + di + distance
+                lim = bk + (0 if streamed else di) + distance
                 while True:
                     while p >= plan_end and nplanned < U:
                         plan_end = _plan(nplanned, plan_end, u_pmode, u_nb, u_pidx, ps_seen,
@@ -554,11 +571,12 @@ def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
                                 else:
                                     nvalid[ps] += 1
                                     occ += 1
+                                ec = _eff_cls(pcls, ps, W, ekey, nvalid, w, 0, keep_cap)
                                 tags[i] = ptag
                                 epf[i] = 1
                                 eready[i] = now + latency
                                 clock += 1
-                                ekey[i] = (pcls << 56) | clock
+                                ekey[i] = (ec << 56) | clock
                                 C[C_FILLS] += 1
                                 if occ > peak:
                                     peak = occ
@@ -595,7 +613,8 @@ def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
                 i = s * W + wl
                 C[C_HITS] += 1
                 if cls != 0:
-                    ekey[i] = (cls << 56) | (ekey[i] & _TS_MASK)
+                    ec = _eff_cls(cls, s, W, ekey, nvalid, -1, ekey[i] >> 56, keep_cap)
+                    ekey[i] = (ec << 56) | (ekey[i] & _TS_MASK)
                 if epf[i]:
                     epf[i] = 0
                     C[C_HPF] += 1
@@ -626,11 +645,12 @@ def _run(sets, W, distance, latency, entries, budget, rb, adaptive,
                         else:
                             nvalid[s] += 1
                             occ += 1
+                        ec = _eff_cls(cls, s, W, ekey, nvalid, w, 0, keep_cap)
                         tags[i] = tag
                         epf[i] = 0
                         eready[i] = now + latency
                         clock += 1
-                        ekey[i] = (cls << 56) | clock
+                        ekey[i] = (ec << 56) | clock
                         C[C_FILLS] += 1
                         if occ > peak:
                             peak = occ
@@ -715,13 +735,13 @@ def _ceil_blocks(t):
 
 
 def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, token_bytes=1,
-             latency=0, entries=64, pattern=None):
+             latency=0, entries=64, pattern=None, reserve=None):
     """``run(descs, demand, policy, ...).counters()`` computed by the compiled model, plus
     ``txn_checksum`` (see :func:`txn_checksum`). ``pattern``: the
     :class:`~tricut.models.cdu.Pattern` behind ``demand`` (``full``/``window``/``reread``
     are then generated in compiled code; ``topk`` still calls ``demand``)."""
     # argument validation exactly as the golden (same exceptions and messages)
-    core0 = CDUCore(sets, ways, block_bytes, token_bytes, latency)
+    core0 = CDUCore(sets, ways, block_bytes, token_bytes, latency, reserve)
     S, W = core0.sets, core0.ways
     fe = FrontEnd(policy, sets * ways, distance, entries)
     adaptive = policy == "adaptive"
@@ -820,7 +840,7 @@ def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, toke
     npred = max(len(pidx), 1)
     ecap = max(1, entries) if adaptive else 1      # the table outlives a step: up to entries blocks
 
-    C, h, err = _run(S, W, distance, float(latency), int(entries), budget, rb, adaptive,
+    C, h, err = _run(S, W, core0.keep_cap, distance, float(latency), int(entries), budget, rb, adaptive,
                      u_req, u_layer, u_slot, u_nb, u_seq, u_pidx, u_cmode, u_pmode, u_obs, u_new,
                      u_dkind, u_d0, u_d1, dflat, maxd, npred, ecap)
     if err == E_EMPTY_TABLE:

@@ -273,7 +273,8 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
     Without ``front``: ``descs`` (dicts of the desc layout) into :class:`CDUBackEnd`
     (intake -> core). With ``front = dict(beats=, lists=, config=, params=)``: step beats
     (:func:`step_beats`), demand lists and the front-end config into the whole :class:`CDU`
-    (front end -> intake -> core); ``descs`` is ignored."""
+    (front end -> intake -> core); ``descs`` is ignored. ``params`` (including ``reserve``)
+    go to the RTL constructor; give :func:`compare_rtl` the same dict."""
     import random
 
     from amaranth.sim import Simulator
@@ -409,10 +410,12 @@ def describe(tt):
     return f"{_KIND_NAME[k]} ({r},{ly},{b}) {RESULT_NAME.get(res, res)}{vic}{' hbm' if h else ''}"
 
 
-def compare_rtl(ops, got, sets, ways, **_):
+def compare_rtl(ops, got, sets, ways, reserve=None, **_):
     """Check an RTL run (dict from :func:`run_rtl` or the cocotb bench) against the model,
-    raising :class:`RtlMismatch` (one line) at the first difference; returns the model core."""
-    core = CDUCore(sets, ways)
+    raising :class:`RtlMismatch` (one line) at the first difference; returns the model core.
+    ``sets``, ``ways``, ``reserve`` (keep-cap reserve, ``None`` = ``ways // 8`` as in model
+    and RTL) must be those of the RTL run: pass the same params dict to both."""
+    core = CDUCore(sets, ways, reserve=reserve)
     for o in ops:
         core.apply(o)
     want = [txn_tuple(t) for t in core.txns]
@@ -447,7 +450,7 @@ def compare_rtl(ops, got, sets, ways, **_):
 
 def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch=2,
                kv_dtype="bf16", seed=0, *, context=100, sets=4, ways=2, distance=4,
-               pattern_args=None, err_rate=0.0, max_cycles=200000, entries=8):
+               pattern_args=None, err_rate=0.0, max_cycles=200000, entries=8, reserve=None):
     """``tricut cdu replay --rtl``: the same kind of replay on a small CDU instance, through
     the whole RTL (DSU step descriptors into the front end, which generates and predicts
     the block operations; ``topk`` demand lists on its ``demand`` stream) in Amaranth's
@@ -455,7 +458,8 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
     order, a fraction ``err_rate`` of answers with the error bit, always retried in time),
     compared with the policy model transaction by transaction.
 
-    The small instance: ``sets`` x ``ways`` frames, at most 8 layers, 16 requests and 1024
+    The small instance: ``sets`` x ``ways`` frames (``reserve`` ways per set kept from the
+    keep class, default ``ways // 8``, the same in model and RTL), at most 8 layers, 16 requests and 1024
     blocks per request (the RTL's tag widths), ``entries`` adaptive predictor entries (model
     and RTL), the front end's unit FIFO sized to the run's lookahead. Returns the counters dict (model == RTL);
     raises :class:`RtlMismatch` (one line) on any difference and ``ValueError`` on bad
@@ -476,9 +480,10 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
         _pos_int(name, v)
     if not 0 <= err_rate < 1:
         raise ValueError(f"err_rate must be in [0, 1), got {err_rate!r}")
-    params = dict(sets=sets, ways=ways, mshrs=4, rq_depth=4, max_retries=2)
     widths = Widths()
-    check_params(max_retries=2, mshrs=4, rq_depth=4, sets=sets, ways=ways, w=widths)
+    reserve = check_params(max_retries=2, mshrs=4, rq_depth=4, sets=sets, ways=ways, w=widths,
+                           reserve=reserve)
+    params = dict(sets=sets, ways=ways, mshrs=4, rq_depth=4, max_retries=2, reserve=reserve)
     if batch > 2 ** widths.req:
         raise ValueError(f"--rtl: batch must be <= {2 ** widths.req}, got {batch}")
     if -(-(context + steps) // BLOCK_TOKENS) > 2 ** widths.block:
@@ -502,7 +507,7 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
     rng = random.Random(seed)
     err = (lambda tag, a: a < 2 and rng.random() < err_rate) if err_rate else None
     got = run_rtl(None, params=params, seed=seed, err=err, timeout=max_cycles, front=front)
-    core = compare_rtl(ops, got, sets, ways)
+    core = compare_rtl(ops, got, **params)
     token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
     out = core.counters()
     out.update(hbm_read_bytes=got["counters"]["hbm_reads"] * token_bytes * BLOCK_TOKENS,

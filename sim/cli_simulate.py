@@ -15,7 +15,7 @@ from tricut.models.dsu import PROFILES, DsuParams
 from tricut.models.roofline import roofline
 
 from .system import simulate
-from .timing import CUTS, StepModel
+from .timing import CUTS, Assumptions, StepModel
 from .workload import TRACE_FORMATS, TraceError, read_trace, scale_rate, synthetic
 
 __all__ = ["add_commands"]
@@ -67,6 +67,23 @@ def _positive(kind):
     return parse
 
 
+def _assumption(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` for one field of :class:`Assumptions`."""
+    name, sep, value = text.partition("=")
+    names = list(Assumptions.__dataclass_fields__)
+    if not sep or name not in names:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(names)}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
+    try:
+        Assumptions(**{name: number})
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name, number
+
+
 def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
     p.add_argument("--model", default="llama-3-8b", help=f"model id ({', '.join(model_ids())}) or .toml (default: %(default)s)")
     p.add_argument("--gpu", default="h100-sxm5", help=f"GPU id ({', '.join(gpu_ids())}) or .toml (default: %(default)s)")
@@ -94,6 +111,9 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
     p.add_argument("--tpot-slo", type=_positive(float), help="TPOT SLO in seconds, for goodput")
     p.add_argument("--degraded-at", type=float, metavar="SECONDS",
                    help="DSU degrades to host scheduling from this simulated time on")
+    p.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=VALUE",
+                   help="override one modelling assumption (repeatable), e.g. --assume "
+                        "gemv_bw_efficiency=0.8; names and defaults: docs/system-model.md")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
@@ -142,7 +162,8 @@ def _run(args, cuts, label):
         if r.prompt_tokens + r.output_tokens > model.max_context:
             raise TraceError(f"request {r.id}: prompt {r.prompt_tokens} + output {r.output_tokens} "
                              f"exceeds {model.name}'s max_context {model.max_context}")
-    sm = StepModel(model, gpu, args.kv_dtype, args.tp, frozenset(cuts), args.policy)
+    sm = StepModel(model, gpu, args.kv_dtype, args.tp, frozenset(cuts), args.policy,
+                   Assumptions(**dict(args.assume)))
     return simulate(reqs, sm, _dsu_params(args, model, gpu), seed=args.seed,
                     degraded_at_s=args.degraded_at, progress=_progress(not args.no_progress, label),
                     ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
@@ -152,7 +173,7 @@ def _fmt(key: str, value) -> str:
     if isinstance(value, float):
         if key.endswith("_s") and not key.endswith("per_s"):
             return f"{value * 1e3:.3f} ms"
-        if key == "l2_hit_rate" or key.endswith("utilisation"):
+        if key in ("l2_hit_rate", "l2_reuse_rate") or key.endswith("utilisation"):
             return f"{100 * value:.1f} %"
         return f"{value:,.2f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
@@ -171,7 +192,7 @@ def _emit(args, rows: dict[str, dict]) -> None:
         print(buf.getvalue(), end="")
     else:
         labels = list(rows)
-        keys = list(KEY_COLUMNS) + ["sm_utilisation", "te_utilisation", "dsu_utilisation", "mean_batch", "failed"]
+        keys = list(KEY_COLUMNS) + ["l2_reuse_rate", "sm_utilisation", "te_utilisation", "dsu_utilisation", "mean_batch", "failed"]
         width = max(len(k) for k in keys)
         cols = [[_fmt(k, rows[lab][k]) for k in keys] for lab in labels]
         cw = [max(len(lab), *(len(c) for c in col)) for lab, col in zip(labels, cols)]

@@ -55,7 +55,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
             heapq.heappush(ready, (first, r.id))
     t = 0.0
     rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
-    busy = {"sm": 0.0, "te": 0.0, "sched": 0.0, "l2": 0.0, "kv": 0.0}
+    busy = {"sm": 0.0, "te": 0.0, "sched": 0.0, "l2": 0.0, "l2_reuse": 0.0, "kv": 0.0}
     retired = 0    # requests whose slots the previous round's completions freed
     while ready or not model.idle:
         while ready and ready[0][0] <= t:
@@ -96,6 +96,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         busy["te"] += st.te_busy_s
         busy["sched"] += st.sched_s
         busy["l2"] += st.l2_kv_bytes
+        busy["l2_reuse"] += st.l2_reuse_bytes
         busy["kv"] += st.kv_read_bytes
         if progress is not None:
             progress(len(model.outcomes), len(requests))
@@ -112,6 +113,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         hbm_gbps_mean=float(hbm.sum() / decode_time / 1e9) if decode_time else 0.0,
         hbm_gbps_peak=float((hbm / dt).max() / 1e9) if len(dt) else 0.0,
         l2_hit_rate=busy["l2"] / busy["kv"] if busy["kv"] else 0.0,
+        l2_reuse_rate=busy["l2_reuse"] / busy["kv"] if busy["kv"] else 0.0,
         min_step_over_floor=float((dt / floor).min()) if len(dt) else float("nan"),
         sm_utilisation=busy["sm"] / decode_time if decode_time else 0.0,
         te_utilisation=busy["te"] / decode_time if decode_time else 0.0,

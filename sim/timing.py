@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tricut.models.cdu import BLOCK_TOKENS
 from tricut.models.config import GpuConfig, ModelConfig
+
+from .cdu_reduction import CduReduction, CduStep
 
 __all__ = ["CUTS", "Assumptions", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
@@ -117,7 +120,8 @@ class StepTiming:
     floor_s: float
     hbm_read_bytes: float
     hbm_write_bytes: float
-    l2_kv_bytes: float
+    l2_kv_bytes: float        # KV read from L2 (CDU hits: prefetched or resident)
+    l2_reuse_bytes: float     # of which resident from the previous step (no HBM read)
     kv_read_bytes: float
     sm_busy_s: float
     te_busy_s: float
@@ -148,26 +152,17 @@ class StepModel:
         self.gemv_flops_per_request = 2 * (m.param_count() - (0 if m.tie_embeddings else
                                                               m.vocab_size * m.hidden_size)) / self.tp
         self.kv_heads_here = max(1, m.num_kv_heads // self.tp)
-        self.cdu_capacity_tokens = (a.cdu_l2_share * self.gpu.l2_bytes / self.kv_token_bytes
-                                    if "cdu" in self.cuts else 0.0)
+        self.cdu = None
+        if "cdu" in self.cuts:
+            block_bytes = self.kv_token_bytes / m.num_layers * BLOCK_TOKENS   # one layer, this GPU
+            self.cdu = CduReduction.sized(self.policy, a.cdu_l2_share * self.gpu.l2_bytes, block_bytes,
+                                          self.gpu.hbm_latency_s, self.gpu.hbm_bandwidth, m.num_layers)
 
     # -- pieces ------------------------------------------------------------------------------
-    def l2_hit_tokens(self, history: list[int], residency: list[int]) -> float:
-        """KV tokens of this step served from L2 by the CDU (fast reduction of models/cdu.py for
-        the ``full`` access pattern: every block of every request is read every step).
-
-        ``static`` keeps each long-context request's first block (attention sink) and its most
-        recent 128 tokens resident; ``adaptive`` learns that every block is re-read and keeps as
-        many of the long-context requests' blocks as fit; ``disabled`` allocates nothing. Short
-        requests (residency hint 0) are streamed."""
-        if "cdu" not in self.cuts or self.policy == "disabled":
-            return 0.0
-        long_hist = [h for h, r in zip(history, residency) if r]
-        if self.policy == "static":
-            wanted = sum(min(h, 16 + 128) for h in long_hist)
-        else:
-            wanted = sum(long_hist)
-        return min(float(wanted), self.cdu_capacity_tokens)
+    def cdu_step(self, seq_lens: list[int], residency: list[int]) -> CduStep | None:
+        """The CDU's block reads of this step (``sim/cdu_reduction.py``), or None without
+        the cdu cut."""
+        return self.cdu.step(seq_lens, residency) if self.cdu is not None else None
 
     def sched_time(self, batch: int, degraded: bool, rng, active: int | None = None,
                    cap: int | None = None, profile: str = "throughput-opt", admitted: int = 0,
@@ -195,10 +190,13 @@ class StepModel:
         batch = len(seq_lens)
         history = [s - 1 for s in seq_lens]
         kv_read_tokens = float(sum(history))
-        hit_tokens = self.l2_hit_tokens(history, residency)
         kv_read = kv_read_tokens * self.kv_token_bytes
-        l2_kv = hit_tokens * self.kv_token_bytes
-        hbm_kv = kv_read - l2_kv
+        # the CDU serves its hits from L2 (prefetched or resident); only reuse hits (blocks
+        # resident from the previous step) save HBM bytes
+        cdu = self.cdu_step(seq_lens, residency)
+        l2_kv = kv_read * cdu.hits / cdu.accesses if cdu and cdu.accesses else 0.0
+        l2_reuse = kv_read * cdu.reuse / cdu.accesses if cdu and cdu.accesses else 0.0
+        hbm_kv = kv_read - l2_reuse
         kv_write = batch * self.kv_token_bytes
         hbm_read = self.weight_bytes + hbm_kv
         bw = g.hbm_bandwidth
@@ -233,7 +231,8 @@ class StepModel:
         total = core_t + sched
         if total < floor * (1 - 1e-12):
             raise PhysicsViolation(f"step of {total:.3e} s beats the bandwidth floor {floor:.3e} s")
-        return StepTiming(total, floor, hbm_read, kv_write, l2_kv, kv_read, sm_busy, te_busy, sched)
+        return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
+                          sched)
 
     def prefill_time(self, prompt: int) -> float:
         """Disaggregated prefill pool (one TP group like this one, uncontended): GEMM compute

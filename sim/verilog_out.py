@@ -63,8 +63,10 @@ def _dsu_arbiter(**p):
 UNITS: dict[str, Unit] = {
     "te": Unit(_te, {"head_dim": 128, "G": 4, "lanes": 8, "kv_dtype": "bf16"},
                "TE decode engine (docs/te.md)"),
-    "cdu": Unit(_cdu, {"sets": 16, "ways": 4, "mshrs": 4, "rq_depth": 8, "max_retries": 2},
-                "Cache Director Unit pipeline; its tag store is flip-flops, so generation time grows fast with sets x ways (docs/cdu.md)"),
+    "cdu": Unit(_cdu, {"sets": 16, "ways": 4, "mshrs": 4, "rq_depth": 8, "max_retries": 2,
+                       "reserve": None},
+                "Cache Director Unit pipeline (reserve=None: ways // 8 ways per set kept from "
+                "the keep class); its tag store is flip-flops, so generation time grows fast with sets x ways (docs/cdu.md)"),
     "dsu": Unit(_dsu_cluster, {"n_cores": 4, "n_slots": 64, "intake_depth": 4, "mem_bytes": 0x8000},
                 "DSU cluster: RV32IM cores, MMIO interconnect, slot arbiter (docs/dsu.md)"),
     "dsu-arbiter": Unit(_dsu_arbiter, {"n_slots": 64, "intake_depth": 4, "n_harts": 4},

@@ -49,10 +49,12 @@ def random_descs(rng, hints):
 
 
 def random_geometry(rng):
-    return dict(sets=rng.randint(1, 8), ways=rng.randint(1, 4),
+    ways = rng.randint(1, 4)
+    return dict(sets=rng.randint(1, 8), ways=ways,
                 distance=rng.choice([0, 1, 2, 5, 9, 24]),
                 latency=rng.choice([0, 0, 1, 3, 8, 40]),
-                entries=rng.choice([1, 2, 3, 8, 64]))
+                entries=rng.choice([1, 2, 3, 8, 64]),
+                reserve=rng.randint(0, ways - 1))
 
 
 def random_pattern_args(rng):
@@ -65,7 +67,7 @@ def random_pattern_args(rng):
 def check_case(descs, policy, geo, pat_name=None, pat_args=None, demand=None, via_pattern=True,
                block_bytes=1, token_bytes=1):
     kw = dict(distance=geo["distance"], latency=geo["latency"], entries=geo["entries"],
-              block_bytes=block_bytes, token_bytes=token_bytes)
+              block_bytes=block_bytes, token_bytes=token_bytes, reserve=geo.get("reserve"))
     if pat_name is not None:
         pg, pf = Pattern(pat_name, **pat_args), Pattern(pat_name, **pat_args)
         want, core = golden(descs, pattern_demand(pg), policy, geo["sets"], geo["ways"], **kw)

@@ -37,6 +37,9 @@ def test_patterns_equal_model(pattern, policy, seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_random_ops_equal_model_with_retried_errors(seed):
     ops = B.random_ops(seed, n=160)
+    # B.PARAMS has reserve=1 of 2 ways: the keep cap demotes keep allocations of every kind
+    events = B.cap_events(ops, **B.PARAMS)
+    assert {("R", "alloc"), ("P", "alloc"), ("W", "alloc")} <= set(events), events
     rng = random.Random(100 + seed)
     # 25 % of answers carry the error bit, never on the last allowed attempt
     err = lambda tag, attempt: attempt < B.PARAMS["max_retries"] and rng.random() < 0.25  # noqa: E731
@@ -53,6 +56,26 @@ def test_edge_cases_equal_model_fast_and_slow():
     assert c["write_allocs"] == 1 and c["write_bypass"] == 1
     B.compare(ops, run_rtl(B.ops_to_descs(ops), seed=9, p_valid=0.3, p_ready=0.3, max_latency=40),
               **B.PARAMS)
+
+
+@pytest.mark.parametrize("reserve", [1, 0])
+def test_keep_cap_edge_cases_equal_model(reserve):
+    """A set holding keep_cap keep (or pinned) blocks: keep allocations by R, P, W and keep
+    promotions at R and W hits are demoted to normal (reserve=1, keep_cap=1), equal to the
+    model transaction by transaction; with reserve=0 (keep_cap = ways) the same stream
+    allocates keep blocks into sets full of keep blocks, where only not counting the
+    victim way keeps them keep. Each demotion shows in a later victim choice."""
+    params = dict(B.PARAMS, reserve=reserve)
+    ops = B.keep_cap_ops()
+    events = B.cap_events(ops, **params)
+    if reserve:
+        assert set(events) == B.CAP_PLACES, events
+    else:
+        assert {k for k in events if k[0] == "skip"} == {("skip", x) for x in "RPW"}, events
+    B.compare(ops, _run_rtl(B.ops_to_descs(ops), params=params, p_valid=1, p_ready=1,
+                            max_latency=1), **params)
+    B.compare(ops, _run_rtl(B.ops_to_descs(ops), params=params, seed=4, p_valid=0.4,
+                            p_ready=0.4, max_latency=30), **params)
 
 
 def test_throughput_one_op_per_cycle():
@@ -121,18 +144,34 @@ def test_bad_descriptor_and_bad_response_flags():
     (dict(mshrs=5), r"mshrs must be an integer in 1..4 \(id_bits = 2\), got 5"),
     (dict(rq_depth=0), "rq_depth must be an integer in 1..64, got 0"),
     (dict(max_retries=9), "max_retries must be an integer in 0..7, got 9"),
+    (dict(reserve=2), r"reserve must be an integer in 0..1 \(< ways\), got 2"),
+    (dict(ways=8, reserve=-1), r"reserve must be an integer in 0..7 \(< ways\), got -1"),
+    (dict(reserve=True), r"reserve must be an integer in 0..1 \(< ways\), got True"),
 ])
 def test_parameter_errors(kw, msg):
     with pytest.raises(ValueError, match=msg):
         CDUCoreRTL(**kw)
+    for top in (CDUBackEnd, CDU):
+        with pytest.raises(ValueError, match=msg):
+            top(**kw)
     with pytest.raises(ValueError, match="block_bits must be an integer in 1..32, got 0"):
         Widths(block_bits=0)
+
+
+def test_reserve_default_is_ways_div_8():
+    for ways, want in ((2, 0), (8, 1), (16, 2)):
+        core = CDUCoreRTL(sets=2, ways=ways)
+        core._MustUse__silence = True
+        assert (core.reserve, core.keep_cap) == (want, ways - want)
+        be = CDUBackEnd(sets=2, ways=ways)
+        be._MustUse__silence = be._core._MustUse__silence = True
+        assert be.params["reserve"] == want
 
 
 def test_cocotb_verilator_same_vectors():
     """The same vectors through the generated Verilog on Verilator (tests/cocotb/cdu_equiv.py)."""
     from tricut.sim.cocotb_run import run_cocotb
-    assert run_cocotb(CDUBackEnd(**B.PARAMS), "cdu", "cdu_equiv", Path(__file__).parent / "cocotb") == 3
+    assert run_cocotb(CDUBackEnd(**B.PARAMS), "cdu", "cdu_equiv", Path(__file__).parent / "cocotb") == 4
 
 
 def test_verilog_lint_clean_with_documented_waivers(tmp_path):
@@ -173,9 +212,19 @@ def test_replay_rtl_matches_and_mismatch_is_loud(monkeypatch):
     dict(sets=1, ways=1, mshrs=1, rq_depth=1, max_retries=0),
     dict(sets=2, ways=4, mshrs=2, rq_depth=2, max_retries=1),
     dict(sets=8, ways=3, mshrs=4, rq_depth=8, max_retries=3),
-], ids=["1x1-m1-q1", "2x4-m2-q2", "8x3-m4-q8"])
+    dict(sets=2, ways=8, mshrs=4, rq_depth=4, max_retries=2),
+    dict(sets=2, ways=4, mshrs=4, rq_depth=4, max_retries=1, reserve=2),
+], ids=["1x1-m1-q1", "2x4-m2-q2", "8x3-m4-q8", "2x8-default-reserve", "2x4-reserve2"])
 def test_other_geometries_equal_model(params):
     ops = B.random_ops(7, n=120) + B.edge_ops()
+    # reserve 0 (ways < 8, default): the victim way is not counted, so keep allocations into
+    # sets full of keep blocks stay keep; reserve >= 1 (ways // 8 = 1 for 8 ways, or given):
+    # keep requests are demoted to normal
+    events = B.cap_events(ops, **params)
+    if params.get("reserve", params["ways"] // 8):
+        assert {("R", "alloc"), ("P", "alloc"), ("W", "alloc")} <= set(events), events
+    else:
+        assert ("skip", "R") in events and ("skip", "P") in events, events
     rng = random.Random(5)
     mr = params["max_retries"]
     err = (lambda tag, a: a < mr and rng.random() < 0.3) if mr else None

@@ -56,20 +56,35 @@ def test_physics_check_catches_a_broken_model():
         sm.step_time([100000], [0], RNG)
 
 
-def test_cdu_hits_static_vs_adaptive_vs_disabled():
-    lens, hint = [50001, 60001, 2001], [1, 1, 0]
-    hist = [50000, 60000, 2000]
-    static = StepModel(L8B, H100, cuts=frozenset({"cdu"}), policy="static").l2_hit_tokens(hist, hint)
-    assert static == 2 * (16 + 128)
+def test_cdu_step_hits_and_reuse_by_policy():
+    lens, residency = [50001, 60001, 2001], [1, 1, 0]
+    blocks = [math.ceil(n / 16) for n in lens]
+    steps = {pol: StepModel(L8B, H100, cuts=frozenset({"cdu"}), policy=pol).step_time(lens, residency, RNG)
+             for pol in ("static", "adaptive", "disabled")}
+    cached = (blocks[0] + blocks[1]) / sum(blocks)
+    kv_read = sum(n - 1 for n in lens) * L8B.kv_bytes_per_token("bf16")
+    for pol in ("static", "adaptive"):
+        # every read of a cached request hits (prefetched); the streamed one misses
+        assert steps[pol].l2_kv_bytes == pytest.approx(cached * kv_read)
+        assert 0 < steps[pol].l2_reuse_bytes < steps[pol].l2_kv_bytes
+    # reuse (bytes that skip HBM) is the reduction's, in blocks: static keeps at most sink + last
+    # 128 tokens of each cached request and layer (2 x 32 x 9 blocks), adaptive at most its budget
+    static_reuse = steps["static"].l2_reuse_bytes / kv_read * sum(blocks) * 32
+    assert 0.8 * 2 * 32 * 9 < static_reuse <= 2 * 32 * 9
     adaptive = StepModel(L8B, H100, cuts=frozenset({"cdu"}), policy="adaptive")
-    cap = 0.8 * 50 * 2**20 / 131072
-    assert adaptive.l2_hit_tokens(hist, hint) == pytest.approx(cap)
-    assert StepModel(L8B, H100, cuts=frozenset({"cdu"}), policy="disabled").l2_hit_tokens(hist, hint) == 0
-    assert StepModel(L8B, H100).l2_hit_tokens(hist, hint) == 0
+    adaptive_reuse = steps["adaptive"].l2_reuse_bytes / kv_read * sum(blocks) * 32
+    assert adaptive_reuse == pytest.approx(adaptive.cdu.step(lens, residency).reuse)
+    assert 0.8 * adaptive.cdu.keep_budget < adaptive_reuse < 1.2 * adaptive.cdu.keep_budget
+    assert steps["disabled"].l2_kv_bytes == steps["disabled"].l2_reuse_bytes == 0
+    base = StepModel(L8B, H100).step_time(lens, residency, RNG)
+    assert base.l2_kv_bytes == 0
+    assert steps["adaptive"].hbm_read_bytes == pytest.approx(base.hbm_read_bytes - steps["adaptive"].l2_reuse_bytes)
     with pytest.raises(ValueError, match="has no CDU"):
         StepModel(L8B, load_gpu("edge"), cuts=frozenset({"cdu"}))
     with pytest.raises(ValueError, match="unknown cut 'gpu'"):
         StepModel(L8B, H100, cuts=frozenset({"gpu"}))
+    with pytest.raises(ValueError, match="unknown CDU policy 'lru'"):
+        StepModel(L8B, H100, cuts=frozenset({"cdu"}), policy="lru")
 
 
 def test_tp_adds_allreduce_time():
@@ -157,11 +172,23 @@ def test_cli_bench_three_rounds():
     (["simulate", "--gpu", "edge", "--cuts", "cdu"], "has no CDU"),
     (["simulate", "--synthetic", "0"], "must be > 0"),
     (["simulate", "--synthetic", "3", "--trace", "x.jsonl"], "not allowed with argument"),
+    (["simulate", "--assume", "gemv_efficiency=0.5"], "NAME one of gemv_bw_efficiency,"),
+    (["simulate", "--assume", "cdu_l2_share=2"], "cdu_l2_share must be in (0, 1]"),
+    (["simulate", "--assume", "host_sched_s"], "expected NAME=VALUE"),
 ])
 def test_cli_bad_input_one_line(args, needle):
     out = _cli(*args)
     assert out.returncode == 2
     assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_assumption_override_changes_the_result():
+    base = ["simulate", "--synthetic", "20", "--rate", "inf", "--prompt-tokens", "512",
+            "--output-tokens", "16", "--cuts", "none", "--json"]
+    slow = _cli(*base, "--assume", "gemv_bw_efficiency=0.4", "--assume", "host_jitter_s=0")
+    fast = _cli(*base, "--assume", "host_jitter_s=0")
+    assert slow.returncode == fast.returncode == 0, slow.stderr + fast.stderr
+    assert json.loads(slow.stdout)["tokens_per_s"] < 0.8 * json.loads(fast.stdout)["tokens_per_s"]
 
 
 def test_cli_malformed_trace_names_line(tmp_path):

@@ -41,8 +41,9 @@ def _log2(n):
     return (n - 1).bit_length()
 
 
-def check_params(sets, ways, mshrs, rq_depth, max_retries, w):
-    """Raise ValueError naming the first bad parameter and its value."""
+def check_params(sets, ways, mshrs, rq_depth, max_retries, w, reserve=None):
+    """Raise ValueError naming the first bad parameter and its value; returns ``reserve``
+    resolved (``None`` -> ``ways // 8``, the policy model's default)."""
     if not isinstance(sets, int) or sets < 1 or sets > 1024 or sets & (sets - 1):
         raise ValueError(f"CDU: sets must be a power of 2 in 1..1024, got {sets!r}")
     if not isinstance(ways, int) or not 1 <= ways <= 16:
@@ -54,7 +55,12 @@ def check_params(sets, ways, mshrs, rq_depth, max_retries, w):
         raise ValueError(f"CDU: rq_depth must be an integer in 1..64, got {rq_depth!r}")
     if not isinstance(max_retries, int) or not 0 <= max_retries <= 7:
         raise ValueError(f"CDU: max_retries must be an integer in 0..7, got {max_retries!r}")
-
+    if reserve is None:
+        return ways // 8
+    if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve < ways:
+        raise ValueError(f"CDU: reserve must be an integer in 0..{ways - 1} (< ways), "
+                         f"got {reserve!r}")
+    return reserve
 
 
 def _tree_sum(terms):
@@ -79,6 +85,12 @@ class CDUCoreRTL(wiring.Component):
         Demand reads waiting for their data (ready queue).
     max_retries : 0..7
         An HBM read answered with ``err`` is re-sent up to this many times.
+    reserve : 0..ways-1, default ``ways // 8``
+        Ways per set kept from the keep class (``models/cdu.CDUCore``): a block that would
+        become keep (class 2) from a class below keep -- on allocation or on a class update
+        at a demand-read or write hit -- gets normal (1) instead when its set already holds
+        ``keep_cap = ways - reserve`` valid keep/pinned blocks (for an allocation not
+        counting the victim way).
 
     Timing: one operation is decided in the cycle it is valid on ``op`` if the ``txn``
     register is free (or being read), a free MSHR exists when it needs an HBM read and the
@@ -90,14 +102,16 @@ class CDUCoreRTL(wiring.Component):
     ``hbm_resp.ready`` is low only while a ``status`` beat waits to be read.
     """
 
-    def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None):
+    def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
+                 reserve=None):
         w = widths or Widths()
         try:
-            check_params(sets, ways, mshrs, rq_depth, max_retries, w)
+            reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, w, reserve)
         except ValueError:
             self._MustUse__silence = True      # a component that failed to build is not "unused"
             raise
         self.sets, self.ways, self.mshrs, self.rq_depth = sets, ways, mshrs, rq_depth
+        self.reserve, self.keep_cap = reserve, ways - reserve
         self.max_retries, self.widths = max_retries, w
         super().__init__({
             "op": In(stream.Signature(op_layout(w))),
@@ -198,7 +212,25 @@ class CDUCoreRTL(wiring.Component):
             return Array(lst)[idx] if len(lst) > 1 else lst[0]
 
         h_pf, h_pend, h_pid = at(s_pf, hway), at(s_pend, hway), at(s_pid, hway)
+        h_cls = at(s_cls, hway)
         v_pf = at(s_pf, vway)
+
+        # keep cap: valid keep/pinned ways of the set (class >= 2: the class's top bit); an
+        # allocation does not count the victim way it replaces. A keep request onto a block
+        # below keep is demoted to normal when the count reaches keep_cap (models/cdu.py
+        # CDUCore.effective_class).
+        held_hit = Signal(range(W + 1))
+        held_alloc = Signal(range(W + 1))
+        m.d.comb += [
+            held_hit.eq(_tree_sum(s_valid[i] & s_cls[i][1] for i in range(W))),
+            held_alloc.eq(_tree_sum(s_valid[i] & s_cls[i][1] & (vway != i) for i in range(W))),
+        ]
+        want_keep = op.cls == 2
+        alloc_cls, hit_cls = Signal(2), Signal(2)
+        m.d.comb += [
+            alloc_cls.eq(Mux(want_keep & (held_alloc >= self.keep_cap), 1, op.cls)),
+            hit_cls.eq(Mux(want_keep & ~h_cls[1] & (held_hit >= self.keep_cap), 1, op.cls)),
+        ]
         v_tag = {k: at([t[k] for t in s_tag], vway) for k in ("req", "layer", "block")}
 
         # ------------------------------------------------------------ decision
@@ -297,11 +329,11 @@ class CDUCoreRTL(wiring.Component):
                 with m.If(fire & (sidx == s)):
                     with m.If(hit & (hway == i) & ~isP):
                         with m.If(cls_nz):
-                            m.d.sync += cls[s][i].eq(op.cls)
+                            m.d.sync += cls[s][i].eq(hit_cls)
                         with m.If(isR):
                             m.d.sync += pf[s][i].eq(0)
                     with m.If(alloc & (vway == i)):
-                        m.d.sync += [valid[s][i].eq(1), cls[s][i].eq(op.cls), pf[s][i].eq(isP),
+                        m.d.sync += [valid[s][i].eq(1), cls[s][i].eq(alloc_cls), pf[s][i].eq(isP),
                                      pend[s][i].eq(hbm), pid[s][i].eq(new_id),
                                      ftag[s][i]["req"].eq(op.req), ftag[s][i]["layer"].eq(op.layer),
                                      ftag[s][i]["block"].eq(op.block)]

@@ -259,7 +259,8 @@ class FrontEndRTL(wiring.Component):
         b_int = Mux(g_cur < gA, g_cur, Mux(g_cur > gS, g_cur, gS))
         dem_b = Mux(ext, self.demand.p.block, b_int)
         dem_ok = Mux(ext, self.demand.valid, b_int < h_nb)
-        lim = head.base + i_dem + cfg.distance
+        # a streamed unit's reads do not move the prefetch window (models/cdu.FrontEnd)
+        lim = head.base + Mux(head.mode == MODE_STREAM, 0, i_dem) + cfg.distance
 
         # predictor update helpers (orow)
         o_nb = h_nb

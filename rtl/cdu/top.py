@@ -18,21 +18,24 @@ __all__ = ["CDU", "CDUBackEnd"]
 class CDUBackEnd(wiring.Component):
     """Operation runs in: :class:`~.intake.Intake` followed by :class:`~.core.CDUCoreRTL`.
 
-    Parameters are those of :class:`~.core.CDUCoreRTL`. Ports: ``desc`` in; ``txn``,
+    Parameters are those of :class:`~.core.CDUCoreRTL` (``reserve``: ways per set kept
+    from the keep class, default ``ways // 8``; ``params`` holds it resolved). Ports: ``desc`` in; ``txn``,
     ``hbm_req``, ``ready``, ``status`` out; ``hbm_resp`` in; ``counters`` and the register
     read port ``reg_addr``/``reg_data`` (see ``docs/cdu.md``); sticky ``bad_desc`` and
     ``bad_resp``; ``idle`` (nothing in flight, all queues empty).
     """
 
-    def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None):
+    def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
+                 reserve=None):
         self.widths = widths or Widths()
         try:
-            check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths)
+            reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths,
+                                   reserve)
         except ValueError:
             self._MustUse__silence = True
             raise
         self.params = dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth,
-                           max_retries=max_retries)
+                           max_retries=max_retries, reserve=reserve)
         self._core = CDUCoreRTL(widths=self.widths, **self.params)
         w = self.widths
         super().__init__({
@@ -72,17 +75,19 @@ class CDU(wiring.Component):
     """
 
     def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
-                 **front):
+                 reserve=None, **front):
         self.widths = widths or Widths()
         try:
-            check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths)
-            self._back = CDUBackEnd(sets, ways, mshrs, rq_depth, max_retries, self.widths)
+            reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths,
+                                   reserve)
+            self._back = CDUBackEnd(sets, ways, mshrs, rq_depth, max_retries, self.widths,
+                                    reserve)
             self._front = FrontEndRTL(self.widths, frames=sets * ways, **front)
         except (ValueError, TypeError):
             self._MustUse__silence = True
             raise
         self.params = dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth,
-                           max_retries=max_retries)
+                           max_retries=max_retries, reserve=reserve)
         self.front = self._front
         w = self.widths
         super().__init__({

@@ -10,15 +10,57 @@ from tricut.models.cdu import (
 from tricut.sim.cdu_replay import HbmModel, compare_rtl, ops_to_descs, run_rtl  # noqa: F401
 from tricut.rtl.cdu.layouts import KIND
 
-PARAMS = dict(sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2)
+#: reserve=1 of 2 ways: keep_cap = 1, so keep-class traffic hits the keep cap all the time
+#: (the default, ways // 8 = 0, never caps 2 ways; other geometries in the tests use it)
+PARAMS = dict(sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, reserve=1)
 KIND_NAME = {v: k for k, v in KIND.items()}
 
 
-def model_of(ops, sets, ways, **_):
-    core = CDUCore(sets, ways)
+def model_of(ops, sets, ways, reserve=None, **_):
+    core = CDUCore(sets, ways, reserve=reserve)
     for o in ops:
         core.apply(o)
     return core
+
+
+class CapProbe(CDUCore):
+    """The policy model, recording what the keep cap did: ``events`` counts
+    ``(kind, "alloc" | "hit")`` demotions of a keep request to normal, and
+    ``("skip", kind)`` allocations whose keep was kept only because the victim way is not
+    counted (with it the set would have reached keep_cap)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.events, self._kind = {}, None
+
+    def apply(self, op):
+        self._kind = op.kind
+        return super().apply(op)
+
+    def effective_class(self, s, cls, skip=-1, current=CLASS_STREAM):
+        got = super().effective_class(s, cls, skip, current)
+        if got != cls:
+            key = (self._kind, "alloc" if skip >= 0 else "hit")
+            self.events[key] = self.events.get(key, 0) + 1
+        elif cls == CLASS_KEEP and current < CLASS_KEEP and skip >= 0:
+            e = self.entries[s][skip]
+            held = sum(1 for x in self.entries[s] if x is not None and x["cls"] >= CLASS_KEEP)
+            if e is not None and e["cls"] >= CLASS_KEEP and held >= self.keep_cap:
+                key = ("skip", self._kind)
+                self.events[key] = self.events.get(key, 0) + 1
+        return got
+
+
+def cap_events(ops, sets, ways, reserve=None, **_):
+    """:class:`CapProbe` events of the model run of ``ops``."""
+    core = CapProbe(sets, ways, reserve=reserve)
+    for o in ops:
+        core.apply(o)
+    return core.events
+
+
+#: every place the keep cap applies: keep allocation by R, P, W; keep promotion at R, W hits
+CAP_PLACES = {("R", "alloc"), ("P", "alloc"), ("W", "alloc"), ("R", "hit"), ("W", "hit")}
 
 
 def pattern_ops(pattern, policy, seed, steps=3, reqs=2, layers=2, distance=3, frames=8):
@@ -65,6 +107,39 @@ def edge_ops():
         Op("P", 2, 0, 11, CLASS_NORMAL, False),     # evicts an unused prefetch (useless)
         Op("R", 2, 0, 11, CLASS_NORMAL, False), Op("R", 2, 0, 11, CLASS_NORMAL, False),
     ] + [Op("R", 3, 1, b, CLASS_NORMAL, False) for b in range(10)]   # miss burst > MSHRs
+
+
+def keep_cap_ops():
+    """Named keep-cap edge cases in one stream, for sets=4, ways=2, reserve=1 (keep_cap 1;
+    blocks 0, 4, 8, ... of request 0 layer 0 share set 0). Each demotion is visible in a
+    later victim choice (a normal block goes before a keep one). Under reserve=0 the same
+    stream allocates keep blocks into a set full of keep blocks (victim not counted)."""
+    K, N, P = CLASS_KEEP, CLASS_NORMAL, CLASS_PIN
+    return [
+        Op("R", 0, 0, 0, K, False),     # keep alloc: set 0 holds 1 keep block = keep_cap
+        Op("R", 0, 0, 4, K, False),     # keep miss-alloc into the free way: demoted
+        Op("R", 0, 0, 8, N, False),     # victim 4 (normal), not 0 (keep, older)
+        Op("R", 0, 0, 8, K, False),     # keep promotion at a read hit: demoted
+        Op("P", 0, 0, 12, N, False),    # victim 8 (normal), although 0 is older
+        Op("W", 0, 0, 12, K, False),    # keep promotion at a write hit: demoted
+        Op("R", 0, 0, 4, N, False),     # victim 12
+        Op("R", 0, 0, 0, N, False),     # keep -> normal: set 0 holds no keep block
+        Op("R", 0, 0, 4, K, False),     # promotion allowed (0 < keep_cap)
+        Op("W", 0, 0, 16, K, True),     # fresh keep write-alloc: victim 0, demoted
+        Op("P", 0, 0, 0, K, False),     # keep prefetch: victim 16, demoted
+        Op("R", 0, 0, 0, P, False),     # pin is never capped; pinned counts as held
+        Op("R", 0, 0, 8, K, False),     # victim 4 (the only unpinned, keep): held 1 -> demoted
+        Op("R", 0, 0, 8, K, False),     # promotion at a hit, pinned block in the set: demoted
+        Op("R", 0, 0, 12, N, False),    # victim 8
+        Op("R", 0, 0, 0, K, False),     # pin -> keep (already >= keep: not capped)
+        Op("R", 0, 0, 12, K, False),    # promotion, set holds a keep block: demoted
+        Op("R", 0, 0, 4, N, False),     # victim 12, not 0
+        Op("R", 0, 0, 20, K, False),    # keep alloc over normal victim 4: demoted
+        Op("R", 0, 0, 24, K, False),    # ... over 20
+        Op("R", 0, 0, 24, N, False), Op("R", 0, 0, 28, N, False),
+        Op("W", 1, 0, 3, K, True), Op("P", 1, 0, 7, K, False),   # set 0: 949 + 3 = 952 % 4
+        Op("R", 1, 0, 11, K, False), Op("W", 1, 0, 15, K, True), Op("R", 1, 0, 3, N, False),
+    ]
 
 
 compare = compare_rtl

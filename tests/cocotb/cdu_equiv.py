@@ -151,3 +151,16 @@ async def persistent_errors_reported(dut):
     assert {s[1:] for s in got["status"]} == bad
     assert [r[4] for r in got["ready"]] == [1, 0, 1, 1, 0]
     assert got["idle"]
+
+
+@cocotb.test()
+async def keep_cap_edge_cases(dut):
+    """A set holding keep_cap keep blocks: keep allocations (R, P, W) and keep promotions
+    (R, W hits) demoted to normal, equal to the model (B.PARAMS: reserve=1 of 2 ways)."""
+    await start(dut)
+    ops = B.keep_cap_ops()
+    assert set(B.cap_events(ops, **B.PARAMS)) == B.CAP_PLACES
+    for seed, p in ((0, 1.0), (4, 0.4)):
+        got = await run(dut, B.ops_to_descs(ops), seed, p_valid=p, p_ready=p,
+                        max_latency=1 if p == 1.0 else 30)
+        B.compare(ops, got, **B.PARAMS)

@@ -122,13 +122,17 @@ async def start(dut):
 @cocotb.test()
 async def every_pattern_and_policy_equal_model(dut):
     await start(dut)
+    capped = set()
     for n, (pattern, policy) in enumerate((p, q) for p in B.PATTERNS for q in B.POLICIES):
         ops, front = B.fe_vectors(B.random_steps(300 + n, steps=4), pattern, policy, seed=n)
         assert front["lookahead"] < B.FE_PARAMS["units"]
+        capped |= set(B.cap_events(ops, **B.PARAMS))
         rng = random.Random(n)
         err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
         got = await run(dut, front, n, p_valid=0.6, p_ready=0.6, err=err)
         B.compare(ops, got, **B.PARAMS)
+    # B.PARAMS reserve=1: the front end's keep traffic hits the keep cap at all five places
+    assert capped == B.CAP_PLACES, capped
 
 
 @cocotb.test()
