@@ -18,8 +18,8 @@ it understates prefetch hits unless the scaled frame count is well above that; t
 :func:`replay_rtl` (for ``--rtl``) drives the step descriptors (and ``topk`` demand lists)
 into the whole RTL of a small instance -- front end, intake, core -- and compares it with
 the model transaction by transaction (:func:`run_rtl`, :func:`compare_rtl`);
-:func:`run_frontend_rtl` / :func:`compare_ops` check the RTL front end alone op by op;
-:func:`figures` reproduces the docs table.
+:func:`run_frontend_rtl` / :func:`compare_ops` check the RTL front end alone op by op.
+``benchmarks/cdu_figures.py`` reproduces the docs tables.
 
 Every argument error is a :class:`ValueError` with a one-line message.
 """
@@ -37,7 +37,7 @@ from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_mod
 __all__ = ["replay", "replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
            "run_frontend_rtl", "compare_ops", "frontend_reference",
            "frontend_reference_lookahead", "step_beats", "demand_beats", "fe_config",
-           "RtlMismatch", "COUNTER_KEYS", "figures", "figures_markdown", "FIGURE_CASES"]
+           "RtlMismatch", "COUNTER_KEYS"]
 
 COUNTER_KEYS = ("accesses", "hits", "misses", "prefetch_issued", "prefetch_useful",
                 "prefetch_late", "prefetch_useless", "evictions", "hbm_read_bytes",
@@ -52,7 +52,7 @@ def _pos_int(name, v):
 def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
            kv_dtype="bf16", seed=0, *, trace=None, context=4096, contexts=None,
            gpu="h100-sxm5", ways=16, distance=None, layers=None, hints="auto",
-           pattern_args=None, return_core=False, engine="golden"):
+           pattern_args=None, return_core=False, engine="golden", reserve=None):
     """Counters of one replay (see the module docstring).
 
     ``pattern`` is one of ``full, window, topk, reread``, or a path to an access-trace JSONL
@@ -62,7 +62,7 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
     ``contexts`` (a list, one per request) overrides ``batch`` x ``context``.
     ``engine``: ``golden`` (the policy model, :func:`tricut.models.cdu.run`) or ``fast`` (its
     exact compiled twin, :func:`tricut.sim.cdu_fast.run_fast`; adds ``txn_checksum``; no
-    ``return_core``).
+    ``return_core``). ``reserve``: ways per set kept from the keep class (default ways // 8).
     """
     if engine not in ("golden", "fast"):
         raise ValueError(f"unknown replay engine {engine!r}; choose golden or fast")
@@ -153,57 +153,20 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
         core = None
         out = run_fast(descs, demand, policy, sets, ways_eff, distance=distance,
                        block_bytes=block_bytes, token_bytes=token_bytes, latency=latency,
-                       pattern=pat if trace is None else None)
+                       pattern=pat if trace is None else None, reserve=reserve)
     else:
         core = run(descs, demand, policy, sets, ways_eff, distance=distance,
                    block_bytes=block_bytes, token_bytes=token_bytes, latency=latency,
-                   keep_txns=return_core)
+                   keep_txns=return_core, reserve=reserve)
         out = core.counters()
     out.update(model=model.name, policy=policy, pattern=pattern or str(trace), l2_mb=l2_mb,
                kv_dtype=kv_dtype, block_bytes=block_bytes, sets=sets, ways=ways_eff,
                latency_blocks=latency, distance=distance, layers_simulated=layers,
+               reserve=ways_eff // 8 if reserve is None else reserve,
                steps=len(descs))
     if return_core:
         return out, core
     return out
-
-
-#: The configurations of the figures in docs/cdu.md (all layers simulated, no sampling).
-FIGURE_CASES = (
-    [("llama-3-8b", c, b, 50) for c, b in ((4096, 1), (4096, 16), (4096, 64), (32768, 1),
-                                             (32768, 16), (131072, 1))]
-    + [("llama-3-70b", c, b, 50) for c, b in ((4096, 1), (4096, 16), (32768, 1), (131072, 1))]
-    + [("llama-3-8b", 4096, 1, l2) for l2 in (256, 1024)]
-)
-
-
-def figures(cases=FIGURE_CASES, patterns=("full", "window", "topk", "reread"),
-            policies=("disabled", "static", "adaptive"), steps=3, seed=0, out=None):
-    """Run :func:`replay` over ``cases`` (model, context, batch, l2_mb); returns rows (dicts)
-    and, if ``out`` is a path, appends each row to it as a JSON line as it finishes."""
-    import json
-    import time
-    rows = []
-    for model, ctx, batch, l2 in cases:
-        for pat in patterns:
-            base = None
-            for pol in policies:
-                t0 = time.time()
-                c = replay(model, pat, pol, l2, steps=steps, batch=batch, context=ctx, seed=seed)
-                if pol == "disabled":
-                    base = c["hbm_read_bytes"]
-                row = {k: c[k] for k in ("model", "pattern", "policy", "l2_mb", "accesses", "hits",
-                                         "hits_reuse", "misses", "prefetch_issued",
-                                         "prefetch_useful", "prefetch_late", "prefetch_useless",
-                                         "hbm_read_bytes", "hbm_write_bytes", "hit_rate",
-                                         "reuse_hit_rate", "accuracy", "coverage", "frames")}
-                row.update(context=ctx, batch=batch, steps=steps, seconds=round(time.time() - t0, 1),
-                           hbm_read_vs_disabled=(c["hbm_read_bytes"] / base if base else None))
-                rows.append(row)
-                if out is not None:
-                    with open(out, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-    return rows
 
 
 # --------------------------------------------------------------------------- RTL replay
@@ -514,21 +477,6 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
                hbm_write_bytes=got["counters"]["writes"] * token_bytes,
                rtl_cycles=got["cycles"], ops=len(ops), layers_simulated=layers)
     return out
-
-
-def figures_markdown(rows):
-    """The docs/cdu.md table of :func:`figures` rows."""
-    head = ("| model | context | batch | L2 MB | pattern | policy | hit rate | reuse hit | accuracy "
-            "| coverage | late | HBM read / disabled | HBM read GB |")
-    lines = [head, "|" + "---|" * 13]
-    for r in rows:
-        late = r["prefetch_late"] / r["prefetch_useful"] if r["prefetch_useful"] else 0.0
-        lines.append(
-            f"| {r['model']} | {r['context'] // 1024}K | {r['batch']} | {r['l2_mb']} | "
-            f"{r['pattern']} | {r['policy']} | {r['hit_rate']:.1%} | {r['reuse_hit_rate']:.1%} | "
-            f"{r['accuracy']:.1%} | {r['coverage']:.1%} | {late:.1%} | "
-            f"{r['hbm_read_vs_disabled']:.2f} | {r['hbm_read_bytes'] / 1e9:.1f} |")
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- RTL front end

@@ -105,14 +105,15 @@ def cmd_cdu_replay(args) -> int:
         try:
             counters = replay_rtl(args.model, source, args.policy, steps=args.steps,
                                   batch=args.batch, kv_dtype=args.kv_dtype, seed=args.seed,
-                                  context=args.context)
+                                  context=args.context, reserve=args.reserve)
         except RtlMismatch as e:
             print(f"tricut: error: CDU RTL differs from the policy model: {e}", file=sys.stderr)
             return 1
     else:
         counters = replay(args.model, source, args.policy, args.l2_mb, args.steps, args.batch,
                           args.kv_dtype, args.seed, context=args.context,
-                          hints="dsu" if args.dsu_hints else "auto")
+                          hints="dsu" if args.dsu_hints else "auto", engine=args.engine,
+                          reserve=args.reserve)
     if args.json:
         print(json.dumps(counters, indent=2))
         return 0
@@ -229,7 +230,13 @@ def add_commands(sub) -> None:
     p.add_argument("--context", type=int, default=4096, help="tokens per request at the start (default: 4096)")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--dsu-hints", action="store_true",
-                   help="apply the DSU's residency hints (long contexts kept, short ones streamed)")
+                   help="apply the DSU's residency hints (contexts < 4096 tokens streamed, the others "
+                        "left to the policy)")
+    p.add_argument("--reserve", type=int, default=None,
+                   help="ways per set kept from the keep class for the prefetch stream (default: ways // 8)")
+    p.add_argument("--engine", choices=("fast", "golden"), default="fast",
+                   help="fast: the policy model's exact compiled twin (default; same transactions, "
+                        "tests/test_cdu_fast.py); golden: models/cdu.py itself, ~100x slower")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rtl", action="store_true", help="run through the RTL and compare with the model")
     p.add_argument("--json", action="store_true")

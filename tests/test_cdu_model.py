@@ -401,12 +401,3 @@ def test_replay_sizing(dtype, block, frames):
     assert c["block_bytes"] == block and c["frames"] == frames
     assert c["latency_blocks"] == -(-500e-9 * 3.35e12 // block) and c["distance"] == c["latency_blocks"] + 4
     assert c["hbm_write_bytes"] == 32 * block / 16            # one token per layer
-
-
-def test_figures_rows_and_table():
-    from tricut.sim.cdu_replay import figures, figures_markdown
-    rows = figures(cases=[("tiny", 200, 2, 0.05)], patterns=("window",), steps=2)
-    assert [r["policy"] for r in rows] == ["disabled", "static", "adaptive"]
-    assert rows[0]["hbm_read_vs_disabled"] == 1.0
-    table = figures_markdown(rows)
-    assert table.count("\n") == 4 and "| tiny | 0K | 2 | 0.05 | window | adaptive |" in table
