@@ -47,11 +47,13 @@ POLICIES = ("adaptive", "static", "disabled")
 @dataclass(frozen=True)
 class CduStep:
     """Block reads of one step over all layers: demand ``accesses``, ``hits`` (allocation
-    state, as the CDU counts them) and ``reuse`` (hits on blocks resident from the previous
-    step: the only ones that save an HBM read)."""
+    state, as the CDU counts them), ``reuse`` (hits on blocks resident from the previous
+    step: the only ones that save an HBM read) and ``prefetches`` (prefetch operations the
+    front end sends to the core, issued or redundant: every predicted block)."""
     accesses: float
     hits: float
     reuse: float
+    prefetches: float = 0.0
 
 
 def _mean_min_binomial(n: int, p: float, cap: int) -> float:
@@ -125,7 +127,7 @@ class CduReduction:
         if not cached:
             return CduStep(accesses, 0.0, 0.0)
         if hits <= self.frames:
-            return CduStep(accesses, hits, hits)      # the working set fits: nothing is evicted
+            return CduStep(accesses, hits, hits, hits)   # the working set fits: nothing is evicted
         if self.policy == "static":
             # each unit (request, layer) keeps 1 + 8 blocks in as many sets: per set, one
             # Bernoulli(9 / sets) draw per unit
@@ -141,7 +143,7 @@ class CduReduction:
                 math.ceil(1024 * self.keep_budget / hits) / 1024
             n, p = round(hits / self.sets), share
         reuse = min(n * p * self.sets, self.sets * _mean_min_binomial(n, p, self.keep_cap))
-        return CduStep(accesses, hits, reuse)
+        return CduStep(accesses, hits, reuse, hits)
 
 
 def against_block_model(contexts, red: CduReduction, engine="fast", steps=5, warm=3, reserve=None):
@@ -149,7 +151,8 @@ def against_block_model(contexts, red: CduReduction, engine="fast", steps=5, war
     its exact twin ``sim/cdu_fast.py``) against this reduction, for requests of
     ``contexts[i] + t + 1`` tokens at step t with the DSU's hints, reading every block: the
     counters of steps ``warm .. steps-1``. Returns (hit rate, reduced hit rate, HBM block reads
-    per access, reduced HBM block reads per access)."""
+    per access, reduced HBM block reads per access); raises AssertionError if the demand reads
+    differ or the prefetch operations (the CDU's work) differ by more than 1 % of them."""
     from tricut.models.cdu import Pattern, SlotDesc, StepDesc, dsu_hints, run
     from tricut.sim.cdu_fast import run_fast
 
@@ -169,11 +172,15 @@ def against_block_model(contexts, red: CduReduction, engine="fast", steps=5, war
         return run_fast(descs, demand, red.policy, red.sets, red.ways, pattern=pattern, **kw)
 
     end, start = counters(steps), counters(warm)
-    got = {k: end[k] - start[k] for k in ("accesses", "hits", "misses", "prefetch_issued")}
+    got = {k: end[k] - start[k] for k in ("accesses", "hits", "misses", "prefetch_issued",
+                                           "prefetch_requests")}
     want = [red.step([c + t + 1 for c in contexts], [h == "auto" for h in hints])
             for t in range(warm, steps)]
     acc = got["accesses"]
     if acc != sum(x.accesses for x in want):
         raise AssertionError("the reduction counts different demand reads than the block model")
+    if abs(got["prefetch_requests"] - sum(x.prefetches for x in want)) > 0.01 * acc:
+        raise AssertionError(f"prefetch operations: block model {got['prefetch_requests']}, "
+                             f"reduction {sum(x.prefetches for x in want)}")
     return (got["hits"] / acc, sum(x.hits for x in want) / acc,
             (got["misses"] + got["prefetch_issued"]) / acc, 1 - sum(x.reuse for x in want) / acc)

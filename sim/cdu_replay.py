@@ -579,6 +579,27 @@ def demand_beats(lists):
     return [dict(block=b, last=int(n == len(d) - 1)) for d in lists for n, b in enumerate(d)]
 
 
+#: the RTL front end instance of the cycle measurements: 4 slots x 8 layers, 4 entries
+CYCLE_FE_PARAMS = dict(slot_bits=2, max_slots=4, max_layers=8, entries=4, max_demand=16)
+
+
+def frontend_cycles(descs, policy, distance=4, frames=8):
+    """Run the RTL front end on DSU step descriptors with the ``full`` pattern and no idle or
+    backpressure; returns (the model's op counts ``{"R", "P", "W"}``, RTL cycles less the
+    one-time predictor clear after reset). The ops are checked equal to the model's."""
+    pat = Pattern("full")
+    entries = CYCLE_FE_PARAMS["entries"]
+    ops, lists, deep = frontend_reference_lookahead(
+        descs, lambda st, sd, ly: pat.blocks(st.step, sd.request, ly, sd.seq_len),
+        policy, frames, distance, entries)
+    params = dict(CYCLE_FE_PARAMS, units=max(16, deep + 1), frames=frames)
+    got = run_frontend_rtl(step_beats(descs), lists, fe_config(policy, "full", distance, pat),
+                           params, p_valid=1, p_ready=1)
+    compare_ops(ops, got)
+    clear = 2 ** (params["slot_bits"] + math.ceil(math.log2(params["max_layers"])))
+    return {k: sum(1 for o in ops if o.kind == k) for k in "RPW"}, got["cycles"] - clear
+
+
 def run_frontend_rtl(beats, lists, config, params=None, seed=0, p_valid=0.7, p_ready=0.7,
                      timeout=100000):
     """Drive step beats and demand lists into a :class:`FrontEndRTL` in Amaranth's simulator

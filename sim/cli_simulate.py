@@ -192,7 +192,8 @@ def _emit(args, rows: dict[str, dict]) -> None:
         print(buf.getvalue(), end="")
     else:
         labels = list(rows)
-        keys = list(KEY_COLUMNS) + ["l2_reuse_rate", "sm_utilisation", "te_utilisation", "dsu_utilisation", "mean_batch", "failed"]
+        keys = list(KEY_COLUMNS) + ["l2_reuse_rate", "sm_utilisation", "te_utilisation", "cdu_utilisation",
+                                    "dsu_utilisation", "mean_batch", "failed"]
         width = max(len(k) for k in keys)
         cols = [[_fmt(k, rows[lab][k]) for k in keys] for lab in labels]
         cw = [max(len(lab), *(len(c) for c in col)) for lab, col in zip(labels, cols)]

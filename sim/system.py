@@ -55,7 +55,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
             heapq.heappush(ready, (first, r.id))
     t = 0.0
     rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
-    busy = {"sm": 0.0, "te": 0.0, "sched": 0.0, "l2": 0.0, "l2_reuse": 0.0, "kv": 0.0}
+    busy = {"sm": 0.0, "te": 0.0, "cdu": 0.0, "sched": 0.0, "l2": 0.0, "l2_reuse": 0.0, "kv": 0.0}
     retired = 0    # requests whose slots the previous round's completions freed
     while ready or not model.idle:
         while ready and ready[0][0] <= t:
@@ -94,6 +94,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         rows["batch"].append(len(batch))
         busy["sm"] += st.sm_busy_s
         busy["te"] += st.te_busy_s
+        busy["cdu"] += st.cdu_busy_s
         busy["sched"] += st.sched_s
         busy["l2"] += st.l2_kv_bytes
         busy["l2_reuse"] += st.l2_reuse_bytes
@@ -117,6 +118,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         min_step_over_floor=float((dt / floor).min()) if len(dt) else float("nan"),
         sm_utilisation=busy["sm"] / decode_time if decode_time else 0.0,
         te_utilisation=busy["te"] / decode_time if decode_time else 0.0,
+        cdu_utilisation=busy["cdu"] / decode_time if decode_time else 0.0,
         dsu_utilisation=(busy["sched"] / decode_time if decode_time and "dsu" in step_model.cuts else 0.0),
         mean_batch=float(np.mean(rows["batch"])) if rows["batch"] else 0.0,
         rollbacks=model.rollbacks,

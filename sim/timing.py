@@ -103,6 +103,21 @@ class UnitTiming:
         terms = self.dsu_round_terms(active, admitted, retired, blocked)
         return sum(c * t for c, t in zip(coefs, terms))
 
+    cdu_clock_hz: float = 1.98e9
+    #: CDU front-end cycles beyond one per operation (R, P, W): per (slot, layer) unit and per
+    #: step-descriptor beat, least-squares fits to the RTL front end (``full`` pattern, no
+    #: stalls): ``.venv/bin/python benchmarks/cdu_cycles_fit.py``. Columns: policy,
+    #: per_unit, per_beat.
+    cdu_fit: tuple = (("disabled", 4.55, 1.79), ("static", 4.55, 1.79), ("adaptive", 9.55, 1.79))
+
+    def cdu_step_cycles(self, reads: float, prefetches: float, units: int, beats: int,
+                        policy: str) -> float:
+        """CDU front-end cycles of one step: one per demand read, prefetch and new-token
+        write (one write per unit), plus the fitted per-unit and per-beat costs. The core
+        decides one operation per cycle behind it, so this is the CDU's time per step."""
+        per_unit, per_beat = next(row[1:] for row in self.cdu_fit if row[0] == policy)
+        return reads + prefetches + units * (1 + per_unit) + beats * per_beat
+
     def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
         """Cycles of ``jobs`` TE jobs (one request, layer and KV head each) streaming ``n``
         tokens in all: ``models.te.te_cycles`` is ``fill + n × per_token`` with
@@ -126,6 +141,7 @@ class StepTiming:
     sm_busy_s: float
     te_busy_s: float
     sched_s: float
+    cdu_busy_s: float = 0.0   # the CDU pipeline's time for this step's block operations
 
 
 @dataclass
@@ -197,6 +213,11 @@ class StepModel:
         l2_kv = kv_read * cdu.hits / cdu.accesses if cdu and cdu.accesses else 0.0
         l2_reuse = kv_read * cdu.reuse / cdu.accesses if cdu and cdu.accesses else 0.0
         hbm_kv = kv_read - l2_reuse
+        # the CDU's own pipeline: every block op of the step passes its front end and core
+        cdu_t = 0.0
+        if cdu is not None:
+            cdu_t = u.cdu_step_cycles(cdu.accesses, cdu.prefetches, batch * m.num_layers,
+                                      1 + batch + m.num_layers, self.policy) / u.cdu_clock_hz
         kv_write = batch * self.kv_token_bytes
         hbm_read = self.weight_bytes + hbm_kv
         bw = g.hbm_bandwidth
@@ -218,11 +239,12 @@ class StepModel:
             te_t = te_cycles / u.te_clock_hz
             mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)
             l2_t = l2_kv / a.l2_bandwidth
-            busy = max(gemv_t, te_t, mem_t, l2_t)
+            busy = max(gemv_t, te_t, mem_t, l2_t, cdu_t)
             sm_busy, te_busy = gemv_t, te_t
             core_t = busy + comm_t
         else:
-            attn_t = max((hbm_kv + kv_write) / (bw * a.sm_attention_bw_efficiency), l2_kv / a.l2_bandwidth)
+            attn_t = max((hbm_kv + kv_write) / (bw * a.sm_attention_bw_efficiency), l2_kv / a.l2_bandwidth,
+                         cdu_t)
             core_t = gemv_t + attn_t + m.num_layers * a.kernel_overhead_s + comm_t
             sm_busy, te_busy = gemv_t + attn_t, 0.0
         sched = self.sched_time(batch, degraded, rng, active, cap, profile, admitted, retired,
@@ -232,7 +254,7 @@ class StepModel:
         if total < floor * (1 - 1e-12):
             raise PhysicsViolation(f"step of {total:.3e} s beats the bandwidth floor {floor:.3e} s")
         return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
-                          sched)
+                          sched, cdu_t)
 
     def prefill_time(self, prompt: int) -> float:
         """Disaggregated prefill pool (one TP group like this one, uncontended): GEMM compute

@@ -1,4 +1,5 @@
-"""Calibration: the fast model's per-unit cycles agree with the RTL on small shapes (≤ 2 %)."""
+"""Calibration: the fast model's per-unit cycles agree with the RTL on small shapes (≤ 2 %):
+TE engine cycles, CDU front-end cycles, DSU scheduling-round cycles."""
 
 import numpy as np
 import pytest
@@ -53,3 +54,29 @@ def test_dsu_round_cycles_fast_model_vs_rtl(profile, cap):
     # blocked head) is 9-24 % low on this schedule, far outside the 2 % above
     steady = sum(units.dsu_round_cycles(x["active"], cap, profile) for x in rounds)
     assert steady < 0.95 * measured, (steady, measured)
+
+
+@pytest.mark.parametrize("policy", ["disabled", "static", "adaptive"])
+def test_cdu_cycles_fast_model_vs_rtl(policy):
+    """The CDU front end in RTL (full pattern, no stalls) on shapes not used by the fit
+    (benchmarks/cdu_cycles_fit.py), against ``UnitTiming.cdu_step_cycles`` with the op counts
+    the system model's reduction gives (reads = every block, prefetches = every cached block,
+    one write per unit)."""
+    from tricut.models.cdu import SlotDesc, StepDesc
+    from tricut.sim.cdu_reduction import CduReduction
+    from tricut.sim.cdu_replay import frontend_cycles
+
+    units = UnitTiming()
+    for slots, layers, steps, ctx in ((2, 2, 3, 250), (3, 2, 2, 500), (1, 3, 2, 700)):
+        descs = [StepDesc(t, tuple(SlotDesc(i, i, ctx + 37 * i + t) for i in range(slots)),
+                          tuple(range(layers))) for t in range(steps)]
+        counts, cycles = frontend_cycles(descs, policy)
+        red = CduReduction(policy, 64, 16, 4, layers)      # op counts do not depend on sizing
+        predicted = 0.0
+        for st in descs:
+            c = red.step([sd.seq_len for sd in st.slots], [1] * slots)
+            predicted += units.cdu_step_cycles(c.accesses, c.prefetches, slots * layers,
+                                               1 + slots + layers, policy)
+        assert counts["R"] == sum(red.step([sd.seq_len for sd in st.slots], [1] * slots).accesses
+                                  for st in descs)
+        assert abs(predicted - cycles) / cycles <= 0.02, (slots, layers, steps, ctx, predicted, cycles)
