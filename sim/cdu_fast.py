@@ -159,6 +159,38 @@ def _eff_cls(cls, s, W, ekey, nvalid, skip, current, keep_cap):
 
 
 @njit(cache=True, boundscheck=True, inline="always")
+def _fill(s, W, tag, cls, pf, ready, keep_cap, tags, ekey, epf, eready, nvalid, C, clock, occ,
+          peak):
+    """golden CDUCore._allocate into set s: victim, eviction counters, the new entry with its
+    effective class. Returns (allocated, victim tag, has victim, clock, occupancy, peak)."""
+    w = _victim(s, W, ekey, nvalid)
+    if w < 0:
+        return False, 0, 0, clock, occ, peak
+    i = s * W + w
+    vtag = 0
+    hasv = 0
+    if w < nvalid[s]:
+        vtag = tags[i]
+        hasv = 1
+        C[C_EVICT] += 1
+        if epf[i]:
+            C[C_PFUSELESS] += 1
+    else:
+        nvalid[s] += 1
+        occ += 1
+    ec = _eff_cls(cls, s, W, ekey, nvalid, w, 0, keep_cap)
+    tags[i] = tag
+    epf[i] = pf
+    eready[i] = ready
+    clock += 1
+    ekey[i] = (ec << 56) | clock
+    C[C_FILLS] += 1
+    if occ > peak:
+        peak = occ
+    return True, vtag, hasv, clock, occ, peak
+
+
+@njit(cache=True, boundscheck=True, inline="always")
 def _in_sorted(arr, lo, hi, x):
     """x in arr[lo:hi] (ascending)."""
     while lo < hi:
@@ -472,28 +504,9 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
         else:
             ok = False
             if fresh and cls != 0:
-                w = _victim(s, W, ekey, nvalid)
-                if w >= 0:
-                    ok = True
-                    i = s * W + w
-                    if w < nvalid[s]:
-                        vtag = tags[i]
-                        hasv = 1
-                        C[C_EVICT] += 1
-                        if epf[i]:
-                            C[C_PFUSELESS] += 1
-                    else:
-                        nvalid[s] += 1
-                        occ += 1
-                    ec = _eff_cls(cls, s, W, ekey, nvalid, w, 0, keep_cap)
-                    tags[i] = tag
-                    epf[i] = 0
-                    eready[i] = now
-                    clock += 1
-                    ekey[i] = (ec << 56) | clock
-                    C[C_FILLS] += 1
-                    if occ > peak:
-                        peak = occ
+                ok, vtag, hasv, clock, occ, peak = _fill(
+                    s, W, tag, cls, 0, now, keep_cap, tags, ekey, epf, eready,
+                    nvalid, C, clock, occ, peak)
             if ok:
                 res = 7
                 C[C_WALLOC] += 1
@@ -558,28 +571,9 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
                     else:
                         ok = False
                         if pcls != 0:
-                            w = _victim(ps, W, ekey, nvalid)
-                            if w >= 0:
-                                ok = True
-                                i = ps * W + w
-                                if w < nvalid[ps]:
-                                    vtag = tags[i]
-                                    hasv = 1
-                                    C[C_EVICT] += 1
-                                    if epf[i]:
-                                        C[C_PFUSELESS] += 1
-                                else:
-                                    nvalid[ps] += 1
-                                    occ += 1
-                                ec = _eff_cls(pcls, ps, W, ekey, nvalid, w, 0, keep_cap)
-                                tags[i] = ptag
-                                epf[i] = 1
-                                eready[i] = now + latency
-                                clock += 1
-                                ekey[i] = (ec << 56) | clock
-                                C[C_FILLS] += 1
-                                if occ > peak:
-                                    peak = occ
+                            ok, vtag, hasv, clock, occ, peak = _fill(
+                                ps, W, ptag, pcls, 1, now + latency, keep_cap, tags, ekey, epf, eready,
+                                nvalid, C, clock, occ, peak)
                         if ok:
                             res = 3
                             hbm = 1
@@ -632,28 +626,9 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
                 hbm = 1
                 ok = False
                 if cls != 0:
-                    w = _victim(s, W, ekey, nvalid)
-                    if w >= 0:
-                        ok = True
-                        i = s * W + w
-                        if w < nvalid[s]:
-                            vtag = tags[i]
-                            hasv = 1
-                            C[C_EVICT] += 1
-                            if epf[i]:
-                                C[C_PFUSELESS] += 1
-                        else:
-                            nvalid[s] += 1
-                            occ += 1
-                        ec = _eff_cls(cls, s, W, ekey, nvalid, w, 0, keep_cap)
-                        tags[i] = tag
-                        epf[i] = 0
-                        eready[i] = now + latency
-                        clock += 1
-                        ekey[i] = (ec << 56) | clock
-                        C[C_FILLS] += 1
-                        if occ > peak:
-                            peak = occ
+                    ok, vtag, hasv, clock, occ, peak = _fill(
+                        s, W, tag, cls, 0, now + latency, keep_cap, tags, ekey, epf, eready,
+                        nvalid, C, clock, occ, peak)
                 if ok:
                     res = 1
                     C[C_MALLOC] += 1
