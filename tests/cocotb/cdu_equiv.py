@@ -31,41 +31,34 @@ def unpack(layout, v):
     return out
 
 
-async def run(dut, descs, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
-              timeout=20000):
-    rng = random.Random(seed)
-    hbm = B.HbmModel(rng, max_latency, err)
-    out = {"txns": [], "hbm_reqs": [], "ready": [], "status": []}
-    dl, tl, hl, rl, sl = (desc_layout(W), txn_layout(W), hbm_req_layout(W), ready_layout(W),
-                          status_layout(W))
-    dut.rst.value = 1
-    for s in ("desc__valid", "hbm_resp__valid", "txn__ready", "ready__ready", "status__ready",
-              "hbm_req__ready"):
-        getattr(dut, s).value = 0
-    dut.reg_addr.value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    i, now, presenting, idle_run = 0, 0, False, 0
-    while True:
-        if i < len(descs) and (presenting or rng.random() < p_valid):
-            dut.desc__payload.value = pack(dl, descs[i])
-            dut.desc__valid.value = 1
-            presenting = True
-        else:
-            dut.desc__valid.value = 0
-        readies = {s: int(rng.random() < p_ready) for s in ("txn", "ready", "status", "hbm_req")}
-        for s, v in readies.items():
+class MemorySide:
+    """The CDU's memory-side streams, shared by both benches: random backpressure on txn,
+    ready, status and hbm_req (each beat taken is recorded in ``out``) and the background
+    HBM model answering hbm_req after random latencies (and errors)."""
+
+    def __init__(self, dut, rng, p_valid, p_ready, max_latency, err):
+        self.dut, self.rng, self.p_valid, self.p_ready = dut, rng, p_valid, p_ready
+        self.hbm = B.HbmModel(rng, max_latency, err)
+        self.out = {"txns": [], "hbm_reqs": [], "ready": [], "status": []}
+        self.layouts = txn_layout(W), hbm_req_layout(W), ready_layout(W), status_layout(W)
+
+    def drive(self, now):
+        dut, hbm = self.dut, self.hbm
+        self.readies = {s: int(self.rng.random() < self.p_ready)
+                        for s in ("txn", "ready", "status", "hbm_req")}
+        for s, v in self.readies.items():
             getattr(dut, f"{s}__ready").value = v
-        r = hbm.next_response(now) if rng.random() < p_valid or hbm.presenting else None
+        r = hbm.next_response(now) if self.rng.random() < self.p_valid or hbm.presenting else None
         if r is not None:
             dut.hbm_resp__payload.value = r[0] | (r[1] << W.id)
         dut.hbm_resp__valid.value = int(r is not None)
-        await ReadOnly()
-        if int(dut.desc__valid.value) and int(dut.desc__ready.value):
-            i += 1
-            presenting = False
-        if r is not None and int(dut.hbm_resp__ready.value):
+        self.resp = r
+
+    def sample(self, now):
+        """After ReadOnly: record the beats that transferred this cycle."""
+        dut, out, hbm, readies = self.dut, self.out, self.hbm, self.readies
+        tl, hl, rl, sl = self.layouts
+        if self.resp is not None and int(dut.hbm_resp__ready.value):
             hbm.taken()
         if int(dut.txn__valid.value) and readies["txn"]:
             p = unpack(tl, int(dut.txn__payload.value))
@@ -82,21 +75,59 @@ async def run(dut, descs, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=No
         if int(dut.status__valid.value) and readies["status"]:
             p = unpack(sl, int(dut.status__payload.value))
             out["status"].append((p["id"], p["req"], p["layer"], p["block"]))
+
+    @property
+    def drained(self):
+        return not self.hbm.pending and self.hbm.presenting is None
+
+    def finish(self):
+        """After the last ReadOnly: idle, bad_resp, the counter registers, errors injected."""
+        dut, out = self.dut, self.out
+        out["idle"] = int(dut.idle.value)
+        out["bad_resp"] = int(dut.bad_resp.value)
+        flat = int(dut.counters.value)
+        out["counters"] = {k: (flat >> (32 * n)) & 0xFFFFFFFF for n, k in enumerate(COUNTERS)}
+        out["errors_injected"] = self.hbm.errors
+        return out
+
+
+async def run(dut, descs, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
+              timeout=20000):
+    rng = random.Random(seed)
+    mem = MemorySide(dut, rng, p_valid, p_ready, max_latency, err)
+    dl = desc_layout(W)
+    dut.rst.value = 1
+    for s in ("desc__valid", "hbm_resp__valid", "txn__ready", "ready__ready", "status__ready",
+              "hbm_req__ready"):
+        getattr(dut, s).value = 0
+    dut.reg_addr.value = 0
+    for _ in range(2):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    i, now, presenting, idle_run = 0, 0, False, 0
+    while True:
+        if i < len(descs) and (presenting or rng.random() < p_valid):
+            dut.desc__payload.value = pack(dl, descs[i])
+            dut.desc__valid.value = 1
+            presenting = True
+        else:
+            dut.desc__valid.value = 0
+        mem.drive(now)
+        await ReadOnly()
+        if int(dut.desc__valid.value) and int(dut.desc__ready.value):
+            i += 1
+            presenting = False
+        mem.sample(now)
         idle = int(dut.idle.value)
         await RisingEdge(dut.clk)
         now += 1
-        idle_run = idle_run + 1 if (idle and i == len(descs) and not hbm.pending
-                                    and hbm.presenting is None) else 0
+        idle_run = idle_run + 1 if (idle and i == len(descs) and mem.drained) else 0
         if idle_run > 3:
             break
         assert now < timeout, f"CDU hung: {i}/{len(descs)} descriptors"
     await ReadOnly()
-    out["idle"] = int(dut.idle.value)
+    out = mem.finish()
     out["bad_desc"] = int(dut.bad_desc.value)
-    out["bad_resp"] = int(dut.bad_resp.value)
-    flat = int(dut.counters.value)
-    out["counters"] = {k: (flat >> (32 * n)) & 0xFFFFFFFF for n, k in enumerate(COUNTERS)}
-    out["errors_injected"] = hbm.errors
     await RisingEdge(dut.clk)
     regs = []
     for a in range(len(COUNTERS)):

@@ -10,11 +10,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 import cdu_bench as B
-from cdu_equiv import pack, unpack
-from tricut.rtl.cdu.core import COUNTERS
-from tricut.rtl.cdu.layouts import (PATTERN, Widths, demand_layout, fe_config_layout,
-                                    hbm_req_layout, ready_layout, status_layout, step_layout,
-                                    txn_layout)
+from cdu_equiv import MemorySide, pack
+from tricut.rtl.cdu.layouts import PATTERN, Widths, demand_layout, fe_config_layout, step_layout
 from tricut.sim.cdu_replay import demand_beats
 
 W = Widths()
@@ -48,9 +45,7 @@ class Source:
 async def run(dut, front, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
               timeout=40000):
     rng = random.Random(seed)
-    hbm = B.HbmModel(rng, max_latency, err)
-    out = {"txns": [], "hbm_reqs": [], "ready": [], "status": []}
-    tl, hl, rl, sl = txn_layout(W), hbm_req_layout(W), ready_layout(W), status_layout(W)
+    mem = MemorySide(dut, rng, p_valid, p_ready, max_latency, err)
     lists = front["lists"] if front["config"]["pattern"] == PATTERN["list"] else []
     srcs = [Source((dut.step__valid, dut.step__payload, dut.step__ready),
                    step_layout(W, B.FE_PARAMS["slot_bits"]), front["beats"], rng, p_valid),
@@ -69,48 +64,21 @@ async def run(dut, front, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=No
     while True:
         for s in srcs:
             s.drive()
-        readies = {s: int(rng.random() < p_ready) for s in ("txn", "ready", "status", "hbm_req")}
-        for s, v in readies.items():
-            getattr(dut, f"{s}__ready").value = v
-        r = hbm.next_response(now) if rng.random() < p_valid or hbm.presenting else None
-        if r is not None:
-            dut.hbm_resp__payload.value = r[0] | (r[1] << W.id)
-        dut.hbm_resp__valid.value = int(r is not None)
+        mem.drive(now)
         await ReadOnly()
         for s in srcs:
             s.sample()
-        if r is not None and int(dut.hbm_resp__ready.value):
-            hbm.taken()
-        if int(dut.txn__valid.value) and readies["txn"]:
-            p = unpack(tl, int(dut.txn__payload.value))
-            v = p["victim"]
-            out["txns"].append((p["kind"], p["req"], p["layer"], p["block"], p["result"],
-                                p["victim_valid"], v["req"], v["layer"], v["block"], p["hbm"]))
-        if int(dut.hbm_req__valid.value) and readies["hbm_req"]:
-            p = unpack(hl, int(dut.hbm_req__payload.value))
-            out["hbm_reqs"].append((p["id"], p["req"], p["layer"], p["block"], p["retry"]))
-            hbm.request(now, p["id"], (p["req"], p["layer"], p["block"]), p["retry"])
-        if int(dut.ready__valid.value) and readies["ready"]:
-            p = unpack(rl, int(dut.ready__payload.value))
-            out["ready"].append((p["req"], p["layer"], p["block"], p["hit"], p["err"]))
-        if int(dut.status__valid.value) and readies["status"]:
-            p = unpack(sl, int(dut.status__payload.value))
-            out["status"].append((p["id"], p["req"], p["layer"], p["block"]))
+        mem.sample(now)
         idle = int(dut.idle.value)
         await RisingEdge(dut.clk)
         now += 1
-        idle_run = idle_run + 1 if (idle and all(s.done for s in srcs) and not hbm.pending
-                                    and hbm.presenting is None) else 0
+        idle_run = idle_run + 1 if (idle and all(s.done for s in srcs) and mem.drained) else 0
         if idle_run > 3:
             break
         assert now < timeout, f"CDU hung: {srcs[0].i}/{len(srcs[0].items)} step beats"
     await ReadOnly()
-    out["idle"] = int(dut.idle.value)
+    out = mem.finish()
     out["bad_desc"] = int(dut.bad_step.value) | int(dut.bad_demand.value) | int(dut.overflow.value)
-    out["bad_resp"] = int(dut.bad_resp.value)
-    flat = int(dut.counters.value)
-    out["counters"] = {k: (flat >> (32 * n)) & 0xFFFFFFFF for n, k in enumerate(COUNTERS)}
-    out["errors_injected"] = hbm.errors
     await RisingEdge(dut.clk)
     return out
 
