@@ -180,7 +180,7 @@ SLOT_FIELDS: tuple[tuple[str, str], ...] = (
     ("SEQ_LEN", "KV tokens held (before the next step)"),
     ("TOKENS_LEFT", "decode steps still to run"),
     ("PRIORITY", "0..3"),
-    ("RESIDENCY", "residency hint of the last descriptor (1 = keep in L2)"),
+    ("RESIDENCY", "residency hint of the last descriptor (1 = the CDU may keep its blocks in L2, 0 = streamed)"),
     ("WAIT", "rounds since the slot last ran"),
     ("ARRIVAL_SEQ", "admission order"),
     ("CHECKPOINT", "last stable seq_len (rollback target)"),
