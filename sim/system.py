@@ -78,7 +78,8 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         degraded = degraded_at_s is not None and t >= degraded_at_s
         active = sum(1 for slot in model.slots if slot is not None)
         st = step_model.step_time([d.seq_len for d in batch], [d.residency for d in batch], rng, degraded,
-                                  active, dsu.cap, dsu.profile, admitted, retired, blocked)
+                                  active, dsu.cap, dsu.profile, admitted, retired, blocked,
+                                  dsu.n_slots)
         t += st.time_s
         results = {d.slot: faults[(model.round, d.slot)] for d in batch if (model.round, d.slot) in faults}
         if any(v == TIMEOUT for v in results.values()):

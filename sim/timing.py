@@ -68,39 +68,55 @@ class UnitTiming:
     dsu_clock_hz: float = 1.2e9
 
     #: DSU cycles per scheduling round (docs/system-model.md), per profile and regime:
-    #: ``base + per_active·A + per_admitted·admitted + per_retired·retired
-    #: + per_compact·A_prev·[retired > 0] + per_blocked·blocked`` with ``A_prev = A - admitted
-    #: + retired`` (the firmware's active list it compacts after freeing slots). Least-squares
-    #: fits of the scheduler firmware on the DSU RTL cluster (8 slots, 24 requests, seeds
-    #: 11-14, caps 8 and 4): ``.venv/bin/python benchmarks/dsu_fit.py``. "all fit" when
-    #: every active slot fits the batch (A <= cap), "select" when the profile must choose.
-    #: Columns: profile, base, per_active, per_admitted, per_retired, per_compact, per_blocked.
+    #: ``base + per_active·A + per_admitted·adm + per_retired·ret + per_compact·A_prev·[ret > 0]
+    #: + per_blocked·blocked + per_scan·scan + per_blocked_scan·blocked·A + per_cap·cap·[A > cap]
+    #: + per_word·(words - 1)`` with ``A_prev = A - adm + ret`` (the firmware's active list it
+    #: compacts after freeing slots), ``scan = adm·A_prev + adm·(adm - 1)/2`` (each admission's
+    #: free-slot search plus its insertion into the slot-ordered active list walks every slot
+    #: occupied at that moment), ``blocked·A`` (a blocked intake head's free-slot search) and
+    #: ``words = ceil(n_slots / 32)`` (the BATCH / ENDED / ROLLED_BACK mask words). Least-squares
+    #: fits of the scheduler firmware on the DSU RTL cluster (8, 16, 32 and 64 slots; caps
+    #: n_slots and below): ``.venv/bin/python benchmarks/dsu_fit.py``. "all fit" when every
+    #: active slot fits the batch (A <= cap), "select" when the profile must choose.
+    #: Columns: profile, then :attr:`DSU_COLUMNS`.
     dsu_fit_all_fit: tuple = (
-        ("throughput-opt", 371.2, 83.0, 154.8, 29.1, 27.3, 116.1),
-        ("latency-opt", 373.1, 61.6, 175.7, 26.8, 28.0, 116.4),
-        ("fairness-opt", 387.9, 97.2, 140.6, 63.2, 27.4, 115.6))
+        ("throughput-opt", 393.9, 76.24, 116.95, 29.01, 25.0, 8.76, 11.77, 14.21, 0.0, 45.84),
+        ("latency-opt", 393.77, 55.17, 138.2, 30.35, 24.86, 10.55, 11.78, 14.05, 0.0, 44.0),
+        ("fairness-opt", 411.9, 90.4, 101.35, 64.87, 24.79, 8.47, 11.8, 14.21, 0.0, 18.67))
     dsu_fit_select: tuple = (
-        ("throughput-opt", 679.6, 236.2, 216.1, 0.6, 26.4, 113.8),
-        ("latency-opt", 706.5, 93.2, 224.3, -20.3, 33.0, 146.0),
-        ("fairness-opt", 500.7, 150.4, 179.5, 109.6, 20.5, 103.6))
+        ("throughput-opt", 291.79, 241.22, 132.93, -18.63, 29.35, -72.6, 13.08, 20.17, 89.54, 0.0),
+        ("latency-opt", 214.9, 102.5, 148.66, -43.93, 35.27, -315.36, 13.27, 53.35, 107.75, 0.0),
+        ("fairness-opt", 208.11, 155.19, 99.41, 69.32, 24.53, -153.89, 13.91, 28.26, 65.31, 0.0))
+
+    DSU_COLUMNS = ("base", "per_active", "per_admitted", "per_retired", "per_compact",
+                   "per_blocked", "per_scan", "per_blocked_scan", "per_cap", "per_word")
 
     @staticmethod
     def dsu_round_terms(active: int, admitted: int = 0, retired: int = 0,
-                        blocked: bool | int = False) -> tuple:
-        """The regressors of :meth:`dsu_round_cycles`, in the order of the fit columns."""
-        compact = (active - admitted + retired) if retired > 0 else 0
-        return (1.0, float(active), float(admitted), float(retired), float(compact),
-                float(bool(blocked)))
+                        blocked: bool | int = False, cap: int | None = None,
+                        n_slots: int = 8) -> tuple:
+        """The regressors of :meth:`dsu_round_cycles`, in the order of :attr:`DSU_COLUMNS`."""
+        a_prev = active - admitted + retired
+        compact = a_prev if retired > 0 else 0
+        scan = admitted * (active - admitted) + admitted * (admitted - 1) / 2
+        blocked = float(bool(blocked))
+        selecting = cap is not None and active > cap
+        words = (n_slots + 31) // 32
+        return (1.0, float(active), float(admitted), float(retired), float(compact), blocked,
+                float(scan), blocked * active, float(cap) if selecting else 0.0,
+                float(words - 1))
 
     def dsu_round_cycles(self, active: int, cap: int, profile: str, admitted: int = 0,
-                         retired: int = 0, blocked: bool | int = False) -> float:
-        """DSU cycles of one scheduling round with ``active`` slots after admission,
-        ``admitted`` requests admitted this round, ``retired`` requests whose slots the
-        previous round's completions freed, and ``blocked`` when an arrived request waits at
-        the intake head (no free slot or KV budget). The defaults are a steady round."""
+                         retired: int = 0, blocked: bool | int = False,
+                         n_slots: int = 8) -> float:
+        """DSU cycles of one scheduling round with ``active`` slots after admission (of
+        ``n_slots``), ``admitted`` requests admitted this round, ``retired`` requests whose
+        slots the previous round's completions freed, and ``blocked`` when an arrived request
+        waits at the intake head (no free slot or KV budget). The defaults are a steady round
+        of an 8-slot DSU."""
         table = self.dsu_fit_all_fit if active <= cap else self.dsu_fit_select
         coefs = next(row[1:] for row in table if row[0] == profile)
-        terms = self.dsu_round_terms(active, admitted, retired, blocked)
+        terms = self.dsu_round_terms(active, admitted, retired, blocked, cap, n_slots)
         return sum(c * t for c, t in zip(coefs, terms))
 
     cdu_clock_hz: float = 1.98e9
@@ -182,15 +198,15 @@ class StepModel:
 
     def sched_time(self, batch: int, degraded: bool, rng, active: int | None = None,
                    cap: int | None = None, profile: str = "throughput-opt", admitted: int = 0,
-                   retired: int = 0, blocked: bool = False) -> float:
+                   retired: int = 0, blocked: bool = False, n_slots: int = 8) -> float:
         """Scheduling time of one round: the DSU's cycles (``UnitTiming.dsu_round_cycles``
-        with this round's admissions, retirements and blocked intake head) or, without the
-        dsu cut or when degraded, the host's."""
+        with this round's admissions, retirements and blocked intake head, on a DSU of
+        ``n_slots`` slots) or, without the dsu cut or when degraded, the host's."""
         a, u = self.assumptions, self.units
         if "dsu" in self.cuts and not degraded:
             active = batch if active is None else active
             return u.dsu_round_cycles(active, cap or batch, profile, admitted, retired,
-                                      blocked) / u.dsu_clock_hz
+                                      blocked, n_slots) / u.dsu_clock_hz
         host = a.host_sched_s + a.host_sched_per_request_s * batch
         if a.host_jitter_s > 0:
             host += rng.exponential(a.host_jitter_s)
@@ -198,10 +214,11 @@ class StepModel:
 
     def step_time(self, seq_lens: list[int], residency: list[int], rng, degraded: bool = False,
                   active: int | None = None, cap: int | None = None, profile: str = "throughput-opt",
-                  admitted: int = 0, retired: int = 0, blocked: bool = False) -> StepTiming:
+                  admitted: int = 0, retired: int = 0, blocked: bool = False,
+                  n_slots: int = 8) -> StepTiming:
         """One decode step for a batch; ``seq_lens`` include the token this step appends.
-        ``active``, ``cap``, ``profile``, ``admitted``, ``retired``, ``blocked``: the
-        scheduling round's counts (see :meth:`sched_time`)."""
+        ``active``, ``cap``, ``profile``, ``admitted``, ``retired``, ``blocked``, ``n_slots``:
+        the scheduling round's counts and the DSU's slots (see :meth:`sched_time`)."""
         m, g, a, u = self.model, self.gpu, self.assumptions, self.units
         batch = len(seq_lens)
         history = [s - 1 for s in seq_lens]
@@ -248,7 +265,7 @@ class StepModel:
             core_t = gemv_t + attn_t + m.num_layers * a.kernel_overhead_s + comm_t
             sm_busy, te_busy = gemv_t + attn_t, 0.0
         sched = self.sched_time(batch, degraded, rng, active, cap, profile, admitted, retired,
-                                blocked)
+                                blocked, n_slots)
         floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
         total = core_t + sched
         if total < floor * (1 - 1e-12):
