@@ -59,6 +59,7 @@ Counters (each has one definition; identities checked by :meth:`CDUCore.check`):
 
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,8 @@ __all__ = [
     "BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
     "POLICIES", "PATTERNS", "Op", "Txn", "SlotDesc", "StepDesc", "TraceError", "CDUCore",
     "FrontEnd", "AdaptivePredictor", "Pattern", "read_access_trace", "set_index",
-    "predictor_budget_bits", "dsu_hints", "HINT_OF_RESIDENCY", "run",
+    "predictor_budget_bits", "dsu_hints", "HINT_OF_RESIDENCY", "run", "STATIC_RECENT_TOKENS",
+    "default_reserve", "keep_budget", "geometry",
 ]
 
 BLOCK_TOKENS = 16
@@ -116,6 +118,32 @@ class StepDesc:
 LAYER_STRIDE, REQ_STRIDE = 713, 949
 
 
+#: ``static`` keeps each request's sink block and its most recent tokens resident
+STATIC_RECENT_TOKENS = 128
+
+
+def default_reserve(ways):
+    """Ways per set kept from the keep class for the prefetch stream when none is given."""
+    return int(ways) // 8
+
+
+def keep_budget(frames, distance):
+    """Frames the adaptive predictor may fill with keep blocks: all but 1/8 of them and the
+    ``2 × distance`` the prefetch stream keeps in flight."""
+    return max(0, frames - frames // 8 - 2 * distance)
+
+
+def geometry(l2_bytes, block_bytes, hbm_latency_s, hbm_bandwidth, ways=16):
+    """``(sets, ways, latency, distance)`` of a CDU owning ``l2_bytes``: as many whole sets of
+    ``min(ways, frames)`` ways as fit; latency in block slots (the TE consumes blocks at the HBM
+    rate); default prefetch distance ``latency + 4``. ``sets`` is 0 when not one block fits."""
+    frames = int(l2_bytes / block_bytes)
+    ways = min(ways, frames)
+    sets = frames // ways if ways else 0
+    latency = math.ceil(hbm_latency_s * hbm_bandwidth / block_bytes)
+    return sets, ways, latency, latency + 4
+
+
 def set_index(req, layer, block, sets):
     """The set a block maps to (same formula in the RTL, where ``sets`` is a power of 2)."""
     return (block + LAYER_STRIDE * layer + REQ_STRIDE * req) % sets
@@ -153,7 +181,7 @@ class CDUCore:
                 raise ValueError(f"CDUCore: {name} must be positive, got {v!r}")
         if latency < 0:
             raise ValueError(f"CDUCore: latency must be >= 0, got {latency!r}")
-        reserve = int(ways) // 8 if reserve is None else reserve
+        reserve = default_reserve(ways) if reserve is None else reserve
         if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve < ways:
             raise ValueError(f"CDUCore: reserve must be an integer in [0, ways), got {reserve!r}")
         self.sets, self.ways = int(sets), int(ways)
@@ -479,7 +507,7 @@ class AdaptivePredictor:
     def __init__(self, frames, entries=64, distance=16):
         self.entries = entries
         # frames left to the normal class: the prefetch stream (2 x distance) + 1/8
-        self.budget = max(0, frames - frames // 8 - 2 * distance)
+        self.budget = keep_budget(frames, distance)
         self.state = {}          # (slot, layer) -> [a, w, {block: conf}]
         self.keep_prev = 0       # keep candidates seen in the previous step
         self.keep_cur = 0
@@ -556,7 +584,7 @@ class FrontEnd:
     streamed unit (``stream`` hint) ``i`` counts as 0: its reads do not move the window.
     """
 
-    def __init__(self, policy, frames, distance=16, entries=64, recent_tokens=128):
+    def __init__(self, policy, frames, distance=16, entries=64, recent_tokens=STATIC_RECENT_TOKENS):
         if policy not in POLICIES:
             raise ValueError(f"unknown CDU policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if not isinstance(distance, int) or distance < 0:

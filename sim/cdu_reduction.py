@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tricut.models.cdu import BLOCK_TOKENS
+from tricut.models.cdu import (BLOCK_TOKENS, STATIC_RECENT_TOKENS, default_reserve, geometry,
+                               keep_budget)
 
 __all__ = ["POLICIES", "CduStep", "CduReduction", "against_block_model"]
 
@@ -97,11 +98,11 @@ class CduReduction:
     @classmethod
     def sized(cls, policy, l2_share_bytes, block_bytes, hbm_latency_s, hbm_bandwidth, layers,
               ways=16):
-        """Frames, sets and prefetch distance as ``sim.cdu_replay.replay`` sizes them."""
-        frames = int(l2_share_bytes / block_bytes)
-        ways = min(ways, frames) or 1
-        latency = math.ceil(hbm_latency_s * hbm_bandwidth / block_bytes)
-        return cls(policy, frames // ways, ways, latency + 4, layers)
+        """Sets, ways and prefetch distance as ``tricut cdu replay`` sizes them
+        (``models.cdu.geometry``)."""
+        sets, ways, _, distance = geometry(l2_share_bytes, block_bytes, hbm_latency_s,
+                                           hbm_bandwidth, ways)
+        return cls(policy, sets, max(ways, 1), distance, layers)
 
     @property
     def frames(self) -> int:
@@ -109,11 +110,11 @@ class CduReduction:
 
     @property
     def keep_cap(self) -> int:
-        return self.ways - (self.ways // 8 if self.reserve is None else self.reserve)
+        return self.ways - (default_reserve(self.ways) if self.reserve is None else self.reserve)
 
     @property
     def keep_budget(self) -> int:
-        return max(0, self.frames - self.frames // 8 - 2 * self.distance)
+        return keep_budget(self.frames, self.distance)
 
     def step(self, seq_lens, residency) -> CduStep:
         """``seq_lens`` include this step's token (the blocks the TE reads); ``residency`` is
@@ -131,7 +132,7 @@ class CduReduction:
         if self.policy == "static":
             # each unit (request, layer) keeps 1 + 8 blocks in as many sets: per set, one
             # Bernoulli(9 / sets) draw per unit
-            rb = -(-128 // BLOCK_TOKENS)
+            rb = -(-STATIC_RECENT_TOKENS // BLOCK_TOKENS)
             units = len(cached) * self.layers
             kept = float(sum(min(b, 1 + rb) for b in cached) * self.layers)
             n, p = units, min(1.0, kept / units / self.sets)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from tricut.models.cdu import (
     BLOCK_TOKENS, HINTS, PATTERNS, POLICIES, CDUCore, FrontEnd, Pattern, SlotDesc, StepDesc,
-    dsu_hints, read_access_trace, run)
+    dsu_hints, read_access_trace, run, default_reserve, geometry)
 from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_model
 
 __all__ = ["replay", "replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
@@ -105,15 +105,14 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
 
     token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
     block_bytes = token_bytes * BLOCK_TOKENS
-    frames = int(l2_mb * 2**20 / block_bytes * layers / model.num_layers)
-    ways_eff = min(ways, frames)
-    sets = frames // ways_eff if ways_eff else 0
+    sets, ways_eff, latency, default_distance = geometry(
+        l2_mb * 2**20 * layers / model.num_layers, block_bytes, g.hbm_latency_s, g.hbm_bandwidth,
+        ways)
     if sets < 1:
         raise ValueError(f"l2_mb = {l2_mb} holds no {block_bytes:.0f}-byte KV block for "
                          f"{layers} simulated layer(s) of {model.name}")
-    latency = math.ceil(g.hbm_latency_s * g.hbm_bandwidth / block_bytes)
     if distance is None:
-        distance = latency + 4
+        distance = default_distance
     if not isinstance(distance, int) or isinstance(distance, bool) or distance < 0:
         raise ValueError(f"distance must be a non-negative integer, got {distance!r}")
 
@@ -162,7 +161,7 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
     out.update(model=model.name, policy=policy, pattern=pattern or str(trace), l2_mb=l2_mb,
                kv_dtype=kv_dtype, block_bytes=block_bytes, sets=sets, ways=ways_eff,
                latency_blocks=latency, distance=distance, layers_simulated=layers,
-               reserve=ways_eff // 8 if reserve is None else reserve,
+               reserve=default_reserve(ways_eff) if reserve is None else reserve,
                steps=len(descs))
     if return_core:
         return out, core

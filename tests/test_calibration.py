@@ -79,11 +79,8 @@ def test_cdu_cycles_fast_model_vs_rtl(policy):
                           tuple(range(layers))) for t in range(steps)]
         counts, cycles = frontend_cycles(descs, policy)
         red = CduReduction(policy, 64, 16, 4, layers)      # op counts do not depend on sizing
-        predicted = 0.0
-        for st in descs:
-            c = red.step([sd.seq_len for sd in st.slots], [1] * slots)
-            predicted += units.cdu_step_cycles(c.accesses, c.prefetches, slots * layers,
-                                               1 + slots + layers, policy)
-        assert counts["R"] == sum(red.step([sd.seq_len for sd in st.slots], [1] * slots).accesses
-                                  for st in descs)
+        per_step = [red.step([sd.seq_len for sd in st.slots], [1] * slots) for st in descs]
+        predicted = sum(units.cdu_step_cycles(c.accesses, c.prefetches, slots * layers,
+                                              1 + slots + layers, policy) for c in per_step)
+        assert counts["R"] == sum(c.accesses for c in per_step)
         assert abs(predicted - cycles) / cycles <= 0.02, (slots, layers, steps, ctx, predicted, cycles)

@@ -11,10 +11,6 @@ from tricut.models.config import load_gpu, load_model
 from tricut.sim.cdu_reduction import CduReduction, against_block_model
 from tricut.sim.timing import StepModel
 
-def compare(ctxs, red, engine, **kw):
-    return against_block_model(ctxs, red, engine, **kw)
-
-
 def random_batch(rng, n_max):
     n = rng.randint(1, n_max)
     frac = rng.random()
@@ -27,7 +23,7 @@ def test_reduction_vs_golden_small(policy):
     for _ in range(4):
         red = CduReduction(policy, rng.choice([32, 64]), 16, rng.choice([6, 20]), rng.choice([2, 3]))
         ctxs = random_batch(rng, 4)
-        hit, red_hit, hbm, red_hbm = compare(ctxs, red, "golden")
+        hit, red_hit, hbm, red_hbm = against_block_model(ctxs, red, "golden")
         assert abs(red_hit - hit) <= 0.02 * max(hit, 1e-9) + 1e-12, (ctxs, hit, red_hit)
         assert abs(red_hbm - hbm) <= 0.05, (ctxs, hbm, red_hbm)
 
@@ -46,7 +42,7 @@ def test_reduction_vs_block_model_at_real_size(model, tp, policy):
     rng = random.Random(f"{model}{policy}")
     for n_max in (2, 8, 24):
         ctxs = random_batch(rng, n_max)
-        hit, red_hit, hbm, red_hbm = compare(ctxs, red, "fast")
+        hit, red_hit, hbm, red_hbm = against_block_model(ctxs, red, "fast")
         assert abs(red_hit - hit) <= 0.02 * max(hit, 1e-9) + 1e-12, (ctxs, hit, red_hit)
         assert abs(red_hbm - hbm) <= 0.02, (ctxs, hbm, red_hbm)
 
@@ -56,9 +52,9 @@ def test_comparison_can_fail_without_the_keep_cap():
     blocks before use: the block model's hit rate drops far below the reduction's."""
     red = sized("llama-3-70b", 8, "adaptive")
     ctxs = [12000, 9000]
-    hit, red_hit, _, _ = compare(ctxs, red, "fast")
+    hit, red_hit, _, _ = against_block_model(ctxs, red, "fast")
     assert abs(red_hit - hit) <= 0.02 * hit
-    hit0, red_hit0, hbm0, _ = compare(ctxs, red, "fast", reserve=0)
+    hit0, red_hit0, hbm0, _ = against_block_model(ctxs, red, "fast", reserve=0)
     assert red_hit0 - hit0 > 0.02 * hit0 and hbm0 > 1.0
 
 

@@ -5,7 +5,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.cdu import LAYER_STRIDE, REQ_STRIDE
+from tricut.models.cdu import LAYER_STRIDE, REQ_STRIDE, default_reserve
 
 from .layouts import (KIND, RESULT, Widths, hbm_req_layout, hbm_resp_layout, op_layout,
                       ready_layout, status_layout, txn_layout)
@@ -56,7 +56,7 @@ def check_params(sets, ways, mshrs, rq_depth, max_retries, w, reserve=None):
     if not isinstance(max_retries, int) or not 0 <= max_retries <= 7:
         raise ValueError(f"CDU: max_retries must be an integer in 0..7, got {max_retries!r}")
     if reserve is None:
-        return ways // 8
+        return default_reserve(ways)
     if not isinstance(reserve, int) or isinstance(reserve, bool) or not 0 <= reserve < ways:
         raise ValueError(f"CDU: reserve must be an integer in 0..{ways - 1} (< ways), "
                          f"got {reserve!r}")
