@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tricut.models.cdu import SlotDesc, StepDesc
-from tricut.sim.cdu_replay import frontend_cycles
+from tricut.sim.harness.cdu import frontend_cycles
 
 #: (slots, layers, steps, context): training shapes (the test uses others)
 TRAIN = [(1, 2, 2, 300), (2, 3, 3, 160), (2, 2, 2, 640), (3, 1, 2, 400), (4, 2, 2, 90)]

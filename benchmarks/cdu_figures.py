@@ -6,7 +6,7 @@ reuse hit rate, accuracy, coverage, HBM read bytes vs ``disabled``.
     .venv/bin/python benchmarks/cdu_figures.py --md /tmp/cdu_grid.jsonl    # the table again
     .venv/bin/python benchmarks/cdu_figures.py --extras                    # L2 size, steady state, hints
 
-``--engine fast`` (the default) replays with ``sim/cdu_fast.py``, the policy model's exact
+``--engine fast`` (the default) replays with ``sim/fast/cdu_twin.py``, the policy model's exact
 compiled twin (same counters and transaction checksum as ``models/cdu.py`` on
 ``tests/test_cdu_fast.py``); ``--engine golden`` runs ``models/cdu.py`` itself (hours for the
 128K x 64 points).
@@ -19,7 +19,7 @@ import json
 import sys
 import time
 
-from tricut.sim.cdu_replay import replay
+from tricut.sim.fast.cdu_replay import replay
 
 PATTERNS = ("full", "window", "topk", "reread")
 POLICIES = ("disabled", "static", "adaptive")

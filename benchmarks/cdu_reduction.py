@@ -1,4 +1,4 @@
-"""How closely the system model's CDU reduction (sim/cdu_reduction.py) follows the block-level
+"""How closely the system model's CDU reduction (sim/fast/cdu_reduction.py) follows the block-level
 policy model, at the sizes the system model runs: random mixed batches (streamed and cached
 requests, 1-64 of them, 16-30000 tokens), every layer, steady state (steps 3-4 of 5), with
 the exact compiled twin of models/cdu.py. Prints, per configuration, the worst and median
@@ -14,8 +14,8 @@ import random
 import statistics
 
 from tricut.models.config import load_gpu, load_model
-from tricut.sim.cdu_reduction import against_block_model
-from tricut.sim.timing import StepModel
+from tricut.sim.fast.cdu_reduction import against_block_model
+from tricut.sim.fast.timing import StepModel
 
 CONFIGS = [("llama-3-8b", 1, "bf16"), ("llama-3-8b", 1, "fp8"), ("llama-3-70b", 8, "bf16"),
            ("llama-3-70b", 4, "fp8")]

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from tricut.models.dsu import PROFILES, RequestSpec
-from tricut.sim.timing import UnitTiming
+from tricut.sim.fast.timing import UnitTiming
 
 ORDER = ("throughput-opt", "latency-opt", "fairness-opt")
 COLUMNS = UnitTiming.DSU_COLUMNS
@@ -63,7 +63,7 @@ def schedule(seed: int, n_slots: int = 8) -> list[RequestSpec]:
 def measure(job):
     """One RTL run: (profile, n_slots, seed, cap) -> rounds with active > 0 (dicts: round,
     cycles, active, admitted, retired, blocked, batch)."""
-    from tricut.sim.dsu_run import run_dsu
+    from tricut.sim.harness.dsu import run_dsu
     profile, n_slots, seed, cap = job
     res = run_dsu(schedule(seed, n_slots), profile, n_slots=n_slots, max_batch=cap,
                   latency_batch=cap, backpressure=False)
@@ -166,7 +166,7 @@ def main(argv=None):
                           f"{fmt(errors([pred[i] for i in idx], [meas[i] for i in idx]))}")
     print(f"\nworst held-out aggregate error: {worst:.2f} %\n")
 
-    print("UnitTiming (sim/timing.py), columns profile, " + ", ".join(COLUMNS) + ":")
+    print("UnitTiming (sim/fast/timing.py), columns profile, " + ", ".join(COLUMNS) + ":")
     for name, reg in (("dsu_fit_all_fit", "all fit"), ("dsu_fit_select", "select")):
         print(f"    {name}: tuple = (")
         print(",\n".join(f"        ({p!r}, " + ", ".join(f"{c}" for c in fits[p, reg]) + ")"

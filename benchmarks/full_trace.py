@@ -15,9 +15,9 @@ from pathlib import Path
 from tricut.models.config import load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
-from tricut.sim.system import simulate
-from tricut.sim.timing import StepModel
-from tricut.sim.workload import read_trace
+from tricut.sim.fast.system import simulate
+from tricut.sim.fast.timing import StepModel
+from tricut.sim.fast.workload import read_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 

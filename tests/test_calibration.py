@@ -4,8 +4,8 @@ TE engine cycles, CDU front-end cycles, DSU scheduling-round cycles."""
 import numpy as np
 import pytest
 
-from tricut.sim.te_run import run_te
-from tricut.sim.timing import UnitTiming
+from tricut.sim.harness.te import run_te
+from tricut.sim.fast.timing import UnitTiming
 
 
 @pytest.mark.parametrize("head_dim,G,n,kv_dtype", [(64, 1, 3, "bf16"), (64, 4, 5, "fp8"),
@@ -37,7 +37,7 @@ def test_dsu_round_cycles_fast_model_vs_rtl(profile, n_slots, cap):
     import random
 
     from tricut.models.dsu import RequestSpec
-    from tricut.sim.dsu_run import run_dsu
+    from tricut.sim.harness.dsu import run_dsu
 
     rng = random.Random(7 if n_slots == 8 else 21)
     last = 30 if n_slots == 8 else 20
@@ -70,8 +70,8 @@ def test_cdu_cycles_fast_model_vs_rtl(policy):
     the system model's reduction gives (reads = every block, prefetches = every cached block,
     one write per unit)."""
     from tricut.models.cdu import SlotDesc, StepDesc
-    from tricut.sim.cdu_reduction import CduReduction
-    from tricut.sim.cdu_replay import frontend_cycles
+    from tricut.sim.fast.cdu_reduction import CduReduction
+    from tricut.sim.harness.cdu import frontend_cycles
 
     units = UnitTiming()
     for slots, layers, steps, ctx in ((2, 2, 3, 250), (3, 2, 2, 500), (1, 3, 2, 700)):

@@ -1,4 +1,4 @@
-"""The compiled CDU model (sim/cdu_fast.py) against the golden policy model (models/cdu.py):
+"""The compiled CDU model (sim/fast/cdu_twin.py) against the golden policy model (models/cdu.py):
 whole counter dicts and whole transaction sequences (checksums) on seeded random
 configurations -- every pattern x policy x hint mix, tiny tag stores, late prefetches,
 growing contexts, traces with missing units, odd callbacks -- and the replay engine switch."""
@@ -9,8 +9,8 @@ import pytest
 
 from tricut.models.cdu import (
     HINTS, PATTERNS, POLICIES, CDUCore, FrontEnd, Pattern, SlotDesc, StepDesc, Txn, run)
-from tricut.sim.cdu_fast import run_fast, txn_checksum
-from tricut.sim.cdu_replay import replay
+from tricut.sim.fast.cdu_twin import run_fast, txn_checksum
+from tricut.sim.fast.cdu_replay import replay
 
 
 def golden(descs, demand, policy, sets, ways, **kw):

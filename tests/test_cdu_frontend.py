@@ -15,7 +15,7 @@ from tricut.models.cdu import SlotDesc, StepDesc, predictor_budget_bits
 from tricut.rtl.cdu.core import COUNTERS
 from tricut.rtl.cdu.frontend import FrontEndRTL, predictor_bits
 from tricut.rtl.cdu.top import CDU
-from tricut.sim.cdu_replay import RtlMismatch, compare_ops, compare_rtl, run_frontend_rtl, run_rtl
+from tricut.sim.harness.cdu import RtlMismatch, compare_ops, compare_rtl, run_frontend_rtl, run_rtl
 
 sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
 import cdu_bench as B  # noqa: E402
@@ -144,13 +144,13 @@ def test_predictor_budget_bits():
 
 def test_cocotb_verilator_front_end():
     """The same kind of vectors through the generated Verilog of the whole CDU on Verilator."""
-    from tricut.sim.cocotb_run import run_cocotb
+    from tricut.sim.harness.cocotb_run import run_cocotb
     assert run_cocotb(CDU(**B.PARAMS, **B.FE_PARAMS), "cdu_fe", "cdu_fe_equiv",
                       Path(__file__).parent / "cocotb") == 2
 
 
 def test_whole_cdu_verilog_lint_clean(tmp_path):
-    from tricut.sim.verilog_out import lint, write_verilog
+    from tricut.sim.harness.verilog_out import lint, write_verilog
     src = write_verilog(CDU(**B.PARAMS, **B.FE_PARAMS), "cdu_fe", tmp_path)
     clean, messages = lint(src, "cdu_fe")
     assert clean, messages[:3000]

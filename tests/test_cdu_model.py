@@ -10,7 +10,7 @@ from tricut.models.cdu import (
     CLASS_KEEP, dsu_hints, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, CDUCore, FrontEnd, AdaptivePredictor,
     Op, Pattern, SlotDesc, StepDesc, TraceError, predictor_budget_bits,
     read_access_trace, set_index)
-from tricut.sim.cdu_replay import COUNTER_KEYS, replay
+from tricut.sim.fast.cdu_replay import COUNTER_KEYS, replay
 
 
 def R(req, block, cls=CLASS_NORMAL, layer=0):

@@ -1,5 +1,5 @@
-"""The system model's CDU reduction (sim/cdu_reduction.py) against the block-level policy model
-(models/cdu.py; its exact compiled twin sim/cdu_fast.py at real sizes), in steady state: every
+"""The system model's CDU reduction (sim/fast/cdu_reduction.py) against the block-level policy model
+(models/cdu.py; its exact compiled twin sim/fast/cdu_twin.py at real sizes), in steady state: every
 cached request re-reads every block each step (the ``full`` pattern), hints from the DSU
 residency bit. Hit rate (allocation state) must agree within 2 %; HBM reads are reported too."""
 
@@ -8,8 +8,8 @@ import random
 import pytest
 
 from tricut.models.config import load_gpu, load_model
-from tricut.sim.cdu_reduction import CduReduction, against_block_model
-from tricut.sim.timing import StepModel
+from tricut.sim.fast.cdu_reduction import CduReduction, against_block_model
+from tricut.sim.fast.timing import StepModel
 
 def random_batch(rng, n_max):
     n = rng.randint(1, n_max)

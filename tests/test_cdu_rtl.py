@@ -12,8 +12,8 @@ import pytest
 from tricut.rtl.cdu.core import COUNTERS, CDUCoreRTL
 from tricut.rtl.cdu.layouts import Widths
 from tricut.rtl.cdu.top import CDU, CDUBackEnd
-from tricut.sim.cdu_replay import RtlMismatch, replay_rtl
-from tricut.sim.cdu_replay import run_rtl as _run_rtl
+from tricut.sim.harness.cdu import RtlMismatch, replay_rtl
+from tricut.sim.harness.cdu import run_rtl as _run_rtl
 
 sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
 import cdu_bench as B  # noqa: E402
@@ -170,12 +170,12 @@ def test_reserve_default_is_ways_div_8():
 
 def test_cocotb_verilator_same_vectors():
     """The same vectors through the generated Verilog on Verilator (tests/cocotb/cdu_equiv.py)."""
-    from tricut.sim.cocotb_run import run_cocotb
+    from tricut.sim.harness.cocotb_run import run_cocotb
     assert run_cocotb(CDUBackEnd(**B.PARAMS), "cdu", "cdu_equiv", Path(__file__).parent / "cocotb") == 4
 
 
 def test_verilog_lint_clean_with_documented_waivers(tmp_path):
-    from tricut.sim.verilog_out import lint, write_verilog
+    from tricut.sim.harness.verilog_out import lint, write_verilog
 
     src = write_verilog(CDU(**B.PARAMS), "cdu", tmp_path)
     clean, messages = lint(src, "cdu")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tricut.rtl.dsu.core import Core
-from tricut.sim.cocotb_run import CocotbFailure, run_cocotb
+from tricut.sim.harness.cocotb_run import CocotbFailure, run_cocotb
 
 from test_dsu_core import C_PROGRAMS
 

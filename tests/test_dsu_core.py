@@ -12,14 +12,14 @@ import zlib
 
 import pytest
 
-from tricut.rtl.dsu import asm
-from tricut.rtl.dsu.asm import encode as e, li, random_program
+from tricut.sim.harness import asm
+from tricut.sim.harness.asm import encode as e, li, random_program
 from tricut.rtl.dsu.core import Core
 from tricut.rtl.dsu.layouts import CSR, MISA_RV32IM, Cause
-from tricut.rtl.dsu.lockstep import (WAITS_NONE, WAITS_RANDOM, BusPort, BusProtocolError,
+from tricut.sim.harness.lockstep import (WAITS_NONE, WAITS_RANDOM, BusPort, BusProtocolError,
                                      Lockstep, LockstepMismatch, MemoryMap, Region, SimTimeout,
                                      run_amaranth)
-from tricut.sim.firmware import FIRMWARE_DIR, FirmwareBuildError, build_firmware
+from tricut.sim.harness.firmware import FIRMWARE_DIR, FirmwareBuildError, build_firmware
 
 RAM_SIZE = 0x10000
 DATA_BASE = 0x8000         # 4 KiB data area used by the directed and random programs

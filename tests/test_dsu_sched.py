@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """DSU scheduling: register map, slot arbiter (Amaranth sim, driven from Python against the
 golden model), the cluster running the scheduler firmware (Amaranth sim and Verilator), fault
-specs, bad MMIO accesses. Longer random runs are on Verilator (tests/cocotb/dsu_sched.py)."""
+specs, bad MMIO accesses. Longer random runs are on Verilator (sim/harness/benches/dsu_sched.py)."""
 
 import random
 import re
@@ -17,7 +17,7 @@ from tricut.rtl.dsu import regmap
 from tricut.rtl.dsu.arbiter import DSU_ID, SlotArbiter
 from tricut.rtl.dsu.cluster import DsuCluster
 from tricut.rtl.dsu.regmap import BY_NAME, SLOT_BASE, SLOT_FIELD, SLOT_STRIDE, Status
-from tricut.sim.dsu_run import (MEM_BYTES, Fault, build_dsu_firmware, compare, execute,
+from tricut.sim.harness.dsu import (MEM_BYTES, Fault, build_dsu_firmware, compare, execute,
                                 make_spec, parse_faults, run_dsu)
 
 REPO = Path(__file__).resolve().parent.parent

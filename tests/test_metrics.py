@@ -2,7 +2,7 @@
 
 import pytest
 
-from tricut.sim.metrics import RequestTimes, summarise
+from tricut.sim.fast.metrics import RequestTimes, summarise
 
 
 def test_single_request_by_hand():

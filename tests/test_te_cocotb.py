@@ -10,7 +10,7 @@ that the fp8 design uses per lane). fp8 on Verilator: ``simulate_verilator`` on 
 import os
 
 import numpy as np
-from tricut.sim.te_run import simulate_verilator
+from tricut.sim.harness.te import simulate_verilator
 
 from test_te import EDGE_NAMES, check_steps, edge_steps, random_vector
 

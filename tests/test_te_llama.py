@@ -8,7 +8,7 @@ import numpy as np
 
 from tricut.models.config import load_model
 from tricut.models.llama import LlamaWeights, generate
-from tricut.sim.te_run import make_vector
+from tricut.sim.harness.te import make_vector
 
 DECODE_STEPS = 16
 

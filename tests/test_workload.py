@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tricut.sim.workload import (
+from tricut.sim.fast.workload import (
     TraceError, read_azure, read_mooncake, read_trace, read_vidur, scale_rate, synthetic)
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -7,7 +7,7 @@ import random
 from tricut.models.cdu import (
     CLASS_KEEP, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, CDUCore, FrontEnd, Op, Pattern,
     SlotDesc, StepDesc)
-from tricut.sim.cdu_replay import HbmModel, compare_rtl, ops_to_descs, run_rtl  # noqa: F401
+from tricut.sim.harness.cdu import HbmModel, compare_rtl, ops_to_descs, run_rtl  # noqa: F401
 from tricut.rtl.cdu.layouts import KIND
 
 #: reserve=1 of 2 ways: keep_cap = 1, so keep-class traffic hits the keep cap all the time
@@ -147,7 +147,7 @@ compare = compare_rtl
 
 # --------------------------------------------------------------------------- front end vectors
 
-from tricut.sim.cdu_replay import (  # noqa: E402
+from tricut.sim.harness.cdu import (  # noqa: E402
     compare_ops, fe_config, frontend_reference_lookahead, run_frontend_rtl, step_beats)
 
 FE_PARAMS = dict(slot_bits=2, max_slots=4, max_layers=8, entries=4, units=16, max_demand=16)

@@ -12,7 +12,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 import cdu_bench as B
 from cdu_equiv import MemorySide, pack
 from tricut.rtl.cdu.layouts import PATTERN, Widths, demand_layout, fe_config_layout, step_layout
-from tricut.sim.cdu_replay import demand_beats
+from tricut.sim.harness.cdu import demand_beats
 
 W = Widths()
 

@@ -20,10 +20,10 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
-from tricut.rtl.dsu.asm import encode, random_program, random_trap_program, trap_handler
-from tricut.rtl.dsu.lockstep import (WAITS_RANDOM, BusPort, Lockstep, MemoryMap, Region,
+from tricut.sim.harness.asm import encode, random_program, random_trap_program, trap_handler
+from tricut.sim.harness.lockstep import (WAITS_RANDOM, BusPort, Lockstep, MemoryMap, Region,
                                      SimTimeout)
-from tricut.sim.firmware import FIRMWARE_DIR, build_firmware
+from tricut.sim.harness.firmware import FIRMWARE_DIR, build_firmware
 
 DATA_BASE = 0x8000
 RAM_SIZE = 0x10000

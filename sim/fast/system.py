@@ -3,7 +3,7 @@
 arrival -> prefill (disaggregated pool, ``StepModel.prefill_time``) -> the first token ->
 admission by the DSU golden model -> one decode step per remaining token -> done. Batching
 decisions come from :class:`tricut.models.dsu.DsuModel`, the same model the DSU RTL is checked
-against; step times from :class:`tricut.sim.timing.StepModel`.
+against; step times from :class:`tricut.sim.fast.timing.StepModel`.
 """
 
 from __future__ import annotations

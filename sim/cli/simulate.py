@@ -14,9 +14,9 @@ from tricut.models.config import KV_DTYPES, ConfigError, gpu_ids, load_gpu, load
 from tricut.models.dsu import PROFILES, DsuParams
 from tricut.models.roofline import roofline
 
-from .system import simulate
-from .timing import CUTS, Assumptions, StepModel
-from .workload import TRACE_FORMATS, TraceError, read_trace, scale_rate, synthetic
+from ..fast.system import simulate
+from ..fast.timing import CUTS, Assumptions, StepModel
+from ..fast.workload import TRACE_FORMATS, TraceError, read_trace, scale_rate, synthetic
 
 __all__ = ["add_commands"]
 

@@ -1,6 +1,6 @@
 """cocotb bench for the TE decode engine on Verilator.
 
-Replays a stimulus plan written by ``tricut.sim.te_run.plan_json`` through the same
+Replays a stimulus plan written by ``tricut.sim.harness.te.plan_json`` through the same
 ``Driver`` as the Amaranth bench (same beats, same random idle/backpressure sequence) and
 writes the observed output beats, status words and cycle counts to ``$TE_RESULTS``; the
 pytest side (``tests/test_te_cocotb.py``) compares them bit for bit with the golden model.
@@ -13,7 +13,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from tricut.sim.te_run import Driver
+from tricut.sim.harness.te import Driver
 
 STREAMS = ("desc", "q", "kv")
 

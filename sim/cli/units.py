@@ -12,7 +12,7 @@ import numpy as np
 from tricut.models.config import KV_DTYPES
 from tricut.models.jsonl import iter_jsonl_objects
 
-from .verilog_out import LINT_WAIVERS, UNITS, area, build_unit, lint, write_verilog
+from ..harness.verilog_out import LINT_WAIVERS, UNITS, area, build_unit, lint, write_verilog
 
 __all__ = ["add_commands"]
 
@@ -53,7 +53,7 @@ def _load_vectors(path: Path) -> dict:
 
 
 def cmd_te_run(args) -> int:
-    from .te_run import run_te
+    from ..harness.te import run_te
 
     vec = _load_vectors(args.inp)
     try:
@@ -98,7 +98,8 @@ def cmd_verilog(args) -> int:
 
 
 def cmd_cdu_replay(args) -> int:
-    from .cdu_replay import COUNTER_KEYS, RtlMismatch, replay, replay_rtl
+    from ..fast.cdu_replay import COUNTER_KEYS, replay
+    from ..harness.cdu import RtlMismatch, replay_rtl
 
     source = args.trace if args.trace is not None else args.pattern
     if args.rtl:
@@ -171,7 +172,7 @@ def cmd_dsu_run(args) -> int:
 
     from tricut.models.dsu import RequestSpec
 
-    from .dsu_run import parse_faults, run_dsu
+    from ..harness.dsu import parse_faults, run_dsu
 
     if args.requests is not None:
         reqs = read_dsu_requests(args.requests)

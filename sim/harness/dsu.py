@@ -29,11 +29,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, DsuParams, Outcome,
+from ...models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, DsuParams, Outcome,
                           RequestSpec, Slot, run_schedule)
-from ..rtl.dsu.cluster import HOST_LOCAL_BASE
-from ..rtl.dsu.layouts import COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT
-from ..rtl.dsu.regmap import (BY_NAME, MMIO_BASE, SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason,
+from ...rtl.dsu.cluster import HOST_LOCAL_BASE
+from ...rtl.dsu.layouts import COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT
+from ...rtl.dsu.regmap import (BY_NAME, MMIO_BASE, SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason,
                               Result, SlotState, c_header)
 from .firmware import FIRMWARE_DIR, REPO_ROOT, Firmware, build_firmware, elf_symbols
 
@@ -47,7 +47,7 @@ CONFIG_FIELDS = ("magic", "profile", "max_batch", "latency_batch", "kv_capacity"
                  "max_retries", "watchdog_limit", "heartbeat_limit")
 REASONS = {Reason.TOO_LARGE: "too large", Reason.ERROR: "error: retries exhausted",
            Reason.TIMEOUT: "timeout: retries exhausted"}
-COCOTB_DIR = REPO_ROOT / "tests" / "cocotb"
+COCOTB_DIR = Path(__file__).resolve().parent / "benches"
 
 
 # -- faults ------------------------------------------------------------------------------------
@@ -492,7 +492,7 @@ def _sim_amaranth(spec, cluster):
 
 
 def cocotb_bench_main(spec_path, result_path):
-    """Body of the cocotb test (``tests/cocotb/dsu_sched.py``): returns a coroutine function."""
+    """Body of the cocotb test (``sim/harness/benches/dsu_sched.py``): returns a coroutine function."""
     async def run(dut):
         import cocotb
         from cocotb.clock import Clock
@@ -574,7 +574,7 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
     Returns a :class:`DsuRunResult`; ``differences`` is empty when every round's batch and
     every outcome equal the golden model's (and the run itself had no error).
     """
-    from ..rtl.dsu.cluster import DsuCluster
+    from ...rtl.dsu.cluster import DsuCluster
     if sim not in ("verilator", "amaranth"):
         raise ValueError(f"sim must be 'verilator' or 'amaranth', not {sim!r}")
     if profile not in PROFILES:

@@ -149,13 +149,13 @@ class CduReduction:
 
 def against_block_model(contexts, red: CduReduction, engine="fast", steps=5, warm=3, reserve=None):
     """Steady state of the block-level policy model (``golden``: ``models/cdu.py``; ``fast``:
-    its exact twin ``sim/cdu_fast.py``) against this reduction, for requests of
+    its exact twin ``sim/fast/cdu_twin.py``) against this reduction, for requests of
     ``contexts[i] + t + 1`` tokens at step t with the DSU's hints, reading every block: the
     counters of steps ``warm .. steps-1``. Returns (hit rate, reduced hit rate, HBM block reads
     per access, reduced HBM block reads per access); raises AssertionError if the demand reads
     differ or the prefetch operations (the CDU's work) differ by more than 1 % of them."""
     from tricut.models.cdu import Pattern, SlotDesc, StepDesc, dsu_hints, run
-    from tricut.sim.cdu_fast import run_fast
+    from tricut.sim.fast.cdu_twin import run_fast
 
     hints = dsu_hints([c + 1 for c in contexts])
     pattern = Pattern("full")

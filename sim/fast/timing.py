@@ -192,7 +192,7 @@ class StepModel:
 
     # -- pieces ------------------------------------------------------------------------------
     def cdu_step(self, seq_lens: list[int], residency: list[int]) -> CduStep | None:
-        """The CDU's block reads of this step (``sim/cdu_reduction.py``), or None without
+        """The CDU's block reads of this step (``sim/fast/cdu_reduction.py``), or None without
         the cdu cut."""
         return self.cdu.step(seq_lens, residency) if self.cdu is not None else None
 

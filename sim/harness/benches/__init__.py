@@ -1,0 +1,1 @@
+"""cocotb benches the package runs itself (tricut te run, tricut dsu run)."""
