@@ -23,15 +23,20 @@ Training (per profile): 8 slots, 24 requests (arrival rounds 0-30), seeds 11-14,
 4; 16 / 32 / 64 slots, 3·n_slots requests (arrival rounds 0-20), seeds 15 / 16 / 17, caps
 n_slots and (16 and 32 slots) n_slots / 2. Held out: 8 slots seed 7 caps 8 and 4 and 32 slots seed 21 cap 32
 (tests/test_calibration.py), 64 slots seed 21 cap 64 (the system model's default DSU). Prints
-the coefficients as ``UnitTiming`` tuples and the train / held-out errors: aggregate (summed
-cycles) and per round (median / p90 / max |error|). ≈ 8 min with 2 jobs.
+the coefficients and the train / held-out errors: aggregate (summed cycles) and per round
+(median / p90 / max |error|). ≈ 8 min with 2 jobs.
 
-    .venv/bin/python benchmarks/dsu_fit.py [--jobs 2] [--cache runs.json]
+With ``--write`` it stores the two tables, with this command line, in the fast model's data
+file ``sim/fast/unit_costs.json`` (its "dsu" entry; the "cdu" entry is kept), which
+``sim/fast/timing.py`` reads; without it, it only prints.
+
+    .venv/bin/python benchmarks/dsu_fit.py [--jobs 2] [--cache runs.json] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import random
 import time
@@ -40,11 +45,14 @@ from pathlib import Path
 
 import numpy as np
 
+from tricut.models.config import load_gpu
 from tricut.models.dsu import PROFILES, RequestSpec
-from tricut.sim.fast.timing import UnitTiming
+from tricut.sim.fast.timing import UnitCosts, UnitTiming
 
 ORDER = ("throughput-opt", "latency-opt", "fairness-opt")
 COLUMNS = UnitTiming.DSU_COLUMNS
+#: the fast model's data file in this checkout
+COSTS_PATH = Path(__file__).resolve().parent.parent / "sim" / "fast" / "unit_costs.json"
 #: (n_slots, seed, cap) per profile
 TRAIN = ([(8, s, c) for c in (8, 4) for s in (11, 12, 13, 14)]
          + [(16, 15, 16), (16, 15, 8), (32, 16, 32), (32, 16, 16), (64, 17, 64)])
@@ -93,12 +101,30 @@ def fmt(e):
     return f"agg {e[0]:+6.2f} %  per round median {e[1]:4.1f} % p90 {e[2]:4.1f} % max {e[3]:4.1f} %"
 
 
-def main(argv=None):
+def costs_with(costs: UnitCosts, fits, command: str) -> UnitCosts:
+    """``costs`` with the DSU's tables replaced by ``fits`` ((profile, "all fit" | "select") ->
+    coefficients in COLUMNS order), produced by ``command``."""
+    return dataclasses.replace(
+        costs, dsu_all_fit={p: fits[p, "all fit"] for p in ORDER},
+        dsu_select={p: fits[p, "select"] for p in ORDER}, dsu_command=command)
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=2, help="parallel RTL runs (default 2)")
     ap.add_argument("--cache", help="JSON file of measured runs: reused when present, "
                     "written otherwise (to refit without rerunning the RTL)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--write", action="store_true",
+                    help="store the fitted tables in sim/fast/unit_costs.json (default: print only)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    current = UnitCosts.load(COSTS_PATH)       # a broken data file stops us before the RTL runs
+    # the command recorded in the data file (the cache's path is not: it may be anyone's)
+    command = f".venv/bin/python benchmarks/dsu_fit.py --jobs {args.jobs}" + \
+        (" --cache RUNS.json" if args.cache else "") + " --write"
     jobs = [(p, n, s, c) for p in ORDER for (n, s, c) in TRAIN + HELD]
     jobs.sort(key=lambda j: -j[1])                 # the long 64-slot runs first
     runs = {}
@@ -135,9 +161,8 @@ def main(argv=None):
             print(f"{profile:15s} {reg:8s} train ({len(y):3d} rounds): {fmt(errors(X @ coef, y))}")
     print()
 
-    units = UnitTiming(
-        dsu_fit_all_fit=tuple((p, *fits[p, "all fit"]) for p in ORDER),
-        dsu_fit_select=tuple((p, *fits[p, "select"]) for p in ORDER))
+    costs = costs_with(current, fits, command)
+    units = UnitTiming.from_gpu(load_gpu("h100-sxm5"), costs)     # cycles: the GPU does not matter
     print("training runs: summed predicted vs measured cycles per run")
     for profile in ORDER:
         for (n, s, c) in TRAIN:
@@ -166,12 +191,16 @@ def main(argv=None):
                           f"{fmt(errors([pred[i] for i in idx], [meas[i] for i in idx]))}")
     print(f"\nworst held-out aggregate error: {worst:.2f} %\n")
 
-    print("UnitTiming (sim/fast/timing.py), columns profile, " + ", ".join(COLUMNS) + ":")
-    for name, reg in (("dsu_fit_all_fit", "all fit"), ("dsu_fit_select", "select")):
-        print(f"    {name}: tuple = (")
-        print(",\n".join(f"        ({p!r}, " + ", ".join(f"{c}" for c in fits[p, reg]) + ")"
-                         for p in ORDER) + ")")
+    print("columns: profile, " + ", ".join(COLUMNS))
+    for reg in ("all fit", "select"):
+        for p in ORDER:
+            print(f"{reg:8s} {p:15s} " + ", ".join(f"{c}" for c in fits[p, reg]))
     assert set(ORDER) == set(PROFILES)
+    if args.write:
+        costs.save(COSTS_PATH)
+        print("\nwritten to sim/fast/unit_costs.json")
+    else:
+        print("\nnot written (pass --write to store them in sim/fast/unit_costs.json)")
 
 
 if __name__ == "__main__":

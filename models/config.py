@@ -104,6 +104,10 @@ class GpuConfig:
     fp8_flops: float
     nvlink_bandwidth: float   # per GPU, one direction
     has_cdu: bool
+    # The decode units (our design, not a datasheet's; each toml says why it chose its numbers):
+    te_engines_per_sm: int    # TE decode engines per SM
+    te_clock_hz: float
+    cdu_clock_hz: float       # read only when has_cdu
     dsu_cores: int
     dsu_clock_hz: float
 
@@ -128,6 +132,9 @@ _GPU_KEYS = {  # file key -> (field, type, unit or None)
     "fp8_tflops": ("fp8_flops", float, "TFLOPS"),
     "nvlink_gb_s": ("nvlink_bandwidth", float, "GB/s"),
     "has_cdu": ("has_cdu", bool, None),
+    "te_engines_per_sm": ("te_engines_per_sm", int, None),
+    "te_clock_ghz": ("te_clock_hz", float, "GHz"),
+    "cdu_clock_ghz": ("cdu_clock_hz", float, "GHz"),
     "dsu_cores": ("dsu_cores", int, None),
     "dsu_clock_ghz": ("dsu_clock_hz", float, "GHz"),
 }

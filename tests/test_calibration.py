@@ -1,11 +1,16 @@
 """Calibration: the fast model's per-unit cycles agree with the RTL on small shapes (≤ 2 %):
-TE engine cycles, CDU front-end cycles, DSU scheduling-round cycles."""
+TE engine cycles, CDU front-end cycles, DSU scheduling-round cycles (the CDU and DSU
+coefficients as read from sim/fast/unit_costs.json, which the fit scripts write)."""
 
 import numpy as np
 import pytest
 
+from tricut.models.cdu import POLICIES
+from tricut.models.config import load_gpu
 from tricut.sim.harness.te import run_te
 from tricut.sim.fast.timing import UnitTiming
+
+H100 = load_gpu("h100-sxm5")
 
 
 @pytest.mark.parametrize("head_dim,G,n,kv_dtype", [(64, 1, 3, "bf16"), (64, 4, 5, "fp8"),
@@ -15,7 +20,7 @@ def test_te_cycles_fast_model_vs_rtl(head_dim, G, n, kv_dtype):
     q = rng.standard_normal((G, head_dim)).astype(np.float32)
     k = rng.standard_normal((n, head_dim)).astype(np.float32)
     v = rng.standard_normal((n, head_dim)).astype(np.float32)
-    units = UnitTiming()
+    units = UnitTiming.from_gpu(H100)     # cycles: the GPU's clocks do not enter
     *_, cycles, status = run_te(q, k, v, kv_dtype, lanes=units.te_lanes)
     predicted = units.te_job_cycles(n, head_dim, G)
     assert abs(predicted - cycles) / cycles <= 0.02, (predicted, cycles)
@@ -50,7 +55,7 @@ def test_dsu_round_cycles_fast_model_vs_rtl(profile, n_slots, cap):
     if cap < n_slots:    # the schedule exercises the select regime
         assert sum(x["active"] > cap for x in rounds) >= len(rounds) // 2
     measured = sum(x["cycles"] for x in rounds)
-    units = UnitTiming()
+    units = UnitTiming.from_gpu(H100)     # cycles: the GPU's clocks do not enter
     predicted = sum(units.dsu_round_cycles(x["active"], cap, profile, admitted=x["admitted"],
                                            retired=x["retired"], blocked=x["blocked"],
                                            n_slots=n_slots)
@@ -63,7 +68,7 @@ def test_dsu_round_cycles_fast_model_vs_rtl(profile, n_slots, cap):
     assert steady < 0.95 * measured, (steady, measured)
 
 
-@pytest.mark.parametrize("policy", ["disabled", "static", "adaptive"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_cdu_cycles_fast_model_vs_rtl(policy):
     """The CDU front end in RTL (full pattern, no stalls) on shapes not used by the fit
     (benchmarks/cdu_cycles_fit.py), against ``UnitTiming.cdu_step_cycles`` with the op counts
@@ -73,7 +78,7 @@ def test_cdu_cycles_fast_model_vs_rtl(policy):
     from tricut.sim.fast.cdu_reduction import CduReduction
     from tricut.sim.harness.cdu import frontend_cycles
 
-    units = UnitTiming()
+    units = UnitTiming.from_gpu(H100)     # cycles: the GPU's clocks do not enter
     for slots, layers, steps, ctx in ((2, 2, 3, 250), (3, 2, 2, 500), (1, 3, 2, 700)):
         descs = [StepDesc(t, tuple(SlotDesc(i, i, ctx + 37 * i + t) for i in range(slots)),
                           tuple(range(layers))) for t in range(steps)]

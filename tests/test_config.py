@@ -24,6 +24,9 @@ bf16_tflops = 100.0
 fp8_tflops = 200.0
 nvlink_gb_s = 50.0
 has_cdu = true
+te_engines_per_sm = 2
+te_clock_ghz = 1.5
+cdu_clock_ghz = 1.4
 dsu_cores = 2
 dsu_clock_ghz = 1.0
 """
@@ -54,14 +57,22 @@ def test_gpu_configs():
     assert (h100.sm_count, h100.l2_bytes, h100.hbm_bytes) == (132, 50 * 2**20, 80 * 2**30)
     assert h100.hbm_bandwidth == 3.35e12 and h100.sm_clock_hz == 1.98e9
     assert (h100.dsu_cores, h100.dsu_clock_hz, h100.has_cdu) == (4, 1.2e9, True)
-    assert load_gpu("h200").hbm_bandwidth == 4.8e12
-    assert load_gpu("edge").has_cdu is False
+    assert (h100.te_engines_per_sm, h100.te_clock_hz, h100.cdu_clock_hz) == (4, 1.98e9, 1.98e9)
+    h200 = load_gpu("h200")
+    assert h200.hbm_bandwidth == 4.8e12
+    assert (h200.te_engines_per_sm, h200.te_clock_hz, h200.cdu_clock_hz) == (4, 1.98e9, 1.98e9)
+    edge = load_gpu("edge")
+    assert edge.has_cdu is False
+    assert (edge.sm_count, edge.te_engines_per_sm, edge.te_clock_hz, edge.dsu_clock_hz) == \
+        (16, 4, 1.3e9, 1.2e9)
 
 
 def test_user_file_loads(tmp_path):
     f = tmp_path / "mine.toml"
     f.write_text(GOOD_GPU)
-    assert load_gpu(f).hbm_bytes == 16 * 2**30
+    gpu = load_gpu(f)
+    assert gpu.hbm_bytes == 16 * 2**30
+    assert (gpu.te_engines_per_sm, gpu.te_clock_hz, gpu.cdu_clock_hz) == (2, 1.5e9, 1.4e9)
     assert load_gpu(str(f)).name == "mine"
 
 
@@ -76,6 +87,13 @@ def test_user_file_loads(tmp_path):
     (lambda t: t + "hbm_colour = 3\n", "unknown field 'hbm_colour'"),
     (lambda t: t.replace("fp8_tflops = 200.0\n", ""), "missing field 'fp8_tflops'"),
     (lambda t: t.replace("sm_count = 10", "sm_count = "), "not valid TOML"),
+    (lambda t: t.replace("te_engines_per_sm = 2", "te_engines_per_sm = 0"),
+     "field 'te_engines_per_sm': must be a positive"),
+    (lambda t: t.replace("te_engines_per_sm = 2", "te_engines_per_sm = 2.5"),
+     "field 'te_engines_per_sm': expected int, got float"),
+    (lambda t: t.replace("te_clock_ghz = 1.5", "te_clock_ghz = -1.5"), "field 'te_clock_ghz': must be a positive"),
+    (lambda t: t.replace("cdu_clock_ghz = 1.4", 'cdu_clock_ghz = "fast"'), "field 'cdu_clock_ghz': expected float"),
+    (lambda t: t.replace("te_clock_ghz = 1.5\n", ""), "missing field 'te_clock_ghz'"),
 ])
 def test_bad_gpu_file_names_file_and_field(tmp_path, edit, message):
     f = tmp_path / "bad.toml"

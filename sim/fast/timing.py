@@ -8,15 +8,21 @@ faster than that floor.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
 
-from tricut.models.cdu import BLOCK_TOKENS
-from tricut.models.config import GpuConfig, ModelConfig
+from tricut.models.cdu import BLOCK_TOKENS, POLICIES
+from tricut.models.config import ConfigError, GpuConfig, ModelConfig
+from tricut.models.dsu import PROFILES
+from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
 
-__all__ = ["CUTS", "Assumptions", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
+__all__ = ["CUTS", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
 CUTS = ("te", "cdu", "dsu")
 
@@ -57,45 +63,149 @@ class Assumptions:
                 raise ValueError(f"assumption {name} must be in (0, 1], got {getattr(self, name)!r}")
 
 
+#: Regressors of the DSU's cycles per scheduling round (:meth:`UnitTiming.dsu_round_terms`) and
+#: of the CDU front end's cycles per step beyond one per operation: the columns of the tables
+#: in :data:`COSTS_FILE`.
+DSU_COLUMNS = ("base", "per_active", "per_admitted", "per_retired", "per_compact",
+               "per_blocked", "per_scan", "per_blocked_scan", "per_cap", "per_word")
+CDU_COLUMNS = ("per_unit", "per_beat")
+#: The data file of fitted unit costs, in this package; the fit scripts write it
+#: (``benchmarks/dsu_fit.py --write``, ``benchmarks/cdu_cycles_fit.py --write``).
+COSTS_FILE = "unit_costs.json"
+_COSTS_ABOUT = ("Fitted cycle coefficients of the fast model's DSU and CDU, read by sim/fast/timing.py "
+                "(UnitCosts; docs/system-model.md, 'Unit timing'). Written by the fit scripts with "
+                "--write, not by hand; each table records the command that produced it.")
+
+
+@dataclass(frozen=True)
+class UnitCosts:
+    """The fitted cycle coefficients of the DSU and the CDU (docs/system-model.md), as stored
+    in :data:`COSTS_FILE`, each table with the command that produced it.
+
+    ``dsu_all_fit`` / ``dsu_select``: profile -> coefficients in :data:`DSU_COLUMNS` order, fits
+    of the scheduler firmware on the DSU RTL cluster; "all fit" when every active slot fits the
+    batch (A <= cap), "select" when the profile must choose. ``cdu``: policy -> (per_unit,
+    per_beat), fits to the RTL front end (``full`` pattern, no stalls)."""
+
+    dsu_all_fit: dict
+    dsu_select: dict
+    dsu_command: str
+    cdu: dict
+    cdu_command: str
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> UnitCosts:
+        """The shipped tables (``path=None``) or those of another copy of the file. A file that
+        is missing, not JSON or not of this shape raises :class:`ConfigError` naming the file
+        and the entry."""
+        if path is None:
+            label, res = f"sim/fast/{COSTS_FILE}", resources.files(__package__).joinpath(COSTS_FILE)
+        else:
+            label, res = str(path), Path(path)
+        try:
+            raw = json.loads(res.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{label}: file not found") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{label}: cannot read: {e}") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{label}: not valid JSON: {e}") from None
+        return cls._parse(raw, label)
+
+    @classmethod
+    def _parse(cls, raw, label: str) -> UnitCosts:
+        def entry(obj, where: str, keys: tuple, texts: tuple = ()) -> dict:
+            """``obj``, a JSON object with exactly ``keys``, of which ``texts`` are strings."""
+            if not isinstance(obj, dict) or set(obj) != set(keys):
+                found = sorted(obj) if isinstance(obj, dict) else type(obj).__name__
+                raise ConfigError(f"{label}: entry {where!r}: expected the keys "
+                                  f"{', '.join(keys)}, got {found}")
+            for key in texts:
+                if not isinstance(obj[key], str):
+                    raise ConfigError(f"{label}: entry '{where}.{key}': expected a string, "
+                                      f"got {obj[key]!r}")
+            return obj
+
+        def rows(obj, where: str, names: tuple, columns: tuple) -> dict:
+            entry(obj, where, names)
+            out = {}
+            for name in names:
+                row = obj[name]
+                if not isinstance(row, list) or len(row) != len(columns) or not all(
+                        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                        for x in row):
+                    raise ConfigError(f"{label}: entry '{where}.{name}': expected {len(columns)} "
+                                      f"finite numbers ({', '.join(columns)}), got {row!r}")
+                out[name] = tuple(float(x) for x in row)
+            return out
+
+        top = entry(raw, "top level", ("about", "dsu", "cdu"), ("about",))
+        dsu = entry(top["dsu"], "dsu", ("command", "columns", "all_fit", "select"), ("command",))
+        cdu = entry(top["cdu"], "cdu", ("command", "columns", "policies"), ("command",))
+        for where, section, columns in (("dsu", dsu, DSU_COLUMNS), ("cdu", cdu, CDU_COLUMNS)):
+            if section["columns"] != list(columns):
+                raise ConfigError(f"{label}: entry '{where}.columns': expected "
+                                  f"{list(columns)} (sim/fast/timing.py), got {section['columns']!r}")
+        return cls(rows(dsu["all_fit"], "dsu.all_fit", PROFILES, DSU_COLUMNS),
+                   rows(dsu["select"], "dsu.select", PROFILES, DSU_COLUMNS), dsu["command"],
+                   rows(cdu["policies"], "cdu.policies", POLICIES, CDU_COLUMNS), cdu["command"])
+
+    def to_json(self) -> str:
+        """The file's text: the JSON object :meth:`load` reads, one line per table row."""
+        data = {
+            "about": _COSTS_ABOUT,
+            "dsu": {"command": self.dsu_command, "columns": list(DSU_COLUMNS),
+                    "all_fit": {p: list(self.dsu_all_fit[p]) for p in PROFILES},
+                    "select": {p: list(self.dsu_select[p]) for p in PROFILES}},
+            "cdu": {"command": self.cdu_command, "columns": list(CDU_COLUMNS),
+                    "policies": {p: list(self.cdu[p]) for p in POLICIES}},
+        }
+        self._parse(json.loads(json.dumps(data)), "the tables to write")   # never write a bad file
+        text = json.dumps(data, indent=2)
+        # a list of numbers or names on one line
+        return re.sub(r"\[[^\[\]{}]*\]", lambda m: json.dumps(json.loads(m.group(0))), text) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+
 @dataclass(frozen=True)
 class UnitTiming:
-    """Per-unit cycle costs, taken from the RTL's cycle formulas (checked against RTL runs in
-    tests/test_calibration.py)."""
+    """Per-unit engines, clocks and cycle costs. The engines and clocks come from the GPU config
+    (:meth:`from_gpu`); the cycle formulas are the RTL's, their fitted coefficients are read
+    from :data:`COSTS_FILE` (:class:`UnitCosts`); tests/test_calibration.py checks them against
+    RTL runs."""
 
-    te_engines: int = 528                 # 4 TE decode engines per SM (one per SM sub-partition)
-    te_clock_hz: float = 1.98e9
-    te_lanes: int = 16                    # multiplier lanes per engine (the RTL's maximum)
-    dsu_clock_hz: float = 1.2e9
+    te_engines: int                       # te_engines_per_sm × sm_count
+    te_clock_hz: float
+    cdu_clock_hz: float
+    dsu_clock_hz: float
+    costs: UnitCosts = field(default_factory=UnitCosts.load)
+    #: multiplier lanes per TE engine: an RTL parameter, not a GPU's (the TE RTL's maximum; a
+    #: beat never spans two NVFP4 micro-blocks)
+    te_lanes: int = max(TE_LANES)
 
-    #: DSU cycles per scheduling round (docs/system-model.md), per profile and regime:
-    #: ``base + per_active·A + per_admitted·adm + per_retired·ret + per_compact·A_prev·[ret > 0]
-    #: + per_blocked·blocked + per_scan·scan + per_blocked_scan·blocked·A + per_cap·cap·[A > cap]
-    #: + per_word·(words - 1)`` with ``A_prev = A - adm + ret`` (the firmware's active list it
-    #: compacts after freeing slots), ``scan = adm·A_prev + adm·(adm - 1)/2`` (each admission's
-    #: free-slot search plus its insertion into the slot-ordered active list walks every slot
-    #: occupied at that moment), ``blocked·A`` (a blocked intake head's free-slot search) and
-    #: ``words = ceil(n_slots / 32)`` (the BATCH / ENDED / ROLLED_BACK mask words). Least-squares
-    #: fits of the scheduler firmware on the DSU RTL cluster (8, 16, 32 and 64 slots; caps
-    #: n_slots and below): ``.venv/bin/python benchmarks/dsu_fit.py``. "all fit" when every
-    #: active slot fits the batch (A <= cap), "select" when the profile must choose.
-    #: Columns: profile, then :attr:`DSU_COLUMNS`.
-    dsu_fit_all_fit: tuple = (
-        ("throughput-opt", 393.9, 76.24, 116.95, 29.01, 25.0, 8.76, 11.77, 14.21, 0.0, 45.84),
-        ("latency-opt", 393.77, 55.17, 138.2, 30.35, 24.86, 10.55, 11.78, 14.05, 0.0, 44.0),
-        ("fairness-opt", 411.9, 90.4, 101.35, 64.87, 24.79, 8.47, 11.8, 14.21, 0.0, 18.67))
-    dsu_fit_select: tuple = (
-        ("throughput-opt", 291.79, 241.22, 132.93, -18.63, 29.35, -72.6, 13.08, 20.17, 89.54, 0.0),
-        ("latency-opt", 214.9, 102.5, 148.66, -43.93, 35.27, -315.36, 13.27, 53.35, 107.75, 0.0),
-        ("fairness-opt", 208.11, 155.19, 99.41, 69.32, 24.53, -153.89, 13.91, 28.26, 65.31, 0.0))
+    DSU_COLUMNS = DSU_COLUMNS
 
-    DSU_COLUMNS = ("base", "per_active", "per_admitted", "per_retired", "per_compact",
-                   "per_blocked", "per_scan", "per_blocked_scan", "per_cap", "per_word")
+    @classmethod
+    def from_gpu(cls, gpu: GpuConfig, costs: UnitCosts | None = None) -> UnitTiming:
+        """The units of ``gpu`` (``te_engines_per_sm``, the TE, CDU and DSU clocks of its
+        config) with the shipped cycle costs or ``costs``."""
+        return cls(gpu.te_engines_per_sm * gpu.sm_count, gpu.te_clock_hz, gpu.cdu_clock_hz,
+                   gpu.dsu_clock_hz, costs if costs is not None else UnitCosts.load())
 
     @staticmethod
     def dsu_round_terms(active: int, admitted: int = 0, retired: int = 0,
                         blocked: bool | int = False, cap: int | None = None,
                         n_slots: int = 8) -> tuple:
-        """The regressors of :meth:`dsu_round_cycles`, in the order of :attr:`DSU_COLUMNS`."""
+        """The regressors of :meth:`dsu_round_cycles`, in the order of :data:`DSU_COLUMNS`:
+        ``base + per_active·A + per_admitted·adm + per_retired·ret + per_compact·A_prev·[ret > 0]
+        + per_blocked·blocked + per_scan·scan + per_blocked_scan·blocked·A + per_cap·cap·[A > cap]
+        + per_word·(words - 1)`` with ``A_prev = A - adm + ret`` (the firmware's active list it
+        compacts after freeing slots), ``scan = adm·A_prev + adm·(adm - 1)/2`` (each admission's
+        free-slot search plus its insertion into the slot-ordered active list walks every slot
+        occupied at that moment), ``blocked·A`` (a blocked intake head's free-slot search) and
+        ``words = ceil(n_slots / 32)`` (the BATCH / ENDED / ROLLED_BACK mask words)."""
         a_prev = active - admitted + retired
         compact = a_prev if retired > 0 else 0
         scan = admitted * (active - admitted) + admitted * (admitted - 1) / 2
@@ -114,24 +224,17 @@ class UnitTiming:
         slots the previous round's completions freed, and ``blocked`` when an arrived request
         waits at the intake head (no free slot or KV budget). The defaults are a steady round
         of an 8-slot DSU."""
-        table = self.dsu_fit_all_fit if active <= cap else self.dsu_fit_select
-        coefs = next(row[1:] for row in table if row[0] == profile)
+        table = self.costs.dsu_all_fit if active <= cap else self.costs.dsu_select
+        coefs = table[profile]
         terms = self.dsu_round_terms(active, admitted, retired, blocked, cap, n_slots)
         return sum(c * t for c, t in zip(coefs, terms))
-
-    cdu_clock_hz: float = 1.98e9
-    #: CDU front-end cycles beyond one per operation (R, P, W): per (slot, layer) unit and per
-    #: step-descriptor beat, least-squares fits to the RTL front end (``full`` pattern, no
-    #: stalls): ``.venv/bin/python benchmarks/cdu_cycles_fit.py``. Columns: policy,
-    #: per_unit, per_beat.
-    cdu_fit: tuple = (("disabled", 4.55, 1.79), ("static", 4.55, 1.79), ("adaptive", 9.55, 1.79))
 
     def cdu_step_cycles(self, reads: float, prefetches: float, units: int, beats: int,
                         policy: str) -> float:
         """CDU front-end cycles of one step: one per demand read, prefetch and new-token
         write (one write per unit), plus the fitted per-unit and per-beat costs. The core
         decides one operation per cycle behind it, so this is the CDU's time per step."""
-        per_unit, per_beat = next(row[1:] for row in self.cdu_fit if row[0] == policy)
+        per_unit, per_beat = self.costs.cdu[policy]
         return reads + prefetches + units * (1 + per_unit) + beats * per_beat
 
     def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
@@ -169,9 +272,11 @@ class StepModel:
     cuts: frozenset = frozenset()
     policy: str = "adaptive"              # CDU policy when the cdu cut is on
     assumptions: Assumptions = field(default_factory=Assumptions)
-    units: UnitTiming = field(default_factory=UnitTiming)
+    units: UnitTiming | None = None       # default: UnitTiming.from_gpu(gpu)
 
     def __post_init__(self):
+        if self.units is None:
+            self.units = UnitTiming.from_gpu(self.gpu)
         unknown = set(self.cuts) - set(CUTS)
         if unknown:
             raise ValueError(f"unknown cut {sorted(unknown)[0]!r}; choose from {', '.join(CUTS)}")
