@@ -19,10 +19,9 @@ import json
 import sys
 import time
 
+from tricut.models.cdu import PATTERNS, POLICIES
 from tricut.sim.fast.cdu_replay import replay
 
-PATTERNS = ("full", "window", "topk", "reread")
-POLICIES = ("disabled", "static", "adaptive")
 GRID = [(m, c, b) for m in ("llama-3-8b", "llama-3-70b") for c in (4096, 32768, 131072)
         for b in (1, 16, 64)]
 KEYS = ("model", "pattern", "policy", "l2_mb", "accesses", "hits", "hits_reuse", "misses",

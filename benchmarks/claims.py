@@ -8,14 +8,12 @@ default assumptions (docs/system-model.md) and the roofline; each row states its
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tricut.models.config import load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
-from tricut.sim.fast.system import simulate
+from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.timing import Assumptions, StepModel
 from tricut.sim.fast.workload import synthetic
 
@@ -23,6 +21,8 @@ H100 = load_gpu("h100-sxm5")
 L8B, L70B = load_model("llama-3-8b"), load_model("llama-3-70b")
 RNG = np.random.default_rng(0)
 NO_JITTER = Assumptions(host_jitter_s=0.0)
+#: the serving rows keep the DSU's default KV budget (1M tokens), not what fits beside the weights
+KV_BUDGET = DsuParams().kv_capacity_tokens
 rows = []
 
 
@@ -89,9 +89,10 @@ row("Llama-3-70B, 128K context, 8×H100: 1,842 → 3,916 tokens/s; P99 247 → 8
 # 6. DSU latency-opt at 128 concurrent requests: P99 3.2x steadier.
 reqs = synthetic(512, 200.0, prompt=("uniform", 512, 4096), output=128, seed=5)
 res = {}
+setup = ServingSetup(L8B, H100, profile="latency-opt", n_slots=128, max_batch=128, latency_batch=128,
+                     kv_capacity_tokens=KV_BUDGET)
 for label, cuts in (("host", ()), ("dsu", ("dsu",))):
-    s = simulate(reqs, StepModel(L8B, H100, cuts=frozenset(cuts)),
-                 DsuParams("latency-opt", n_slots=128, max_batch=128, latency_batch=128)).summary
+    s = setup.run(reqs, cuts).summary
     res[label] = s["itl_p99_s"] / s["itl_p50_s"]
 row("DSU `latency-opt`, 128 concurrent: P99 3.2× steadier than CPU scheduling",
     f"ITL P99/P50 {res['host']:.3f} (host) vs {res['dsu']:.3f} (DSU): {res['host'] / res['dsu']:.2f}× steadier",
@@ -115,9 +116,9 @@ row("NVFP4 KV halves the footprint vs FP8 (~2× resident context) (`003_*`)",
 
 # 8. Degraded DSU: +40 % latency, no interruption.
 reqs = synthetic(256, 100.0, prompt=("uniform", 512, 4096), output=64, seed=6)
-sm = StepModel(L8B, H100, cuts=frozenset({"dsu"}))
-ok = simulate(reqs, sm, DsuParams(n_slots=64)).summary
-bad = simulate(reqs, sm, DsuParams(n_slots=64), degraded_at_s=0.0).summary
+setup = ServingSetup(L8B, H100, n_slots=64, kv_capacity_tokens=KV_BUDGET)
+ok = setup.run(reqs, ("dsu",)).summary
+bad = setup.run(reqs, ("dsu",), degraded_at_s=0.0).summary
 row("DSU degraded to CPU scheduling: latency +40 %, no interruption",
     f"TPOT P50 {ok['tpot_p50_s'] * 1e3:.2f} → {bad['tpot_p50_s'] * 1e3:.2f} ms "
     f"({100 * (bad['tpot_p50_s'] / ok['tpot_p50_s'] - 1):+.1f} %); all {bad['requests']} requests complete",

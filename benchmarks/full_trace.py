@@ -13,10 +13,7 @@ import time
 from pathlib import Path
 
 from tricut.models.config import load_gpu, load_model
-from tricut.models.dsu import DsuParams
-from tricut.models.roofline import roofline
-from tricut.sim.fast.system import simulate
-from tricut.sim.fast.timing import StepModel
+from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.workload import read_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
@@ -28,8 +25,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     reqs = read_trace(args.trace)
-    model, gpu = load_model("llama-3-70b"), load_gpu("h100-sxm5")
-    kv_fit = roofline(model, gpu, "bf16", 1, 1, tp=8).kv_tokens_fit
+    setup = ServingSetup(load_model("llama-3-70b"), load_gpu("h100-sxm5"), "bf16", tp=8)
     print(f"{len(reqs)} requests from {args.trace.name}; llama-3-70b, h100-sxm5 x8 (TP8), bf16 KV\n")
     print("| config | wall s (median) | steps | simulated steps/s | tokens/s (simulated) | TPOT p99 ms |")
     print("|---|---|---|---|---|---|")
@@ -37,8 +33,7 @@ def main() -> None:
         walls, result = [], None
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            result = simulate(reqs, StepModel(model, gpu, "bf16", 8, frozenset(cuts)),
-                              DsuParams(n_slots=64, max_batch=64, kv_capacity_tokens=kv_fit))
+            result = setup.run(reqs, cuts)
             walls.append(time.perf_counter() - t0)
         wall = statistics.median(walls)
         s = result.summary

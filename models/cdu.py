@@ -67,11 +67,12 @@ from pathlib import Path
 import numpy as np
 
 from .dsu import DsuParams, residency_bit
-from .jsonl import iter_jsonl_objects
+from .jsonl import TraceError, iter_jsonl_objects
 
 __all__ = [
     "BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
-    "POLICIES", "PATTERNS", "Op", "Txn", "SlotDesc", "StepDesc", "TraceError", "CDUCore",
+    "POLICIES", "PATTERNS", "KINDS", "RESULTS", "KEEP_HASH_MUL", "KEEP_HASH_BITS", "Op", "Txn",
+    "SlotDesc", "StepDesc", "TraceError", "CDUCore",
     "FrontEnd", "AdaptivePredictor", "Pattern", "read_access_trace", "set_index",
     "predictor_budget_bits", "dsu_hints", "HINT_OF_RESIDENCY", "run", "STATIC_RECENT_TOKENS",
     "default_reserve", "keep_budget", "geometry",
@@ -79,22 +80,26 @@ __all__ = [
 
 BLOCK_TOKENS = 16
 CLASS_STREAM, CLASS_NORMAL, CLASS_KEEP, CLASS_PIN = 0, 1, 2, 3
+# The names below are declared here only; the hardware codes (rtl/cdu/layouts.py: HINT,
+# POLICY, PATTERN, KIND, RESULT) and the compiled twin's codes (sim/fast/cdu_twin.py) are
+# each name's position in its tuple, so the order of every tuple is part of the encoding.
 HINTS = ("auto", "stream", "priority", "pin")
 POLICIES = ("disabled", "static", "adaptive")
 PATTERNS = ("full", "window", "topk", "reread")
+#: operation kinds (:data:`Op`): R demand read, W new-token write, P prefetch
+KINDS = ("R", "W", "P")
+#: decisions of the core (:data:`Txn`): R: hit, miss_alloc, miss_bypass; P: pf_issue,
+#: pf_redundant, pf_drop; W: w_hit, w_alloc, w_bypass
+RESULTS = ("hit", "miss_alloc", "miss_bypass", "pf_issue", "pf_redundant", "pf_drop",
+           "w_hit", "w_alloc", "w_bypass")
 
-#: One block operation. kind: "R" demand read, "W" new-token write, "P" prefetch.
+#: One block operation. kind: one of KINDS.
 #: cls: residency class to allocate with (0 = do not allocate). fresh: W starts a new block.
 Op = namedtuple("Op", "kind req layer block cls fresh")
 
-#: One decision of the core. result is one of: hit, miss_alloc, miss_bypass (R);
-#: pf_issue, pf_redundant, pf_drop (P); w_hit, w_alloc, w_bypass (W).
+#: One decision of the core. result: one of RESULTS.
 #: victim: (req, layer, block) of the evicted valid block, or None. hbm: an HBM read issued.
 Txn = namedtuple("Txn", "kind req layer block result victim hbm")
-
-
-class TraceError(ValueError):
-    """A malformed access-trace file; the message names the file and line."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,12 @@ LAYER_STRIDE, REQ_STRIDE = 713, 949
 
 #: ``static`` keeps each request's sink block and its most recent tokens resident
 STATIC_RECENT_TOKENS = 128
+
+#: keep-class hash of :meth:`AdaptivePredictor.keep_class`: ``h = (block * KEEP_HASH_MUL[0] +
+#: layer * KEEP_HASH_MUL[1] + slot * KEEP_HASH_MUL[2]) mod 2**KEEP_HASH_BITS`` (the compiled
+#: twin and the RTL front end compute the same; the RTL keeps the multipliers mod 2**bits)
+KEEP_HASH_MUL = (2654435761, 40503, 977)
+KEEP_HASH_BITS = 10
 
 
 def default_reserve(ways):
@@ -533,8 +544,10 @@ class AdaptivePredictor:
             return CLASS_NORMAL
         if self.keep_prev <= self.budget:
             return CLASS_KEEP
-        h = (block * 2654435761 + layer * 40503 + slot * 977) & 1023
-        return CLASS_KEEP if h * self.keep_prev < 1024 * self.budget else CLASS_NORMAL
+        m0, m1, m2 = KEEP_HASH_MUL
+        h = (block * m0 + layer * m1 + slot * m2) & ((1 << KEEP_HASH_BITS) - 1)
+        return CLASS_KEEP if h * self.keep_prev < (1 << KEEP_HASH_BITS) * self.budget \
+            else CLASS_NORMAL
 
     def observe(self, slot, layer, blocks, nb):
         s = set(blocks)

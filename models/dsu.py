@@ -42,8 +42,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 __all__ = ["residency_bit", "PROFILES", "OK", "ERROR", "TIMEOUT", "DsuParams", "RequestSpec", "Descriptor",
-           "Outcome", "Slot", "DsuModel", "run_schedule"]
+           "Outcome", "Slot", "Round", "DsuModel", "run_schedule"]
 
+#: profile names, declared once; the position is the hardware code (rtl/dsu/regmap.Profile)
 PROFILES = ("latency-opt", "throughput-opt", "fairness-opt")
 OK, ERROR, TIMEOUT = "ok", "error", "timeout"
 
@@ -117,6 +118,17 @@ class Slot:
     wait: int = 0
 
 
+@dataclass(frozen=True)
+class Round:
+    """What one scheduling round did: its number, the batch it chose and the counts the
+    DSU's cost depends on (``docs/system-model.md``)."""
+    number: int
+    batch: list[Descriptor]
+    active: int              # occupied slots after admission
+    admitted: int            # requests admitted this round
+    blocked: bool            # an arrived request still waits at the intake head
+
+
 def residency_bit(seq_len: int, long_context_tokens: int) -> int:
     """The descriptor's residency hint: 1 (the CDU may keep the request's KV blocks in L2)
     when ``seq_len >= long_context_tokens``, else 0 (its blocks are streamed from HBM)."""
@@ -182,10 +194,12 @@ class DsuModel:
             key = lambda i: (abs(buckets[i] - dominant), self.slots[i].arrival_seq, i)  # noqa: E731
         return sorted(sorted(active, key=key)[: self.params.cap])
 
-    def step(self) -> list[Descriptor]:
-        """Admit, select and return this round's descriptors (empty when nothing is active)."""
+    def step(self) -> Round:
+        """Admit, select and return this round (its ``batch`` of descriptors is empty when
+        nothing is active)."""
         if self.pending:
             raise RuntimeError("complete() the previous round before the next step()")
+        arrivals = self.arrivals
         self._admit()
         chosen = self._select()
         lc = self.params.long_context_tokens
@@ -195,7 +209,8 @@ class DsuModel:
         for i, s in enumerate(self.slots):
             if s is not None:
                 s.wait = 0 if i in chosen else s.wait + 1
-        return list(self.pending)
+        return Round(self.round, list(self.pending), self.occupied_slots,
+                     self.arrivals - arrivals, bool(self.intake))
 
     def complete(self, results: dict[int, str] | None = None) -> list[Outcome]:
         """Report this round's results by slot (missing slots are ``ok``). Returns the requests
@@ -238,6 +253,10 @@ class DsuModel:
         return out
 
     @property
+    def occupied_slots(self) -> int:
+        return sum(1 for s in self.slots if s is not None)
+
+    @property
     def idle(self) -> bool:
         return not self.intake and all(s is None for s in self.slots)
 
@@ -258,7 +277,7 @@ def run_schedule(requests: list[RequestSpec], params: DsuParams,
         while k < len(todo) and todo[k].arrival_step <= model.round:
             model.submit(todo[k])
             k += 1
-        batch = model.step()
+        batch = model.step().batch
         batches.append(batch)
         model.complete({d.slot: faults[(model.round, d.slot)] for d in batch
                         if (model.round, d.slot) in faults})

@@ -1,7 +1,8 @@
 """Reading JSON-lines input files with one clear error per bad line.
 
 Shared by every JSONL reader (serving traces, DSU request files, CDU access traces): the file
-is UTF-8 text, blank lines are skipped, and every other line is one JSON object.
+is UTF-8 text, blank lines are skipped, and every other line is one JSON object. The trace
+readers (``models/cdu.read_access_trace``, ``sim/fast/workload``) raise :class:`TraceError`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["iter_jsonl_objects"]
+__all__ = ["TraceError", "iter_jsonl_objects"]
+
+
+class TraceError(ValueError):
+    """A malformed trace file (serving trace, CDU access trace) or a bad workload generator
+    parameter; ``str()`` is one line, naming the file and line where there is one."""
 
 
 def iter_jsonl_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, dict]]:

@@ -1,8 +1,11 @@
+# amaranth: UnusedElaboratable=no
 """CDU front end in RTL (block address generation / prediction) against the policy model:
 ``FrontEndRTL`` == ``models/cdu.FrontEnd`` operation by operation, and the whole ``CDU``
 (front end -> intake -> core) == the model transaction by transaction, for every pattern x
 policy, seeded random DSU descriptor streams, named edge cases and random idle/backpressure
-on every stream, in Amaranth's simulator and on Verilator (tests/cocotb/cdu_fe_equiv.py)."""
+on every stream (``random`` x ``random`` for the long runs; short vectors under every (idle,
+backpressure) pair of ``streams.IDLE_BACKPRESSURE``), in Amaranth's simulator and on
+Verilator (tests/cocotb/cdu_fe_equiv.py); every run ends with the drained check."""
 
 import itertools
 import random
@@ -16,6 +19,7 @@ from tricut.rtl.cdu.core import COUNTERS
 from tricut.rtl.cdu.frontend import FrontEndRTL, predictor_bits
 from tricut.rtl.cdu.top import CDU
 from tricut.sim.harness.cdu import RtlMismatch, compare_ops, compare_rtl, run_frontend_rtl, run_rtl
+from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
 
 sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
 import cdu_bench as B  # noqa: E402
@@ -81,6 +85,34 @@ def test_whole_cdu_equals_model(pattern, policy):
     assert got["regs"] == [got["counters"][k] for k in COUNTERS]
 
 
+MATRIX = dict(argnames="idle,backpressure", argvalues=IDLE_BACKPRESSURE,
+              ids=[matrix_id(p) for p in IDLE_BACKPRESSURE])
+
+
+@pytest.mark.parametrize(**MATRIX)
+def test_frontend_idle_backpressure_matrix(idle, backpressure):
+    """The named edge-case steps, topk (demand lists on their own stream) and adaptive,
+    under every (idle, backpressure) pair of schedules: ops == model one by one."""
+    ops, front = B.fe_vectors(B.edge_steps(), "topk", "adaptive",
+                              pat=B.make_pattern("topk", 3, window=8))
+    got = B.run_fe(front, seed=2, idle=idle, backpressure=backpressure)
+    compare_ops(ops, got)
+
+
+@pytest.mark.parametrize(**MATRIX)
+def test_whole_cdu_idle_backpressure_matrix(idle, backpressure):
+    """The whole CDU on a short random descriptor stream (topk, adaptive) with retried HBM
+    errors under every (idle, backpressure) pair of schedules: == model txn by txn."""
+    ops, front = B.fe_vectors(B.random_steps(400, steps=3), "topk", "adaptive", seed=4)
+    assert front["lookahead"] < B.FE_PARAMS["units"]
+    rng = random.Random(41)
+    err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
+    got = run_rtl(None, params=B.PARAMS, seed=3, err=err, front=front, idle=idle,
+                  backpressure=backpressure)
+    compare_rtl(ops, got, **B.PARAMS)
+    assert got["regs"] == [got["counters"][k] for k in COUNTERS]
+
+
 def test_frontend_cycles_per_op():
     """No idle, no backpressure: one op per cycle inside a unit; per unit a fixed overhead
     (docs/cdu.md): static, 3 units of a 40-block context, distance 4."""
@@ -114,6 +146,18 @@ def test_overflow_and_bad_inputs_flagged_never_hang():
     assert got["bad_step"] and got["bad_demand"] and not got["overflow"]
 
 
+def test_drained_check_catches_a_demand_list_left_behind():
+    """A demand list the front end never asks for stays on the ``demand`` stream: the run
+    never drains and fails naming the stream and the beats left (the check can fail)."""
+    descs = [StepDesc(0, (SlotDesc(0, 0, 100),), (0,))]
+    ops, front = B.fe_vectors(descs, "topk", "static")
+    compare_ops(ops, B.run_fe(front, idle="random", backpressure="random"))
+    extra = dict(front, lists=front["lists"] + [[1, 2]])
+    with pytest.raises(RtlMismatch, match=r"demand: (beat \d+ valid and never taken|"
+                                          r"2 of \d+ beats not sent)"):
+        B.run_fe(extra, idle="random", backpressure="random", timeout=3000)
+
+
 def test_equivalence_check_can_fail():
     """A front end configured differently from the model (distance 3 vs 4) is caught."""
     ops, front = B.fe_vectors(B.random_steps(5), "window", "adaptive", distance=4)
@@ -136,17 +180,17 @@ def test_predictor_budget_bits():
     # per (slot, layer): seen + a + w (block_bits + 1 each) + entries x (block + 2 bits)
     assert predictor_bits(4, 8, 4, 10) == 4 * 8 * (1 + 22 + 4 * 12) + 48
     fe = FrontEndRTL(slot_bits=2, entries=4)
-    fe._MustUse__silence = True
     assert fe.budget_bits() == predictor_bits(4, 8, 4, 10)
     # at the model's documented size the RTL row is 1 + 2 bits more than the model formula
     assert predictor_bits(64, 32, 64, 14) - predictor_budget_bits(64, 32, 64, 14) == 64 * 32 * 3
 
 
 def test_cocotb_verilator_front_end():
-    """The same kind of vectors through the generated Verilog of the whole CDU on Verilator."""
+    """The same kind of vectors through the generated Verilog of the whole CDU on Verilator,
+    one cocotb test running the whole idle x backpressure matrix."""
     from tricut.sim.harness.cocotb_run import run_cocotb
     assert run_cocotb(CDU(**B.PARAMS, **B.FE_PARAMS), "cdu_fe", "cdu_fe_equiv",
-                      Path(__file__).parent / "cocotb") == 2
+                      Path(__file__).parent / "cocotb") == 3
 
 
 def test_whole_cdu_verilog_lint_clean(tmp_path):

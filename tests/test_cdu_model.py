@@ -8,8 +8,8 @@ import pytest
 
 from tricut.models.cdu import (
     CLASS_KEEP, dsu_hints, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, CDUCore, FrontEnd, AdaptivePredictor,
-    Op, Pattern, SlotDesc, StepDesc, TraceError, predictor_budget_bits,
-    read_access_trace, set_index)
+    KEEP_HASH_BITS, KEEP_HASH_MUL, Op, Pattern, SlotDesc, StepDesc, TraceError,
+    POLICIES, predictor_budget_bits, read_access_trace, set_index)
 from tricut.sim.fast.cdu_replay import COUNTER_KEYS, replay
 
 
@@ -163,7 +163,7 @@ def test_tag_store_invariants_random(seed):
 
 
 @pytest.mark.parametrize("pattern", ["full", "window", "topk", "reread"])
-@pytest.mark.parametrize("policy", ["disabled", "static", "adaptive"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_counters_add_up_every_pattern_policy(pattern, policy):
     c = replay("tiny", pattern, policy, 0.05, steps=5, batch=3, context=300, seed=3,
                pattern_args=dict(window=64, k=6, reread_tokens=96))
@@ -269,6 +269,12 @@ def test_adaptive_keep_budget():
     p.keep_prev = 96                                                 # half of them kept
     kept = sum(p.keep_class(0, 0, b, set(range(2000))) == CLASS_KEEP for b in range(2000))
     assert 800 < kept < 1200
+    # keep iff hash < 1024 * 48 / 96 = 512; hash(1, 0, 0) = 0x9E3779B1 & 1023 = 433,
+    # hash(2, 0, 0) = 866, hash(0, 1, 0) = 40503 & 1023 = 567, hash(0, 0, 1) = 977
+    assert (KEEP_HASH_MUL, KEEP_HASH_BITS) == ((2654435761, 40503, 977), 10)
+    assert [p.keep_class(s, ly, b, {b}) for s, ly, b in [(0, 0, 1), (0, 0, 2), (0, 1, 0),
+                                                        (1, 0, 0)]] == \
+        [CLASS_KEEP, CLASS_NORMAL, CLASS_NORMAL, CLASS_NORMAL]
 
 
 # ------------------------------------------------------------------ traces
@@ -356,7 +362,7 @@ def test_measured_adaptive_vs_static():
     kw = dict(steps=6, batch=1, context=4096, layers=4)
     out = {}
     for pat in ("full", "window", "topk", "reread"):
-        for pol in ("disabled", "static", "adaptive"):
+        for pol in POLICIES:
             out[pat, pol] = _m(pat, pol, 50, **kw)
     for pat in ("window", "topk", "reread"):
         s, a = out[pat, "static"], out[pat, "adaptive"]
@@ -379,7 +385,7 @@ def test_dsu_hints_stream_short_cache_long():
     m = DsuModel(params)
     m.submit(RequestSpec(0, 50, 4, 0, 0))
     m.submit(RequestSpec(1, 400, 4, 1, 0))
-    descs = m.step()
+    descs = m.step().batch
     assert dsu_hints([d.seq_len for d in descs], params.long_context_tokens) == \
         [("stream", "auto")[d.residency] for d in descs] == ["stream", "auto"]
     assert dsu_hints([4095, 4096]) == ["stream", "auto"]        # DsuParams' default threshold
@@ -401,3 +407,27 @@ def test_replay_sizing(dtype, block, frames):
     assert c["block_bytes"] == block and c["frames"] == frames
     assert c["latency_blocks"] == -(-500e-9 * 3.35e12 // block) and c["distance"] == c["latency_blocks"] + 4
     assert c["hbm_write_bytes"] == 32 * block / 16            # one token per layer
+
+
+# ------------------------------------------------------------------ names and codes
+
+def test_hardware_codes_derived_from_the_model_names_are_unchanged():
+    """The names are declared once (models/cdu.py); the codes the RTL, the twin's checksum and
+    the harnesses use are derived from their order and must stay today's values."""
+    from tricut.rtl.cdu.frontend import HASH_MUL
+    from tricut.rtl.cdu.layouts import HINT, KIND, PATTERN, POLICY, RESULT
+    from tricut.sim.fast.cdu_twin import KIND_CODE, RESULT_CODE
+    assert KIND == KIND_CODE == {"R": 0, "W": 1, "P": 2}
+    assert RESULT == RESULT_CODE == {
+        "hit": 0, "miss_alloc": 1, "miss_bypass": 2, "pf_issue": 3, "pf_redundant": 4,
+        "pf_drop": 5, "w_hit": 6, "w_alloc": 7, "w_bypass": 8}
+    assert HINT == {"auto": 0, "stream": 1, "priority": 2, "pin": 3}
+    assert POLICY == {"disabled": 0, "static": 1, "adaptive": 2}
+    assert PATTERN == {"full": 0, "window": 1, "list": 2, "reread": 3}
+    assert HASH_MUL == (2654435761 % 1024, 40503 % 1024, 977 % 1024)
+
+
+def test_trace_error_is_one_class():
+    from tricut.models import jsonl
+    from tricut.sim.fast import workload
+    assert TraceError is jsonl.TraceError is workload.TraceError

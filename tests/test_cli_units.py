@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 
+from tricut.models.cdu import POLICIES
+
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "tricut.sim", *args], capture_output=True, text=True)
@@ -79,7 +81,7 @@ def test_verilog_bad_params(args, needle):
 
 def test_cdu_replay_json_keys_and_policies():
     rows = {}
-    for policy in ("disabled", "static", "adaptive"):
+    for policy in POLICIES:
         r = _cli("cdu", "replay", "--pattern", "window", "--policy", policy, "--batch", "2",
                  "--steps", "3", "--json")
         assert r.returncode == 0, r.stderr

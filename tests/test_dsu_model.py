@@ -6,7 +6,7 @@ import random
 import pytest
 
 from tricut.models.dsu import (
-    ERROR, TIMEOUT, DsuModel, DsuParams, RequestSpec, run_schedule)
+    ERROR, PROFILES, TIMEOUT, DsuModel, DsuParams, RequestSpec, run_schedule)
 
 
 def _slots(batch):
@@ -17,12 +17,12 @@ def test_latency_opt_oldest_first_with_priority():
     m = DsuModel(DsuParams("latency-opt", n_slots=4, latency_batch=2))
     for i, prio in enumerate([0, 0, 1, 0]):
         m.submit(RequestSpec(i, prompt_tokens=10, max_new_tokens=5, priority=prio))
-    batch = m.step()
+    batch = m.step().batch
     # Priority 1 (request 2, slot 2) first, then the oldest (request 0, slot 0).
     assert [(d.slot, d.request) for d in batch] == [(0, 0), (2, 2)]
     assert all(d.seq_len == 11 and d.residency == 0 for d in batch)
     m.complete()
-    assert [(d.slot, d.seq_len) for d in m.step()] == [(0, 12), (2, 12)]
+    assert [(d.slot, d.seq_len) for d in m.step().batch] == [(0, 12), (2, 12)]
 
 
 def test_throughput_opt_groups_by_context_bucket():
@@ -30,13 +30,13 @@ def test_throughput_opt_groups_by_context_bucket():
     # buckets: 100 -> 6, 3000 -> 11, 3500 -> 11, 70 -> 6, 4000 -> 11, 20 -> 4
     for i, n in enumerate([100, 3000, 3500, 70, 4000, 20]):
         m.submit(RequestSpec(i, n, 4))
-    assert _slots(m.step()) == [1, 2, 4]          # bucket 11 holds three: the dominant group
+    assert _slots(m.step().batch) == [1, 2, 4]          # bucket 11 holds three: the dominant group
     m.complete()
     m2 = DsuModel(DsuParams("throughput-opt", n_slots=4, max_batch=3))
     for i, n in enumerate([100, 3000, 70, 20]):   # buckets 6, 11, 6, 4: dominant 6
         m2.submit(RequestSpec(i, n, 4))
     # distance 0: slots 0, 2; distance 2: slot 3 (bucket 4) before slot 1 (bucket 11, distance 5)
-    assert _slots(m2.step()) == [0, 2, 3]
+    assert _slots(m2.step().batch) == [0, 2, 3]
 
 
 def test_fairness_opt_round_robin_and_bound():
@@ -46,7 +46,7 @@ def test_fairness_opt_round_robin_and_bound():
         m.submit(RequestSpec(i, 10, 100))
     seen = []
     for _ in range(6):
-        seen.append(_slots(m.step()))
+        seen.append(_slots(m.step().batch))
         m.complete()
     assert seen == [[0, 1], [2, 3], [0, 4], [1, 2], [0, 3], [1, 4]]
 
@@ -65,7 +65,7 @@ def test_fairness_opt_never_starves(seed):
     while k < len(todo) or not model.idle:
         while k < len(todo) and todo[k].arrival_step <= model.round:
             model.submit(todo[k]); k += 1
-        batch = model.step()
+        batch = model.step().batch
         active = [s.request for s in model.slots if s is not None]
         for rid in active:
             if rid not in since:
@@ -101,11 +101,11 @@ def test_kv_budget_fifo_and_too_large():
     m.submit(RequestSpec(1, 150, 1))     # can never fit: failed at once
     m.submit(RequestSpec(2, 40, 10))     # 50: does not fit beside request 0, blocks the FIFO
     m.submit(RequestSpec(3, 5, 5))       # would fit, but waits behind request 2
-    assert [d.request for d in m.step()] == [0]
+    assert [d.request for d in m.step().batch] == [0]
     assert m.outcomes[1].status == "failed" and m.outcomes[1].reason == "too large"
     for _ in range(10):
         m.complete()
-        batch = m.step()
+        batch = m.step().batch
     assert m.outcomes[0].status == "completed"
     assert sorted(d.request for d in batch) == [2, 3]
 
@@ -115,12 +115,12 @@ def test_residency_hint_follows_context_length():
     m = DsuModel(p)
     m.submit(RequestSpec(0, 4094, 3))
     m.submit(RequestSpec(1, 100, 3))
-    assert [(d.request, d.seq_len, d.residency) for d in m.step()] == [(0, 4095, 0), (1, 101, 0)]
+    assert [(d.request, d.seq_len, d.residency) for d in m.step().batch] == [(0, 4095, 0), (1, 101, 0)]
     m.complete()
-    assert [(d.request, d.residency) for d in m.step()] == [(0, 1), (1, 0)]
+    assert [(d.request, d.residency) for d in m.step().batch] == [(0, 1), (1, 0)]
 
 
-@pytest.mark.parametrize("profile", ["latency-opt", "throughput-opt", "fairness-opt"])
+@pytest.mark.parametrize("profile", PROFILES)
 def test_every_request_accounted_for_under_random_faults(profile):
     rng = random.Random(11)
     p = DsuParams(profile, n_slots=8, max_batch=4, latency_batch=3, kv_capacity_tokens=20000,
@@ -170,3 +170,24 @@ def test_protocol_errors():
         m.complete({5: ERROR})
     with pytest.raises(ValueError, match="must be ok, error or timeout"):
         m.complete({0: "melted"})
+
+
+def test_round_record_counts_admissions_occupancy_and_a_blocked_head():
+    # 3 slots, a KV budget for two requests of 100 + 10 tokens: the third waits at the head
+    m = DsuModel(DsuParams("throughput-opt", n_slots=3, max_batch=3, kv_capacity_tokens=220))
+    for i in range(3):
+        m.submit(RequestSpec(i, prompt_tokens=100, max_new_tokens=10))
+    r0 = m.step()
+    assert (r0.number, r0.active, r0.admitted, r0.blocked) == (0, 2, 2, True)
+    assert [d.request for d in r0.batch] == [0, 1]
+    m.complete()
+    r1 = m.step()
+    assert (r1.number, r1.active, r1.admitted, r1.blocked) == (1, 2, 0, True)
+    assert m.occupied_slots == 2
+    m.complete({0: ERROR, 1: ERROR})
+    for _ in range(2):        # the retries run out: both fail, and the waiting request is admitted
+        m.step()
+        m.complete({0: ERROR, 1: ERROR})
+    r = m.step()
+    assert (r.active, r.admitted, r.blocked) == (1, 1, False)
+    assert [d.request for d in r.batch] == [2]

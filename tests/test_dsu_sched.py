@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 from amaranth.sim import Simulator
 
-from tricut.models.dsu import ERROR, OK, TIMEOUT, Descriptor, DsuModel, DsuParams, RequestSpec
+from tricut.models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, DsuParams,
+                               RequestSpec)
 from tricut.rtl.dsu import regmap
 from tricut.rtl.dsu.arbiter import DSU_ID, SlotArbiter
 from tricut.rtl.dsu.cluster import DsuCluster
 from tricut.rtl.dsu.regmap import BY_NAME, SLOT_BASE, SLOT_FIELD, SLOT_STRIDE, Status
-from tricut.sim.harness.dsu import (MEM_BYTES, Fault, build_dsu_firmware, compare, execute,
-                                make_spec, parse_faults, run_dsu)
+from tricut.sim.harness.dsu import (CONFIG_FIELDS, MEM_BYTES, Fault, build_dsu_firmware, compare,
+                                execute, make_spec, parse_faults, run_dsu)
 
 REPO = Path(__file__).resolve().parent.parent
 OFF = {name: r.offset for name, r in BY_NAME.items()}
@@ -36,16 +37,43 @@ def test_regmap_is_consistent_and_generates_header(tmp_path):
     assert f"#define DSU_ADMIT DSU_REG(0x{OFF['ADMIT']:03x}u)" in text
     assert "#define DSU_ST_BAD_PROFILE 4u" in text
     assert "#define DSU_STATUS_INTAKE_END 0x00000008u" in text
+    assert "#define DSU_PROFILE_FAIRNESS_OPT 2u" in text
+    assert "#define DSU_CONFIG_MAGIC 0x44535543u" in text
+    struct = re.search(r"struct dsu_config \{\n(.*?)\n\};", text, re.S)
+    assert struct, "the header lacks struct dsu_config"
+    assert re.findall(r"^    uint32_t (\w+);", struct.group(1), re.M) == list(CONFIG_FIELDS)
+    assert "    .profile = DSU_PROFILE_THROUGHPUT_OPT, \\" in text
     with pytest.raises(ValueError, match="access"):
         regmap.Register("X", 0, "RX", "")
+    with pytest.raises(ValueError, match="32-bit"):
+        regmap.ConfigField("x", "uint64_t", 0, "")
 
 
 def test_docs_register_table_is_up_to_date():
     doc = (REPO / "docs" / "dsu.md").read_text()
-    m = re.search(r"<!-- regmap:begin -->\n(.*?)<!-- regmap:end -->", doc, re.S)
-    assert m, "docs/dsu.md lacks the generated register table markers"
-    assert m.group(1) == regmap.markdown_table(), \
-        "docs/dsu.md register table is stale: python -m tricut.rtl.dsu.regmap --markdown -"
+    for begin, end, table in regmap.DOC_TABLES:
+        m = re.search(re.escape(begin) + "(.*?)" + re.escape(end), doc, re.S)
+        assert m, f"docs/dsu.md lacks the generated table markers {begin.strip()} ... {end}"
+        assert m.group(1) == table(), \
+            f"docs/dsu.md {table.__name__} is stale: python -m tricut.rtl.dsu.regmap " \
+            "--update-doc docs/dsu.md"
+
+
+def test_profile_codes_and_config_block_are_pinned():
+    """The codes derived from models/dsu.PROFILES and the config block the firmware and the
+    loader share: today's values (the RTL, the firmware image and the docs depend on them)."""
+    assert {p.name: int(p) for p in regmap.Profile} == \
+        {"LATENCY_OPT": 0, "THROUGHPUT_OPT": 1, "FAIRNESS_OPT": 2}
+    assert regmap.PROFILE_CODE == {"latency-opt": 0, "throughput-opt": 1, "fairness-opt": 2}
+    assert tuple(regmap.PROFILE_CODE) == PROFILES
+    assert regmap.CONFIG_MAGIC == 0x44535543
+    assert [(f.name, f.ctype, int(f.default)) for f in regmap.CONFIG_STRUCT] == [
+        ("magic", "uint32_t", 0x44535543), ("profile", "uint32_t", 1),
+        ("max_batch", "uint32_t", 64), ("latency_batch", "uint32_t", 16),
+        ("kv_capacity", "uint32_t", 1 << 20), ("long_ctx", "uint32_t", 4096),
+        ("max_retries", "uint32_t", 2), ("watchdog_limit", "uint32_t", 100000),
+        ("heartbeat_limit", "uint32_t", 200000)]
+    assert CONFIG_FIELDS == tuple(f.name for f in regmap.CONFIG_STRUCT)
 
 
 # -- fault specs -------------------------------------------------------------------------------
@@ -191,7 +219,7 @@ def test_arbiter_follows_golden_model(profile, seed):
                 model.submit(todo[k])
                 k += 1
             before = dict(model.outcomes)
-            batch = model.step()
+            batch = model.step().batch
             # the intake FIFO: push what the model has taken in this round, in FIFO order
             new = [(i, s) for i, s in enumerate(model.slots) if s and s.request not in known]
             rejected = [r for r in model.outcomes if r not in before]

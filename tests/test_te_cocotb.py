@@ -1,6 +1,8 @@
 """The TE decode engine's generated Verilog on Verilator (cocotb), driven by the same plans
 (stimulus beats and idle/backpressure sequences) as the Amaranth bench: RTL == bit-exact
-model, status flags, and the cycle formula.
+model, status flags, and the cycle formula; a short step sequence under every (idle,
+backpressure) pair of schedules in one build and one cocotb test. Every plan ends with the
+drained check (``simulate_verilator`` raises ``NotDrained``).
 
 Each engine configuration is a separate Verilator build (~40 s of C++ compile on one core),
 so the run builds two designs (bf16 and nvfp4; the nvfp4 decoder contains the E4M3 decode
@@ -10,9 +12,11 @@ that the fp8 design uses per lane). fp8 on Verilator: ``simulate_verilator`` on 
 import os
 
 import numpy as np
-from tricut.sim.harness.te import simulate_verilator
+from tricut.models import te as M
+from tricut.sim.harness.streams import IDLE_BACKPRESSURE
+from tricut.sim.harness.te import simulate_verilator, simulate_verilator_matrix
 
-from test_te import EDGE_NAMES, check_steps, edge_steps, random_vector
+from test_te import EDGE_NAMES, check_steps, edge_steps, matrix_steps, random_vector
 
 LONG_N = int(os.environ.get("TRICUT_TE_LONG_N", "20"))
 
@@ -38,3 +42,19 @@ def test_cocotb_nvfp4_g7_d128_unstalled_cycles():
     check_steps(vecs[:2], res[:2], check_cycles=True)
     check_steps(vecs, res)
 
+
+
+def test_cocotb_idle_backpressure_matrix():
+    """The matrix steps of tests/test_te.py, four heads, on the bf16 build above: the nine
+    (idle, backpressure) plans one after another (engine reset between them)."""
+    rng = np.random.default_rng(103)
+    vecs = matrix_steps(rng, G=4, lanes=8)
+    runs = simulate_verilator_matrix(vecs, seed=7)
+    assert list(runs) == IDLE_BACKPRESSURE
+    formula = sum(M.te_cycles(v.n_announced, v.d, v.G, v.lanes, v.partial) for v in vecs[:2])
+    for pair, res in runs.items():
+        check_steps(vecs, res)
+        if pair == ("none", "none"):
+            check_steps(vecs[:2], res[:2], check_cycles=True)
+        else:
+            assert sum(r.cycles for r in res[:2]) > formula, pair

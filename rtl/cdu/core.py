@@ -1,12 +1,16 @@
 """CDU core: tag lookup, miss allocation and victim choice, MSHRs with HBM request/response
 streams and bounded retry, in-order ready stream to the TE, counters as registers."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from tricut.models.cdu import LAYER_STRIDE, REQ_STRIDE, default_reserve
 
+from .checked import CheckedComponent
 from .layouts import (KIND, RESULT, Widths, hbm_req_layout, hbm_resp_layout, op_layout,
                       ready_layout, status_layout, txn_layout)
 
@@ -72,7 +76,19 @@ def _tree_sum(terms):
                  for i in range(0, len(terms), 2)]
     return terms[0]
 
-class CDUCoreRTL(wiring.Component):
+
+def _tag_sigs(wd, name):
+    return {"req": Signal(wd.req, name=f"{name}_req"),
+            "layer": Signal(wd.layer, name=f"{name}_layer"),
+            "block": Signal(wd.block, name=f"{name}_block")}
+
+
+def _at(lst, idx):
+    """``lst[idx]`` for a signal index (a plain element when there is only one)."""
+    return Array(lst)[idx] if len(lst) > 1 else lst[0]
+
+
+class CDUCoreRTL(CheckedComponent):
     """The decision core of the CDU (see ``models/cdu.py`` for the policy it implements).
 
     Parameters
@@ -92,6 +108,12 @@ class CDUCoreRTL(wiring.Component):
         ``keep_cap = ways - reserve`` valid keep/pinned blocks (for an allocation not
         counting the victim way).
 
+    Raises
+    ------
+    ValueError
+        Naming the first bad parameter and its value (:func:`check_params`), before the
+        component exists.
+
     Timing: one operation is decided in the cycle it is valid on ``op`` if the ``txn``
     register is free (or being read), a free MSHR exists when it needs an HBM read and the
     ready queue has room when it is a demand read; its ``txn`` beat is valid from the next
@@ -102,14 +124,15 @@ class CDUCoreRTL(wiring.Component):
     ``hbm_resp.ready`` is low only while a ``status`` beat waits to be read.
     """
 
+    @staticmethod
+    def _check(sets, ways, mshrs, rq_depth, max_retries, widths, reserve):
+        return check_params(sets, ways, mshrs, rq_depth, max_retries, widths or Widths(),
+                            reserve)
+
     def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
                  reserve=None):
         w = widths or Widths()
-        try:
-            reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, w, reserve)
-        except ValueError:
-            self._MustUse__silence = True      # a component that failed to build is not "unused"
-            raise
+        reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, w, reserve)
         self.sets, self.ways, self.mshrs, self.rq_depth = sets, ways, mshrs, rq_depth
         self.reserve, self.keep_cap = reserve, ways - reserve
         self.max_retries, self.widths = max_retries, w
@@ -122,43 +145,80 @@ class CDUCoreRTL(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        S, W, M, Q = self.sets, self.ways, self.mshrs, self.rq_depth
-        wd = self.widths
-        ab, idb, qb = max(1, _log2(W)), wd.id, max(1, _log2(Q))
-        op = self.op.p
-        cnt = self.counters
+        tags = self._tag_store()
+        mshr = self._mshr_file()
+        rq = self._ready_queue_regs()
+        lk = self._elaborate_lookup(m, tags)
+        dec = self._elaborate_decide(m, lk, mshr, rq)
+        done = self._elaborate_hbm_response(m, mshr)
+        fail_dec = self._elaborate_frames(m, tags, lk, dec, done)
+        sendq = self._elaborate_mshr(m, mshr, dec)
+        self._elaborate_ready_queue(m, rq, lk, dec, done)
+        self._elaborate_txn(m, lk, dec)
+        self._elaborate_counters(m, lk, dec, fail_dec)
+        m.d.comb += self.idle.eq(~Cat(*mshr.busy).any() & (rq.count == 0) & ~sendq.r_rdy &
+                                 ~self.hbm_req.valid & ~self.txn.valid & ~self.status.valid)
+        return m
 
-        def tag_sigs(name):
-            return {"req": Signal(wd.req, name=f"{name}_req"),
-                    "layer": Signal(wd.layer, name=f"{name}_layer"),
-                    "block": Signal(wd.block, name=f"{name}_block")}
-
-        # ------------------------------------------------------------ state
+    # ---------------------------------------------------------------- state
+    def _tag_store(self):
+        """Per set ``s`` and way ``i``: ``valid``, ``tag`` (req, layer, block), ``cls``,
+        ``age`` (0 = most recent; reset value ``i``), ``pf`` (filled by a prefetch, not yet
+        read), ``pend`` (its HBM read is in flight on MSHR ``pid``)."""
+        S, W, wd = self.sets, self.ways, self.widths
+        ab, idb = max(1, _log2(W)), wd.id
         valid = [[Signal(name=f"v_{s}_{i}") for i in range(W)] for s in range(S)]
-        ftag = [[tag_sigs(f"t_{s}_{i}") for i in range(W)] for s in range(S)]
+        ftag = [[_tag_sigs(wd, f"t_{s}_{i}") for i in range(W)] for s in range(S)]
         cls = [[Signal(2, name=f"cls_{s}_{i}") for i in range(W)] for s in range(S)]
         age = [[Signal(ab, name=f"age_{s}_{i}", init=i) for i in range(W)] for s in range(S)]
         pf = [[Signal(name=f"pf_{s}_{i}") for i in range(W)] for s in range(S)]
         pend = [[Signal(name=f"pend_{s}_{i}") for i in range(W)] for s in range(S)]
         pid = [[Signal(idb, name=f"pid_{s}_{i}") for i in range(W)] for s in range(S)]
+        return SimpleNamespace(valid=valid, tag=ftag, cls=cls, age=age, pf=pf, pend=pend,
+                               pid=pid)
 
+    def _mshr_file(self):
+        """Per MSHR ``j``: ``busy``, ``tag``, ``tries`` (retries so far), ``retry`` (to be
+        re-sent)."""
+        M, wd = self.mshrs, self.widths
         busy = [Signal(name=f"m_busy_{j}") for j in range(M)]
-        mtag = [tag_sigs(f"m_tag_{j}") for j in range(M)]
+        mtag = [_tag_sigs(wd, f"m_tag_{j}") for j in range(M)]
         tries = [Signal(3, name=f"m_tries_{j}") for j in range(M)]
         retry = [Signal(name=f"m_retry_{j}") for j in range(M)]
-        fifo = [Signal(idb, name=f"sendq_{j}") for j in range(M)]
-        f_head, f_tail = Signal(max(1, _log2(M)) + 1), Signal(max(1, _log2(M)) + 1)
-        f_count = Signal(range(M + 1))
+        return SimpleNamespace(busy=busy, tag=mtag, tries=tries, retry=retry)
 
+    def _ready_queue_regs(self):
+        """Ring of ``rq_depth`` demand reads: ``wait`` (data not yet in L2, on MSHR ``id``),
+        ``err``, ``hit``, ``tag``; ``head``, ``tail``, ``count``."""
+        Q, wd = self.rq_depth, self.widths
+        idb, qb = wd.id, max(1, _log2(Q))
         rq_wait = [Signal(name=f"rq_wait_{q}") for q in range(Q)]
         rq_id = [Signal(idb, name=f"rq_id_{q}") for q in range(Q)]
         rq_err = [Signal(name=f"rq_err_{q}") for q in range(Q)]
         rq_hit = [Signal(name=f"rq_hit_{q}") for q in range(Q)]
-        rq_tag = [tag_sigs(f"rq_tag_{q}") for q in range(Q)]
+        rq_tag = [_tag_sigs(wd, f"rq_tag_{q}") for q in range(Q)]
         rq_head, rq_tail = Signal(qb), Signal(qb)
         rq_count = Signal(range(Q + 1))
+        return SimpleNamespace(wait=rq_wait, id=rq_id, err=rq_err, hit=rq_hit, tag=rq_tag,
+                               head=rq_head, tail=rq_tail, count=rq_count)
 
-        # ------------------------------------------------------------ lookup (s = set)
+    # ---------------------------------------------------------------- lookup and victim
+    def _elaborate_lookup(self, m, tags):
+        """Tag compare, victim choice and the keep cap for the operation on ``op``.
+
+        Returns
+        -------
+        SimpleNamespace
+            All combinational, valid in the cycle the operation is on ``op``: ``sidx`` (its
+            set), ``row`` (that set's ways: ``valid``, ``cls``, ``age``, ``pf``, ``pend``,
+            ``pid``, ``tag``), ``hit``/``hway``, the victim ``vway`` with ``vic_ok`` (a way
+            may be replaced) and ``vic_valid`` (it holds a block), ``h_*`` (the hit way's
+            fields), ``v_pf``/``v_tag`` (the victim's), ``alloc_cls``/``hit_cls`` (``op.cls``
+            after the keep cap).
+        """
+        S, W = self.sets, self.ways
+        ab = max(1, _log2(W))
+        op = self.op.p
         sb = _log2(S)
         sidx = Signal(max(1, sb))
         full_idx = op.block + op.layer * LAYER_STRIDE + op.req * REQ_STRIDE
@@ -168,13 +228,13 @@ class CDUCoreRTL(wiring.Component):
             col = [arr2d[s][i] if key is None else arr2d[s][i][key] for s in range(S)]
             return Array(col)[sidx] if S > 1 else col[0]
 
-        s_valid = [sel(valid, i) for i in range(W)]
-        s_cls = [sel(cls, i) for i in range(W)]
-        s_age = [sel(age, i) for i in range(W)]
-        s_pf = [sel(pf, i) for i in range(W)]
-        s_pend = [sel(pend, i) for i in range(W)]
-        s_pid = [sel(pid, i) for i in range(W)]
-        s_tag = [{k: sel(ftag, i, k) for k in ("req", "layer", "block")} for i in range(W)]
+        s_valid = [sel(tags.valid, i) for i in range(W)]
+        s_cls = [sel(tags.cls, i) for i in range(W)]
+        s_age = [sel(tags.age, i) for i in range(W)]
+        s_pf = [sel(tags.pf, i) for i in range(W)]
+        s_pend = [sel(tags.pend, i) for i in range(W)]
+        s_pid = [sel(tags.pid, i) for i in range(W)]
+        s_tag = [{k: sel(tags.tag, i, k) for k in ("req", "layer", "block")} for i in range(W)]
 
         hitv = Signal(W)
         for i in range(W):
@@ -208,12 +268,9 @@ class CDUCoreRTL(wiring.Component):
         m.d.comb += vway.eq(Mux(inv_any, inv_way, best_way))
         vic_valid = ~inv_any
 
-        def at(lst, idx):
-            return Array(lst)[idx] if len(lst) > 1 else lst[0]
-
-        h_pf, h_pend, h_pid = at(s_pf, hway), at(s_pend, hway), at(s_pid, hway)
-        h_cls = at(s_cls, hway)
-        v_pf = at(s_pf, vway)
+        h_pf, h_pend, h_pid = _at(s_pf, hway), _at(s_pend, hway), _at(s_pid, hway)
+        h_cls = _at(s_cls, hway)
+        v_pf = _at(s_pf, vway)
 
         # keep cap: valid keep/pinned ways of the set (class >= 2: the class's top bit); an
         # allocation does not count the victim way it replaces. A keep request onto a block
@@ -231,17 +288,36 @@ class CDUCoreRTL(wiring.Component):
             alloc_cls.eq(Mux(want_keep & (held_alloc >= self.keep_cap), 1, op.cls)),
             hit_cls.eq(Mux(want_keep & ~h_cls[1] & (held_hit >= self.keep_cap), 1, op.cls)),
         ]
-        v_tag = {k: at([t[k] for t in s_tag], vway) for k in ("req", "layer", "block")}
+        v_tag = {k: _at([t[k] for t in s_tag], vway) for k in ("req", "layer", "block")}
+        row = SimpleNamespace(valid=s_valid, cls=s_cls, age=s_age, pf=s_pf, pend=s_pend,
+                              pid=s_pid, tag=s_tag)
+        return SimpleNamespace(sidx=sidx, row=row, hit=hit, hway=hway, vway=vway,
+                               vic_ok=vic_ok, vic_valid=vic_valid, h_pf=h_pf, h_pend=h_pend,
+                               h_pid=h_pid, v_pf=v_pf, v_tag=v_tag, alloc_cls=alloc_cls,
+                               hit_cls=hit_cls)
 
-        # ------------------------------------------------------------ decision
+    def _elaborate_decide(self, m, lk, mshr, rq):
+        """The decision on the operation on ``op`` and whether it is taken this cycle.
+
+        Returns
+        -------
+        SimpleNamespace
+            Combinational, in the cycle the operation is on ``op``: ``isR``/``isW``/``isP``,
+            ``cls_nz``, ``alloc`` (it takes a frame), ``hbm`` (it needs an HBM read),
+            ``result`` (``txn.result`` code), ``new_id`` (the free MSHR it gets, lowest
+            index) and ``fire`` (taken: ``op.ready``).
+        """
+        op = self.op.p
+        M, Q, idb = self.mshrs, self.rq_depth, self.widths.id
+        hit = lk.hit
         isR, isW, isP = op.kind == KIND["R"], op.kind == KIND["W"], op.kind == KIND["P"]
         cls_nz = op.cls != 0
         alloc = Signal()
         hbm = Signal()
         result = Signal(4)
         m.d.comb += [
-            alloc.eq(~hit & cls_nz & vic_ok & (isR | isP | (isW & op.fresh))),
-            hbm.eq(~hit & (isR | (isP & cls_nz & vic_ok))),
+            alloc.eq(~hit & cls_nz & lk.vic_ok & (isR | isP | (isW & op.fresh))),
+            hbm.eq(~hit & (isR | (isP & cls_nz & lk.vic_ok))),
         ]
         with m.If(isR):
             m.d.comb += result.eq(Mux(hit, RESULT["hit"],
@@ -256,21 +332,36 @@ class CDUCoreRTL(wiring.Component):
         # free MSHR (lowest index)
         m_free_any, new_id = Signal(), Signal(idb)
         for j in reversed(range(M)):
-            with m.If(~busy[j]):
+            with m.If(~mshr.busy[j]):
                 m.d.comb += [m_free_any.eq(1), new_id.eq(j)]
         txn_free = ~self.txn.valid | self.txn.ready
         fire = Signal()
         m.d.comb += [
-            fire.eq(self.op.valid & txn_free & (~hbm | m_free_any) & (~isR | (rq_count < Q))),
+            fire.eq(self.op.valid & txn_free & (~hbm | m_free_any) & (~isR | (rq.count < Q))),
             self.op.ready.eq(fire),
         ]
+        return SimpleNamespace(isR=isR, isW=isW, isP=isP, cls_nz=cls_nz, alloc=alloc, hbm=hbm,
+                               result=result, new_id=new_id, fire=fire)
 
-        # ------------------------------------------------------------ HBM response / done
+    # ---------------------------------------------------------------- MSHRs and retry
+    def _elaborate_hbm_response(self, m, mshr):
+        """Take an ``hbm_resp`` beat: schedule a retry (``err`` with retries left), or finish
+        the MSHR; a failed read raises a ``status`` beat (valid from the next cycle).
+
+        Returns
+        -------
+        SimpleNamespace
+            Combinational, in the cycle the response is taken: ``done_v`` (an MSHR
+            finishes), ``done_fail`` (its read failed), ``done_id``.
+        """
+        M = self.mshrs
+        cnt = self.counters
         resp = self.hbm_resp
+        busy, tries, retry = mshr.busy, mshr.tries, mshr.retry
         m.d.comb += resp.ready.eq(~self.status.valid)
         r_id = resp.p.id
-        r_busy = at(busy, r_id) if M > 1 else busy[0]
-        r_tries = at(tries, r_id)
+        r_busy = _at(busy, r_id) if M > 1 else busy[0]
+        r_tries = _at(tries, r_id)
         take = resp.valid & resp.ready
         done_v, done_fail = Signal(), Signal()
         done_id = r_id
@@ -292,10 +383,28 @@ class CDUCoreRTL(wiring.Component):
                 m.d.sync += [self.status.valid.eq(1), self.status.p.id.eq(r_id),
                              cnt.hbm_failures.eq(cnt.hbm_failures + 1)]
                 for k in ("req", "layer", "block"):
-                    m.d.sync += getattr(self.status.p, k).eq(at([t[k] for t in mtag], r_id))
+                    m.d.sync += getattr(self.status.p, k).eq(_at([t[k] for t in mshr.tag], r_id))
         with m.Elif(self.status.ready):
             m.d.sync += self.status.valid.eq(0)
+        return SimpleNamespace(done_v=done_v, done_fail=done_fail, done_id=done_id)
 
+    def _elaborate_frames(self, m, tags, lk, dec, done):
+        """Tag-store updates at the next clock edge: a finished read clears ``pend`` (a
+        failed one invalidates the frame); the decision touches ages, classes, ``pf`` and
+        fills the victim way.
+
+        Returns
+        -------
+        Value
+            Frames invalidated by a failed read this cycle (combinational).
+        """
+        S, W = self.sets, self.ways
+        ab = max(1, _log2(W))
+        op = self.op.p
+        valid, pend, pid = tags.valid, tags.pend, tags.pid
+        sidx, hit, hway, vway = lk.sidx, lk.hit, lk.hway, lk.vway
+        fire, alloc, isR, isP = dec.fire, dec.alloc, dec.isR, dec.isP
+        done_v, done_fail, done_id = done.done_v, done.done_fail, done.done_id
         # frames: a completed read clears pend; a failed one invalidates the frame
         fail_dec = Signal(range(S * W + 1))
         fail_terms = []
@@ -310,14 +419,13 @@ class CDUCoreRTL(wiring.Component):
                 fail_terms.append(match & done_fail & valid[s][i] & ~overwritten)
         m.d.comb += fail_dec.eq(_tree_sum(fail_terms))
 
-        # ------------------------------------------------------------ apply the decision
-        h_wait_now = h_pend & ~(done_v & (done_id == h_pid))
-        h_err_now = h_pend & done_v & done_fail & (done_id == h_pid)
+        # apply the decision
         touch = Signal()
         tway = Signal(ab)
-        m.d.comb += [touch.eq(fire & ((hit & ~(isR & h_pf) & ~isP) | alloc)),
+        m.d.comb += [touch.eq(fire & ((hit & ~(isR & lk.h_pf) & ~isP) | alloc)),
                      tway.eq(Mux(hit, hway, vway))]
-        t_age = at(s_age, tway)
+        t_age = _at(lk.row.age, tway)
+        age, cls, pf, ftag = tags.age, tags.cls, tags.pf, tags.tag
         for s in range(S):
             with m.If(touch & (sidx == s)):
                 for i in range(W):
@@ -328,32 +436,50 @@ class CDUCoreRTL(wiring.Component):
             for i in range(W):
                 with m.If(fire & (sidx == s)):
                     with m.If(hit & (hway == i) & ~isP):
-                        with m.If(cls_nz):
-                            m.d.sync += cls[s][i].eq(hit_cls)
+                        with m.If(dec.cls_nz):
+                            m.d.sync += cls[s][i].eq(lk.hit_cls)
                         with m.If(isR):
                             m.d.sync += pf[s][i].eq(0)
                     with m.If(alloc & (vway == i)):
-                        m.d.sync += [valid[s][i].eq(1), cls[s][i].eq(alloc_cls), pf[s][i].eq(isP),
-                                     pend[s][i].eq(hbm), pid[s][i].eq(new_id),
+                        m.d.sync += [valid[s][i].eq(1), cls[s][i].eq(lk.alloc_cls),
+                                     pf[s][i].eq(isP), pend[s][i].eq(dec.hbm),
+                                     pid[s][i].eq(dec.new_id),
                                      ftag[s][i]["req"].eq(op.req), ftag[s][i]["layer"].eq(op.layer),
                                      ftag[s][i]["block"].eq(op.block)]
+        return fail_dec
 
-        # MSHR allocation and the first-attempt send queue
-        push = fire & hbm
+    def _elaborate_mshr(self, m, mshr, dec):
+        """MSHR allocation on a decision with ``hbm``, the first-attempt send queue and the
+        ``hbm_req`` register (loaded when empty or read, valid from the next cycle):
+        retries first (lowest id), then first attempts in allocation order.
+
+        The send queue is a :class:`~amaranth.lib.fifo.SyncFIFO` of MSHR ids: an id written
+        in the decision's cycle can be read (combinationally) in the next, so a miss's first
+        ``hbm_req`` beat is valid 2 cycles after its decision when the register is free.
+
+        Returns
+        -------
+        SyncFIFO
+            The send queue (``r_rdy``: first attempts waiting).
+        """
+        M, idb = self.mshrs, self.widths.id
+        op = self.op.p
+        cnt = self.counters
+        busy, tries, retry, mtag = mshr.busy, mshr.tries, mshr.retry, mshr.tag
+        new_id = dec.new_id
+        push = dec.fire & dec.hbm
         with m.If(push):
             for j in range(M):
                 with m.If(new_id == j):
                     m.d.sync += [busy[j].eq(1), tries[j].eq(0), retry[j].eq(0),
                                  mtag[j]["req"].eq(op.req), mtag[j]["layer"].eq(op.layer),
                                  mtag[j]["block"].eq(op.block)]
-            for j in range(M):
-                with m.If(f_tail[:max(1, _log2(M))] == j if M > 1 else Const(1)):
-                    m.d.sync += fifo[j].eq(new_id)
-            m.d.sync += f_tail.eq(Mux(f_tail == M - 1, 0, f_tail + 1))
+        # never full: an id is queued once per allocation and at most M MSHRs are busy
+        m.submodules.send_queue = sendq = SyncFIFO(width=idb, depth=M)
+        m.d.comb += [sendq.w_data.eq(new_id), sendq.w_en.eq(push)]
 
         # HBM request register: retries first, then first attempts in order
         hreq = self.hbm_req
-        pop = Signal()
         r_any, r_sel = Signal(), Signal(idb)
         for j in reversed(range(M)):
             with m.If(retry[j]):
@@ -362,59 +488,78 @@ class CDUCoreRTL(wiring.Component):
             with m.If(r_any):
                 m.d.sync += [hreq.valid.eq(1), hreq.p.id.eq(r_sel), hreq.p.retry.eq(1)]
                 for k in ("req", "layer", "block"):
-                    m.d.sync += getattr(hreq.p, k).eq(at([t[k] for t in mtag], r_sel))
+                    m.d.sync += getattr(hreq.p, k).eq(_at([t[k] for t in mtag], r_sel))
                 for j in range(M):
                     with m.If(r_sel == j):
                         m.d.sync += retry[j].eq(0)
-            with m.Elif(f_count != 0):
-                hid = at(fifo, f_head)
-                m.d.comb += pop.eq(1)
+            with m.Elif(sendq.r_rdy):
+                hid = sendq.r_data
+                m.d.comb += sendq.r_en.eq(1)
                 m.d.sync += [hreq.valid.eq(1), hreq.p.id.eq(hid), hreq.p.retry.eq(0),
-                             f_head.eq(Mux(f_head == M - 1, 0, f_head + 1)),
                              cnt.hbm_reads.eq(cnt.hbm_reads + 1)]
                 for k in ("req", "layer", "block"):
-                    m.d.sync += getattr(hreq.p, k).eq(at([t[k] for t in mtag], hid))
+                    m.d.sync += getattr(hreq.p, k).eq(_at([t[k] for t in mtag], hid))
             with m.Else():
                 m.d.sync += hreq.valid.eq(0)
-        m.d.sync += f_count.eq(f_count + push - pop)
+        return sendq
 
-        # ------------------------------------------------------------ ready queue
+    # ---------------------------------------------------------------- ready queue
+    def _elaborate_ready_queue(self, m, rq, lk, dec, done):
+        """Demand reads in operation order; the head's ``ready`` beat is valid (combinational)
+        once it no longer waits for its MSHR, i.e. from the cycle after the read finished (or
+        after the decision, for a hit on a filled frame)."""
+        Q = self.rq_depth
+        op = self.op.p
+        hit, h_pid = lk.hit, lk.h_pid
+        done_v, done_fail, done_id = done.done_v, done.done_fail, done.done_id
+        h_wait_now = lk.h_pend & ~(done_v & (done_id == h_pid))
+        h_err_now = lk.h_pend & done_v & done_fail & (done_id == h_pid)
         for q in range(Q):
-            with m.If(done_v & rq_wait[q] & (rq_id[q] == done_id)):
-                m.d.sync += [rq_wait[q].eq(0), rq_err[q].eq(done_fail)]
-        rq_push = fire & isR
+            with m.If(done_v & rq.wait[q] & (rq.id[q] == done_id)):
+                m.d.sync += [rq.wait[q].eq(0), rq.err[q].eq(done_fail)]
+        rq_push = dec.fire & dec.isR
         with m.If(rq_push):
             for q in range(Q):
-                with m.If(rq_tail == q):
+                with m.If(rq.tail == q):
                     m.d.sync += [
-                        rq_wait[q].eq(Mux(hit, h_wait_now, 1)),
-                        rq_id[q].eq(Mux(hit, h_pid, new_id)),
-                        rq_err[q].eq(hit & h_err_now), rq_hit[q].eq(hit),
-                        rq_tag[q]["req"].eq(op.req), rq_tag[q]["layer"].eq(op.layer),
-                        rq_tag[q]["block"].eq(op.block)]
-            m.d.sync += rq_tail.eq(Mux(rq_tail == Q - 1, 0, rq_tail + 1))
+                        rq.wait[q].eq(Mux(hit, h_wait_now, 1)),
+                        rq.id[q].eq(Mux(hit, h_pid, dec.new_id)),
+                        rq.err[q].eq(hit & h_err_now), rq.hit[q].eq(hit),
+                        rq.tag[q]["req"].eq(op.req), rq.tag[q]["layer"].eq(op.layer),
+                        rq.tag[q]["block"].eq(op.block)]
+            m.d.sync += rq.tail.eq(Mux(rq.tail == Q - 1, 0, rq.tail + 1))
         rdy = self.ready
-        m.d.comb += [rdy.valid.eq((rq_count != 0) & ~at(rq_wait, rq_head)),
-                     rdy.p.hit.eq(at(rq_hit, rq_head)), rdy.p.err.eq(at(rq_err, rq_head))]
+        m.d.comb += [rdy.valid.eq((rq.count != 0) & ~_at(rq.wait, rq.head)),
+                     rdy.p.hit.eq(_at(rq.hit, rq.head)), rdy.p.err.eq(_at(rq.err, rq.head))]
         for k in ("req", "layer", "block"):
-            m.d.comb += getattr(rdy.p, k).eq(at([t[k] for t in rq_tag], rq_head))
+            m.d.comb += getattr(rdy.p, k).eq(_at([t[k] for t in rq.tag], rq.head))
         rq_pop = rdy.valid & rdy.ready
         with m.If(rq_pop):
-            m.d.sync += rq_head.eq(Mux(rq_head == Q - 1, 0, rq_head + 1))
-        m.d.sync += rq_count.eq(rq_count + rq_push - rq_pop)
+            m.d.sync += rq.head.eq(Mux(rq.head == Q - 1, 0, rq.head + 1))
+        m.d.sync += rq.count.eq(rq.count + rq_push - rq_pop)
 
-        # ------------------------------------------------------------ txn out
-        with m.If(fire):
+    # ---------------------------------------------------------------- txn and counters
+    def _elaborate_txn(self, m, lk, dec):
+        """The ``txn`` register: the decision, valid from the cycle after ``fire``."""
+        op = self.op.p
+        alloc, vic_valid = dec.alloc, lk.vic_valid
+        with m.If(dec.fire):
             m.d.sync += [self.txn.valid.eq(1), self.txn.p.kind.eq(op.kind),
                          self.txn.p.req.eq(op.req), self.txn.p.layer.eq(op.layer),
-                         self.txn.p.block.eq(op.block), self.txn.p.result.eq(result),
-                         self.txn.p.victim_valid.eq(alloc & vic_valid), self.txn.p.hbm.eq(hbm)]
+                         self.txn.p.block.eq(op.block), self.txn.p.result.eq(dec.result),
+                         self.txn.p.victim_valid.eq(alloc & vic_valid), self.txn.p.hbm.eq(dec.hbm)]
             for k in ("req", "layer", "block"):
-                m.d.sync += getattr(self.txn.p.victim, k).eq(Mux(alloc & vic_valid, v_tag[k], 0))
+                m.d.sync += getattr(self.txn.p.victim, k).eq(Mux(alloc & vic_valid, lk.v_tag[k], 0))
         with m.Elif(self.txn.ready):
             m.d.sync += self.txn.valid.eq(0)
 
-        # ------------------------------------------------------------ counters
+    def _elaborate_counters(self, m, lk, dec, fail_dec):
+        """Counter registers (updated at the clock edge after the event) and the register
+        read port (``reg_data`` combinational from ``reg_addr``)."""
+        cnt = self.counters
+        fire, alloc, isR, isW, isP = dec.fire, dec.alloc, dec.isR, dec.isW, dec.isP
+        hit, h_pf, vic_valid = lk.hit, lk.h_pf, lk.vic_valid
+
         def inc(name, cond):
             with m.If(cond):
                 m.d.sync += getattr(cnt, name).eq(getattr(cnt, name) + 1)
@@ -423,7 +568,7 @@ class CDUCoreRTL(wiring.Component):
         inc("hits", fire & isR & hit)
         inc("hits_reuse", fire & isR & hit & ~h_pf)
         inc("hits_prefetched", fire & isR & hit & h_pf)
-        inc("prefetch_late", fire & isR & hit & h_pf & h_pend)
+        inc("prefetch_late", fire & isR & hit & h_pf & lk.h_pend)
         inc("misses", fire & isR & ~hit)
         inc("misses_alloc", fire & isR & ~hit & alloc)
         inc("misses_bypass", fire & isR & ~hit & ~alloc)
@@ -431,7 +576,7 @@ class CDUCoreRTL(wiring.Component):
         inc("prefetch_issued", fire & isP & alloc)
         inc("prefetch_redundant", fire & isP & hit)
         inc("prefetch_dropped", fire & isP & ~hit & ~alloc)
-        inc("prefetch_useless", fire & alloc & vic_valid & v_pf)
+        inc("prefetch_useless", fire & alloc & vic_valid & lk.v_pf)
         inc("writes", fire & isW)
         inc("write_hits", fire & isW & hit)
         inc("write_allocs", fire & isW & alloc)
@@ -445,6 +590,3 @@ class CDUCoreRTL(wiring.Component):
 
         regs = Array(getattr(cnt, k) for k in COUNTERS)
         m.d.comb += self.reg_data.eq(Mux(self.reg_addr < len(COUNTERS), regs[self.reg_addr], 0))
-        m.d.comb += self.idle.eq(~Cat(*busy).any() & (rq_count == 0) & (f_count == 0) &
-                                 ~hreq.valid & ~self.txn.valid & ~self.status.valid)
-        return m

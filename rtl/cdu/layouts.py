@@ -21,13 +21,20 @@ Streams (``amaranth.lib.stream``; payloads LSB first):
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
-__all__ = ["KIND", "RESULT", "RESULT_NAME", "Widths", "desc_layout", "op_layout", "txn_layout",
-           "hbm_req_layout", "hbm_resp_layout", "ready_layout", "status_layout"]
+from tricut.models.cdu import HINTS, KINDS, PATTERNS, POLICIES, RESULTS
 
-KIND = {"R": 0, "W": 1, "P": 2}
-RESULT = {"hit": 0, "miss_alloc": 1, "miss_bypass": 2, "pf_issue": 3, "pf_redundant": 4,
-          "pf_drop": 5, "w_hit": 6, "w_alloc": 7, "w_bypass": 8}
+__all__ = ["KIND", "RESULT", "RESULT_NAME", "HINT", "POLICY", "PATTERN", "Widths", "desc_layout",
+           "op_layout", "txn_layout", "hbm_req_layout", "hbm_resp_layout", "ready_layout", "status_layout"]
+
+# Every code below is the name's position in its tuple in models/cdu.py (the one declaration
+# of the names); tests/test_cdu_model.py pins the codes, which the RTL depends on.
+
+#: op kind codes (``models/cdu.KINDS``): R 0, W 1, P 2; 3 is a bad descriptor
+KIND = {k: i for i, k in enumerate(KINDS)}
+#: ``txn.result`` codes (``models/cdu.RESULTS``)
+RESULT = {r: i for i, r in enumerate(RESULTS)}
 RESULT_NAME = {v: k for k, v in RESULT.items()}
+assert len(KIND) < 4 and len(RESULT) <= 16      # 2-bit kind with a spare code, 4-bit result
 
 
 class Widths:
@@ -85,12 +92,16 @@ def status_layout(w: Widths):
 #: ``SLOT`` beats (slot, request, seq_len, hint) and ``LAYER`` beats (TE layer order) in any
 #: interleaving; its final beat has ``last``; ``end`` on that beat says no step follows.
 STEP_KIND = {"header": 0, "slot": 1, "layer": 2}
-#: DSU hint codes (``models/cdu.HINTS`` order).
-HINT = {"auto": 0, "stream": 1, "priority": 2, "pin": 3}
-#: front-end policy and pattern codes (``config`` port). ``list`` = the demand blocks of each
-#: (slot, layer) come in on the ``demand`` stream (topk from the TE scores, or a trace).
-POLICY = {"disabled": 0, "static": 1, "adaptive": 2}
-PATTERN = {"full": 0, "window": 1, "list": 2, "reread": 3}
+#: DSU hint codes (``models/cdu.HINTS``): auto 0, stream 1, priority 2, pin 3
+HINT = {h: i for i, h in enumerate(HINTS)}
+#: front-end policy codes (``config`` port; ``models/cdu.POLICIES``): disabled 0, static 1,
+#: adaptive 2
+POLICY = {p: i for i, p in enumerate(POLICIES)}
+#: front-end pattern codes (``models/cdu.PATTERNS``): full 0, window 1, list 2, reread 3.
+#: ``list`` takes the model's ``topk`` code: the demand blocks of each (slot, layer) come in
+#: on the ``demand`` stream (topk from the TE scores, or a trace).
+PATTERN = {("list" if p == "topk" else p): i for i, p in enumerate(PATTERNS)}
+assert len(HINT) <= 4 and len(POLICY) <= 4 and len(PATTERN) <= 4     # 2-bit fields
 #: unit class modes (how a unit's blocks are classed)
 MODE_STREAM, MODE_FIXED, MODE_STATIC, MODE_ADAPTIVE = 0, 1, 2, 3
 

@@ -7,6 +7,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .checked import CheckedComponent
 from .core import CDUCoreRTL, check_params, memory_side_ports
 from .frontend import FrontEndRTL
 from .intake import Intake
@@ -15,7 +16,7 @@ from .layouts import Widths, demand_layout, desc_layout, fe_config_layout, step_
 __all__ = ["CDU", "CDUBackEnd"]
 
 
-class CDUBackEnd(wiring.Component):
+class CDUBackEnd(CheckedComponent):
     """Operation runs in: :class:`~.intake.Intake` followed by :class:`~.core.CDUCoreRTL`.
 
     Parameters are those of :class:`~.core.CDUCoreRTL` (``reserve``: ways per set kept
@@ -23,20 +24,19 @@ class CDUBackEnd(wiring.Component):
     ``hbm_req``, ``ready``, ``status`` out; ``hbm_resp`` in; ``counters`` and the register
     read port ``reg_addr``/``reg_data`` (see ``docs/cdu.md``); sticky ``bad_desc`` and
     ``bad_resp``; ``idle`` (nothing in flight, all queues empty).
+
+    A bad parameter raises ``ValueError`` (as for :class:`~.core.CDUCoreRTL`) before the
+    component exists.
     """
+
+    _check = staticmethod(CDUCoreRTL._check)
 
     def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
                  reserve=None):
         self.widths = widths or Widths()
-        try:
-            reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths,
-                                   reserve)
-        except ValueError:
-            self._MustUse__silence = True
-            raise
+        reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths, reserve)
         self.params = dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth,
                            max_retries=max_retries, reserve=reserve)
-        self._core = CDUCoreRTL(widths=self.widths, **self.params)
         w = self.widths
         super().__init__({
             "desc": In(stream.Signature(desc_layout(w))),
@@ -49,7 +49,7 @@ class CDUBackEnd(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.intake = intake = Intake(self.widths)
-        m.submodules.core = core = self._core
+        m.submodules.core = core = CDUCoreRTL(widths=self.widths, **self.params)
         wiring.connect(m, wiring.flipped(self.desc), intake.desc)
         wiring.connect(m, intake.op, core.op)
         for name in ("txn", "hbm_req", "ready", "status"):
@@ -62,7 +62,7 @@ class CDUBackEnd(wiring.Component):
         return m
 
 
-class CDU(wiring.Component):
+class CDU(CheckedComponent):
     """The CDU: :class:`~.frontend.FrontEndRTL` -> :class:`~.intake.Intake` ->
     :class:`~.core.CDUCoreRTL`.
 
@@ -72,20 +72,22 @@ class CDU(wiring.Component):
     out; ``hbm_resp`` in; ``counters``, ``reg_addr``/``reg_data``; sticky ``bad_step``,
     ``bad_demand``, ``overflow`` (front end) and ``bad_resp``; ``idle`` (waiting for a step
     descriptor, nothing planned, in flight or queued).
+
+    A bad parameter raises ``ValueError`` (an unknown one ``TypeError``) before the component
+    or any of its parts exists.
     """
+
+    @staticmethod
+    def _check(sets, ways, mshrs, rq_depth, max_retries, widths, reserve, front):
+        CDUCoreRTL.check(sets, ways, mshrs, rq_depth, max_retries, widths, reserve)
+        FrontEndRTL.check(widths, frames=sets * ways, **front)
 
     def __init__(self, sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2, widths=None,
                  reserve=None, **front):
         self.widths = widths or Widths()
-        try:
-            reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths,
-                                   reserve)
-            self._back = CDUBackEnd(sets, ways, mshrs, rq_depth, max_retries, self.widths,
-                                    reserve)
-            self._front = FrontEndRTL(self.widths, frames=sets * ways, **front)
-        except (ValueError, TypeError):
-            self._MustUse__silence = True
-            raise
+        reserve = check_params(sets, ways, mshrs, rq_depth, max_retries, self.widths, reserve)
+        self._back = CDUBackEnd(sets, ways, mshrs, rq_depth, max_retries, self.widths, reserve)
+        self._front = FrontEndRTL(self.widths, frames=sets * ways, **front)
         self.params = dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth,
                            max_retries=max_retries, reserve=reserve)
         self.front = self._front

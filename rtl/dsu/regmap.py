@@ -5,6 +5,12 @@ header is generated from it (``python -m tricut.rtl.dsu.regmap --header OUT.h``,
 firmware build into the build directory) and so is the register table in ``docs/dsu.md``
 (``--markdown``; ``tests/test_dsu_sched.py`` checks the committed table is current).
 
+The firmware's configuration block ``struct dsu_config`` (:data:`CONFIG_STRUCT`: fields, C
+types, defaults; :data:`CONFIG_MAGIC`) is declared here too: the header defines the struct,
+its magic and its defaults (``DSU_CONFIG_DEFAULTS``), the host loader
+(``sim/harness/dsu.py``) patches the fields in this order, and ``docs/dsu.md`` has its table
+(``--config-markdown``). The profile codes are the positions in ``models/dsu.PROFILES``.
+
 Access rules (enforced by the arbiter, reported in ``CMD_STATUS``):
 
 * every **write** sets ``CMD_STATUS`` (``OK`` or the reason it was rejected; a rejected write
@@ -22,9 +28,12 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 
+from tricut.models.dsu import PROFILES
+
 __all__ = ["MMIO_BASE", "MMIO_SIZE", "SLOT_BASE", "SLOT_STRIDE", "Status", "Profile",
-           "SlotState", "Result", "Reason", "Field", "Register", "REGISTERS", "SLOT_FIELDS",
-           "BY_NAME", "SLOT_FIELD", "MAX_HARTS", "c_header", "markdown_table"]
+           "PROFILE_CODE", "SlotState", "Result", "Reason", "Field", "Register", "REGISTERS",
+           "SLOT_FIELDS", "BY_NAME", "SLOT_FIELD", "MAX_HARTS", "ConfigField", "CONFIG_MAGIC",
+           "CONFIG_STRUCT", "c_header", "markdown_table", "config_markdown_table", "DOC_TABLES"]
 
 #: where the cores (and the host port) see the arbiter
 MMIO_BASE = 0x8000_0000
@@ -51,10 +60,16 @@ class Status(IntEnum):
     OUTCOME_FULL = 10  #: REJECT while the outcome FIFO is full (retry)
 
 
-class Profile(IntEnum):
-    LATENCY_OPT = 0
-    THROUGHPUT_OPT = 1
-    FAIRNESS_OPT = 2
+def _profile_member(name: str) -> str:
+    return name.upper().replace("-", "_")
+
+
+#: ``PROFILE`` register codes: the position of the profile in ``models/dsu.PROFILES``
+#: (LATENCY_OPT 0, THROUGHPUT_OPT 1, FAIRNESS_OPT 2; ``tests/test_dsu_sched.py`` pins them)
+Profile = IntEnum("Profile", [(_profile_member(p), i) for i, p in enumerate(PROFILES)],
+                  module=__name__)
+#: profile name (``models/dsu.PROFILES``) -> ``PROFILE`` code
+PROFILE_CODE = {p: int(Profile[_profile_member(p)]) for p in PROFILES}
 
 
 class SlotState(IntEnum):
@@ -126,9 +141,9 @@ REGISTERS: tuple[Register, ...] = (
     Register("HEARTBEAT", 0x014, "WO", "Any write restarts the firmware heartbeat watchdog."),
     Register("CORE_IDLE", 0x018, "WO", "Bit 0 = 1: the writing hart is idle/polling (its "
              "BUSY_CYCLES counter stops), 0: working."),
-    Register("PROFILE", 0x020, "RW", "Scheduling profile (Profile: 0 latency-opt, "
-             "1 throughput-opt, 2 fairness-opt), published for the host and CDU; "
-             "other values: BAD_PROFILE."),
+    Register("PROFILE", 0x020, "RW", "Scheduling profile (Profile: "
+             + ", ".join(f"{code} {name}" for name, code in PROFILE_CODE.items())
+             + "), published for the host and CDU; other values: BAD_PROFILE."),
     Register("MAX_RETRIES", 0x024, "RW", "Failed attempts of one step allowed before the request "
              "fails (0..15, else BAD_VALUE)."),
     Register("WATCHDOG_LIMIT", 0x028, "RW", "Cycles a RUNNING slot may wait for its completion "
@@ -206,6 +221,48 @@ def _check_map():
 _check_map()
 
 
+@dataclass(frozen=True)
+class ConfigField:
+    """One field of the firmware's ``struct dsu_config``: one 32-bit word."""
+    name: str
+    ctype: str           #: "uint32_t" or "int32_t"
+    default: int         #: value in the image before the host patches it
+    doc: str
+
+    def __post_init__(self):
+        if self.ctype not in ("uint32_t", "int32_t"):
+            raise ValueError(f"config field {self.name}: the host patches 32-bit words; "
+                             f"C type must be uint32_t or int32_t, not {self.ctype!r}")
+
+
+#: ``dsu_config.magic`` ('DSUC'): the firmware stops (``E_CONFIG``) on anything else
+CONFIG_MAGIC = 0x44535543
+#: the firmware's configuration block, in memory order
+CONFIG_STRUCT: tuple[ConfigField, ...] = (
+    ConfigField("magic", "uint32_t", CONFIG_MAGIC, "must be CONFIG_MAGIC ('DSUC'); anything "
+                "else stops the firmware"),
+    ConfigField("profile", "uint32_t", Profile.THROUGHPUT_OPT, "scheduling profile (a "
+                "Profile code), written to PROFILE"),
+    ConfigField("max_batch", "uint32_t", 64, "batch cap of throughput-opt and fairness-opt"),
+    ConfigField("latency_batch", "uint32_t", 16, "batch cap of latency-opt"),
+    ConfigField("kv_capacity", "uint32_t", 1 << 20, "KV budget in tokens: a request reserves "
+                "prompt + max_new; one that could never fit is rejected (too large)"),
+    ConfigField("long_ctx", "uint32_t", 4096, "residency threshold, written to LONG_CTX"),
+    ConfigField("max_retries", "uint32_t", 2, "written to MAX_RETRIES"),
+    ConfigField("watchdog_limit", "uint32_t", 100000, "written to WATCHDOG_LIMIT"),
+    ConfigField("heartbeat_limit", "uint32_t", 200000, "written to HEARTBEAT_LIMIT (first)"),
+)
+assert CONFIG_STRUCT[0].name == "magic"
+
+
+def _c_config_default(f: ConfigField) -> str:
+    if f.name == "magic":
+        return "DSU_CONFIG_MAGIC"
+    if isinstance(f.default, Profile):
+        return f"DSU_PROFILE_{f.default.name}"
+    return f"{int(f.default)}" + ("u" if f.ctype == "uint32_t" else "")
+
+
 def c_header() -> str:
     out = ["/* Generated by `python -m tricut.rtl.dsu.regmap --header` from rtl/dsu/regmap.py.",
            " * Do not edit. */", "#ifndef DSU_REGS_H", "#define DSU_REGS_H", "#include <stdint.h>",
@@ -232,7 +289,15 @@ def c_header() -> str:
                   "Result": "DSU_RESULT", "Reason": "DSU_REASON"}[enum.__name__]
         for v in enum:
             out.append(f"#define {prefix}_{v.name} {int(v)}u")
-    out += ["", "#endif", ""]
+    out += ["", "/* The firmware's configuration block, one 32-bit word per field in this order; "
+            "the host", " * patches it in the image before loading (sim/harness/dsu.py). "
+            "The firmware defines", " * `volatile struct dsu_config dsu_config = "
+            "DSU_CONFIG_DEFAULTS;`. */",
+            f"#define DSU_CONFIG_MAGIC 0x{CONFIG_MAGIC:08x}u", "struct dsu_config {"]
+    out += [f"    {f.ctype} {f.name}; /* {f.doc} */" for f in CONFIG_STRUCT]
+    out += ["};", "#define DSU_CONFIG_DEFAULTS { \\"]
+    out += [f"    .{f.name} = {_c_config_default(f)}, \\" for f in CONFIG_STRUCT]
+    out += ["}", "", "#endif", ""]
     return "\n".join(out)
 
 
@@ -259,12 +324,27 @@ def markdown_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def config_markdown_table() -> str:
+    rows = ["| word | `dsu_config` field | C type | default | meaning |", "|---|---|---|---|---|"]
+    for i, f in enumerate(CONFIG_STRUCT):
+        default = f"{int(f.default)} ({f.default.name})" if isinstance(f.default, Profile) \
+            else f"0x{f.default:08x}" if f.name == "magic" else f"{int(f.default)}"
+        doc = f.doc.replace("|", "\\|")
+        rows.append(f"| {i} | `{f.name}` | `{f.ctype}` | {default} | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+#: generated tables of ``docs/dsu.md``: (begin marker, end marker, generator)
+DOC_TABLES = (("<!-- regmap:begin -->\n", "<!-- regmap:end -->", markdown_table),
+              ("<!-- dsu-config:begin -->\n", "<!-- dsu-config:end -->", config_markdown_table))
+
+
 _STATUS_DOC = {
     Status.OK: "accepted",
     Status.BAD_ADDR: "no register at this offset",
     Status.BAD_SLOT: "slot number >= N_SLOTS",
     Status.SLOT_BUSY: "ADMIT into a slot that is not FREE",
-    Status.BAD_PROFILE: "PROFILE value not 0..2",
+    Status.BAD_PROFILE: f"PROFILE value not 0..{len(Profile) - 1}",
     Status.BAD_VALUE: "value out of the register's range",
     Status.BUSY: "a round is in flight",
     Status.INTAKE_EMPTY: "ADMIT/REJECT with an empty intake FIFO",
@@ -275,28 +355,33 @@ _STATUS_DOC = {
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Generate the DSU register map C header / docs table")
+    p = argparse.ArgumentParser(description="Generate the DSU register map C header / docs tables")
     p.add_argument("--header", help="write the C header here")
     p.add_argument("--markdown", help="write the Markdown register table here ('-' = stdout)")
-    p.add_argument("--update-doc", metavar="MD", help="replace the table between "
-                   "'<!-- regmap:begin -->' and '<!-- regmap:end -->' in this file")
+    p.add_argument("--config-markdown", help="write the Markdown dsu_config table here "
+                   "('-' = stdout)")
+    p.add_argument("--update-doc", metavar="MD", help="replace the tables between "
+                   "'<!-- regmap:begin -->' and '<!-- regmap:end -->' and between "
+                   "'<!-- dsu-config:begin -->' and '<!-- dsu-config:end -->' in this file")
     a = p.parse_args(argv)
-    if not (a.header or a.markdown or a.update_doc):
-        p.error("give --header, --markdown and/or --update-doc")
+    if not (a.header or a.markdown or a.config_markdown or a.update_doc):
+        p.error("give --header, --markdown, --config-markdown and/or --update-doc")
     if a.update_doc:
         text = Path(a.update_doc).read_text()
-        begin, end = "<!-- regmap:begin -->\n", "<!-- regmap:end -->"
-        if begin not in text or end not in text:
-            p.error(f"{a.update_doc} has no {begin.strip()} ... {end} markers")
-        i, j = text.index(begin) + len(begin), text.index(end)
-        Path(a.update_doc).write_text(text[:i] + markdown_table() + text[j:])
+        for begin, end, table in DOC_TABLES:
+            if begin not in text or end not in text:
+                p.error(f"{a.update_doc} has no {begin.strip()} ... {end} markers")
+            i, j = text.index(begin) + len(begin), text.index(end)
+            text = text[:i] + table() + text[j:]
+        Path(a.update_doc).write_text(text)
     if a.header:
         Path(a.header).parent.mkdir(parents=True, exist_ok=True)
         Path(a.header).write_text(c_header())
-    if a.markdown == "-":
-        sys.stdout.write(markdown_table())
-    elif a.markdown:
-        Path(a.markdown).write_text(markdown_table())
+    for dest, table in ((a.markdown, markdown_table), (a.config_markdown, config_markdown_table)):
+        if dest == "-":
+            sys.stdout.write(table())
+        elif dest:
+            Path(dest).write_text(table())
     return 0
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
@@ -18,6 +20,10 @@ from .layouts import N_BITS, desc_layout, kv_layout, out_layout, q_layout, statu
 from .recip import FP32Recip
 
 __all__ = ["TEEngine"]
+
+
+def _lane(word, i):
+    return word[32 * i:32 * (i + 1)]
 
 
 class TEEngine(wiring.Component):
@@ -68,12 +74,39 @@ class TEEngine(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        t = self._elaborate_storage(m)
+
+        # ---------------------------------------------------------------- K/V decode
+        m.submodules.deq = t.deq = deq = KVDequant(self.lanes, self.kv_dtype)
+        m.d.comb += [deq.codes.eq(self.kv.payload.data), deq.scale.eq(self.kv.payload.scale),
+                     deq.tensor_scale.eq(t.ts)]
+
+        self._elaborate_lane_array(m, t)
+        self._elaborate_softmax(m, t)
+        self._elaborate_lane_datapath(m, t)
+        self._elaborate_output_beat(m, t)
+        self._elaborate_sequencer(m, t)
+        return m
+
+    # ---------------------------------------------------------------- state
+    def _elaborate_storage(self, m):
+        """Registers and memories (read combinationally, written at the clock edge).
+
+        Returns
+        -------
+        SimpleNamespace
+            Descriptor registers ``n``, ``c`` (scale * log2e), ``ts``, ``partial``; the
+            schedule position ``tok``, ``b`` (beat of a head), ``g`` (head), ``sub`` (R or V
+            op), ``stat`` (partial mode: the ``[m, l]`` beat); ``zero_out``, ``drain``;
+            per-head softmax registers ``m_r``, ``l_r``, ``alpha_r``, ``p_r``; the scalar
+            unit's ``sc_go``/``sc_head``; memories ``qmem``, ``omem``, ``accmem`` through the
+            ports ``q_rd``, ``q_wr``, ``o_rd``, ``o_wr`` (at ``(g, b)``), ``acc_rd``,
+            ``acc_wr`` (at ``g``) and ``acc_rd2`` (at ``sc_head``).
+        """
         G, L, dk = self.G, self.lanes, self.dk
         dkb = (dk - 1).bit_length()
         gb = max(1, (G - 1).bit_length())
         W = 32 * L
-
-        # ---------------------------------------------------------------- state
         n = Signal(N_BITS)
         c = Signal(32)          # fmul(scale, log2e)
         ts = Signal(32)
@@ -91,7 +124,6 @@ class TEEngine(wiring.Component):
         p_r = Array(Signal(32, name=f"p_{i}") for i in range(G))
         sc_go = Signal()
         sc_head = Signal(gb)
-        st = self.status
 
         addr = Signal(gb + dkb)
         m.d.comb += addr.eq(Cat(b, g) if dkb else g)
@@ -108,16 +140,17 @@ class TEEngine(wiring.Component):
         m.d.comb += [q_rd.addr.eq(addr), q_wr.addr.eq(addr), o_rd.addr.eq(addr),
                      o_wr.addr.eq(addr), acc_rd.addr.eq(g), acc_wr.addr.eq(g),
                      acc_rd2.addr.eq(sc_head)]
+        return SimpleNamespace(
+            W=W, n=n, c=c, ts=ts, partial=partial, tok=tok, b=b, g=g, sub=sub, stat=stat,
+            zero_out=zero_out, drain=drain, m_r=m_r, l_r=l_r, alpha_r=alpha_r, p_r=p_r,
+            sc_go=sc_go, sc_head=sc_head, q_rd=q_rd, q_wr=q_wr, o_rd=o_rd, o_wr=o_wr,
+            acc_rd=acc_rd, acc_rd2=acc_rd2, acc_wr=acc_wr)
 
-        def lane(word, i):
-            return word[32 * i:32 * (i + 1)]
-
-        # ---------------------------------------------------------------- K/V decode
-        m.submodules.deq = deq = KVDequant(L, self.kv_dtype)
-        m.d.comb += [deq.codes.eq(self.kv.payload.data), deq.scale.eq(self.kv.payload.scale),
-                     deq.tensor_scale.eq(ts)]
-
-        # ---------------------------------------------------------------- lane array
+    # ---------------------------------------------------------------- lane array
+    def _elaborate_lane_array(self, m, t):
+        """The ``lanes`` multipliers and adders (``t.muls``, ``t.adds``) and the operation
+        of this cycle (``t.op_k``, ``op_r``, ``op_v``, ``op_n``; ``mac_busy`` = any)."""
+        L = self.lanes
         muls = [FP32Mul() for _ in range(L)]
         adds = [FP32Add() for _ in range(L)]
         for i in range(L):
@@ -128,13 +161,21 @@ class TEEngine(wiring.Component):
         op_v = Signal()
         op_n = Signal()
         m.d.comb += self.mac_busy.eq(op_k | op_r | op_v | op_n)
+        t.muls, t.adds, t.op_k, t.op_r, t.op_v, t.op_n = muls, adds, op_k, op_r, op_v, op_n
 
-        # ---------------------------------------------------------------- scalar softmax unit
+    # ---------------------------------------------------------------- scalar softmax unit
+    def _elaborate_softmax(self, m, t):
+        """The scalar unit, for head ``sc_head`` in a cycle with ``sc_go``: lane partial
+        sums -> pairwise adder tree -> ``s2 = s*c`` -> ``m``, ``alpha``, ``p``, ``l``
+        (combinational; the head's registers take them at the clock edge). Adds ``t.mul_c``
+        (also scales the descriptor in IDLE) and ``t.alpha`` (for the G = 1 bypass)."""
+        L = self.lanes
+        sc_go, sc_head, m_r, l_r = t.sc_go, t.sc_head, t.m_r, t.l_r
         # lane partial sums of head sc_head -> pairwise tree -> s2 = s*c -> m, alpha, p, l
         # inputs held at 0 except in the scalar cycle (saves toggling; result unused then)
-        tree_in = Signal(W)
-        m.d.comb += tree_in.eq(Mux(sc_go, acc_rd2.data, 0))
-        level = [lane(tree_in, i) for i in range(L)]
+        tree_in = Signal(t.W)
+        m.d.comb += tree_in.eq(Mux(sc_go, t.acc_rd2.data, 0))
+        level = [_lane(tree_in, i) for i in range(L)]
         k = 0
         while len(level) > 1:
             nxt = []
@@ -147,7 +188,7 @@ class TEEngine(wiring.Component):
             level = nxt
         score = level[0]
         m.submodules.mul_c = mul_c = FP32Mul()
-        m.d.comb += [mul_c.a.eq(score), mul_c.b.eq(c)]
+        m.d.comb += [mul_c.a.eq(score), mul_c.b.eq(t.c)]
         s2 = mul_c.y
         m_old = m_r[sc_head]
         m_new = Signal(32)
@@ -171,61 +212,84 @@ class TEEngine(wiring.Component):
         m.d.sync += sc_go.eq(0)
         with m.If(sc_go):
             m.d.sync += [m_r[sc_head].eq(m_new), l_r[sc_head].eq(add_l.y),
-                         alpha_r[sc_head].eq(alpha), p_r[sc_head].eq(p)]
+                         t.alpha_r[sc_head].eq(alpha), t.p_r[sc_head].eq(p)]
+        t.mul_c, t.alpha = mul_c, alpha
 
+    # ---------------------------------------------------------------- lane datapath
+    def _elaborate_lane_datapath(self, m, t):
+        """Operands of the lane array for the operation of this cycle and the results
+        written back (``acc``/``o`` read-modify-write completes in the cycle); the final
+        reciprocal ``t.recip`` of ``l[g]`` (enabled by ``t.recip_en`` in the output phase)."""
+        L = self.lanes
+        g, sc_go, sc_head, deq = t.g, t.sc_go, t.sc_head, t.deq
+        op_k, op_r, op_v = t.op_k, t.op_r, t.op_v
         # ---------------------------------------------------------------- final reciprocal
         m.submodules.recip = recip = FP32Recip()
         recip_en = Signal()     # only the output phase needs 1/l (also keeps it from toggling)
-        m.d.comb += recip.x.eq(Mux(recip_en, l_r[g], ONE))
+        m.d.comb += recip.x.eq(Mux(recip_en, t.l_r[g], ONE))
 
-        # ---------------------------------------------------------------- lane datapath muxes
         # alpha of head g; bypassed from the scalar unit in the cycle it is computed (only
         # happens for G == 1, where the first R op directly follows the head's last K op)
         alpha_g = Signal(32)
-        m.d.comb += alpha_g.eq(Mux(sc_go & (sc_head == g), alpha, alpha_r[g]))
-        o_word = o_rd.data
-        q_word = q_rd.data
-        acc_word = acc_rd.data
-        acc_new = Signal(W)
-        o_new = Signal(W)
+        m.d.comb += alpha_g.eq(Mux(sc_go & (sc_head == g), t.alpha, t.alpha_r[g]))
+        o_word = t.o_rd.data
+        q_word = t.q_rd.data
+        acc_word = t.acc_rd.data
+        acc_new = Signal(t.W)
+        o_new = Signal(t.W)
         for i in range(L):
-            mul, add = muls[i], adds[i]
+            mul, add = t.muls[i], t.adds[i]
             with m.If(op_k):
-                m.d.comb += [mul.a.eq(lane(q_word, i)), mul.b.eq(deq.values[i])]
+                m.d.comb += [mul.a.eq(_lane(q_word, i)), mul.b.eq(deq.values[i])]
             with m.Elif(op_r):
-                m.d.comb += [mul.a.eq(Mux(tok == 0, 0, lane(o_word, i))), mul.b.eq(alpha_g)]
+                m.d.comb += [mul.a.eq(Mux(t.tok == 0, 0, _lane(o_word, i))), mul.b.eq(alpha_g)]
             with m.Elif(op_v):
-                m.d.comb += [mul.a.eq(p_r[g]), mul.b.eq(deq.values[i])]
+                m.d.comb += [mul.a.eq(t.p_r[g]), mul.b.eq(deq.values[i])]
             with m.Else():
-                m.d.comb += [mul.a.eq(lane(o_word, i)), mul.b.eq(recip.y)]
-            m.d.comb += [add.a.eq(Mux(op_k, lane(acc_word, i), lane(o_word, i))),
+                m.d.comb += [mul.a.eq(_lane(o_word, i)), mul.b.eq(recip.y)]
+            m.d.comb += [add.a.eq(Mux(op_k, _lane(acc_word, i), _lane(o_word, i))),
                          add.b.eq(mul.y),
-                         lane(acc_new, i).eq(Mux(b == 0, mul.y, add.y)),
-                         lane(o_new, i).eq(Mux(op_r, mul.y, add.y))]
-        m.d.comb += [acc_wr.data.eq(acc_new), acc_wr.en.eq(op_k),
-                     o_wr.data.eq(o_new), o_wr.en.eq(op_r | op_v)]
+                         _lane(acc_new, i).eq(Mux(t.b == 0, mul.y, add.y)),
+                         _lane(o_new, i).eq(Mux(op_r, mul.y, add.y))]
+        m.d.comb += [t.acc_wr.data.eq(acc_new), t.acc_wr.en.eq(op_k),
+                     t.o_wr.data.eq(o_new), t.o_wr.en.eq(op_r | op_v)]
+        t.recip_en = recip_en
 
-        # ---------------------------------------------------------------- output beat
-        out_word = Signal(W)
+    # ---------------------------------------------------------------- output beat
+    def _elaborate_output_beat(self, m, t):
+        """The ``out`` payload of beat ``(g, b)`` (combinational, valid in OUT): ``o * (1/l)``,
+        or ``o`` / ``[m, l]`` in partial mode, or zeros (``-inf`` for ``m``) after an empty
+        or early-ended context; ``t.out_nonfinite`` flags a non-finite output lane."""
+        L = self.lanes
+        g, stat, zero_out = t.g, t.stat, t.zero_out
+        out_word = Signal(t.W)
         with m.If(stat):
             with m.If(zero_out):
-                m.d.comb += lane(out_word, 0).eq(NEG_INF)
+                m.d.comb += _lane(out_word, 0).eq(NEG_INF)
             with m.Else():
-                m.d.comb += [lane(out_word, 0).eq(m_r[g]), lane(out_word, 1).eq(l_r[g])]
+                m.d.comb += [_lane(out_word, 0).eq(t.m_r[g]), _lane(out_word, 1).eq(t.l_r[g])]
         with m.Elif(zero_out):
             m.d.comb += out_word.eq(0)
-        with m.Elif(partial):
-            m.d.comb += out_word.eq(o_word)
+        with m.Elif(t.partial):
+            m.d.comb += out_word.eq(t.o_rd.data)
         with m.Else():
             for i in range(L):
-                m.d.comb += lane(out_word, i).eq(muls[i].y)
+                m.d.comb += _lane(out_word, i).eq(t.muls[i].y)
         out_nonfinite = Signal()
         m.d.comb += out_nonfinite.eq(
-            ~stat & Cat(*[lane(out_word, i)[23:31] == 0xFF for i in range(L)]).any())
+            ~stat & Cat(*[_lane(out_word, i)[23:31] == 0xFF for i in range(L)]).any())
         m.d.comb += [self.out.payload.data.as_value().eq(out_word)]
+        t.out_nonfinite = out_nonfinite
 
-        # ---------------------------------------------------------------- sequencer
-        kv_ok = self.kv.valid & self.kv.ready
+    # ---------------------------------------------------------------- sequencer
+    def _elaborate_sequencer(self, m, t):
+        """The schedule: IDLE (take a descriptor) -> QLOAD -> per token K then RV -> OUT
+        (-> DRAIN after a too-long K/V stream) -> IDLE; one lane-array operation per cycle."""
+        G, L, dk = self.G, self.lanes, self.dk
+        st = self.status
+        n, b, g, sub, stat, tok = t.n, t.b, t.g, t.sub, t.stat, t.tok
+        zero_out, drain, partial, deq = t.zero_out, t.drain, t.partial, t.deq
+        op_k, op_r, op_v, op_n = t.op_k, t.op_r, t.op_v, t.op_n
         last_g = g == G - 1
         last_b = b == dk - 1
 
@@ -233,20 +297,20 @@ class TEEngine(wiring.Component):
         with m.FSM(name="te"):
             with m.State("IDLE"):
                 m.d.comb += [self.busy.eq(0), self.desc.ready.eq(1)]
-                m.d.comb += [mul_c.a.eq(self.desc.payload.scale), mul_c.b.eq(LOG2E_BITS)]
+                m.d.comb += [t.mul_c.a.eq(self.desc.payload.scale), t.mul_c.b.eq(LOG2E_BITS)]
                 with m.If(self.desc.valid):
-                    m.d.sync += [n.eq(self.desc.payload.n), c.eq(mul_c.y),
-                                 ts.eq(self.desc.payload.tensor_scale),
+                    m.d.sync += [n.eq(self.desc.payload.n), t.c.eq(t.mul_c.y),
+                                 t.ts.eq(self.desc.payload.tensor_scale),
                                  partial.eq(self.desc.payload.partial),
                                  st.as_value().eq(0), zero_out.eq(0), drain.eq(0),
                                  b.eq(0), g.eq(0), sub.eq(0), stat.eq(0), tok.eq(0)]
                     for i in range(G):
-                        m.d.sync += [m_r[i].eq(NEG_INF), l_r[i].eq(0)]
+                        m.d.sync += [t.m_r[i].eq(NEG_INF), t.l_r[i].eq(0)]
                     m.next = "QLOAD"
             with m.State("QLOAD"):
                 m.d.comb += self.q.ready.eq(1)
                 qvals = [bf16_to_f32(m, self.q.payload.data[i], f"q{i}") for i in range(L)]
-                m.d.comb += [q_wr.data.eq(Cat(*qvals)), q_wr.en.eq(self.q.valid)]
+                m.d.comb += [t.q_wr.data.eq(Cat(*qvals)), t.q_wr.en.eq(self.q.valid)]
                 with m.If(self.q.valid):
                     with m.If(Cat(*[v[23:31] == 0xFF for v in qvals]).any()):
                         m.d.sync += st.nonfinite_in.eq(1)
@@ -264,7 +328,7 @@ class TEEngine(wiring.Component):
                 m.d.comb += [op_k.eq(self.kv.valid), self.kv.ready.eq(last_g)]
                 with m.If(op_k):
                     with m.If(last_b):
-                        m.d.sync += [sc_go.eq(1), sc_head.eq(g)]
+                        m.d.sync += [t.sc_go.eq(1), t.sc_head.eq(g)]
                     m.d.sync += g.eq(g + 1)
                     with m.If(last_g):
                         m.d.sync += [g.eq(0), b.eq(b + 1)]
@@ -300,11 +364,11 @@ class TEEngine(wiring.Component):
                             m.d.sync += [b.eq(0), tok.eq(tok + 1)]
                             m.next = "K"
             with m.State("OUT"):
-                m.d.comb += [self.out.valid.eq(1), recip_en.eq(1),
+                m.d.comb += [self.out.valid.eq(1), t.recip_en.eq(1),
                              self.out.payload.last.eq(last_g & Mux(partial, stat, last_b)),
                              op_n.eq(self.out.ready & ~partial & ~zero_out)]
                 with m.If(self.out.ready):
-                    with m.If(out_nonfinite):
+                    with m.If(t.out_nonfinite):
                         m.d.sync += st.nonfinite_out.eq(1)
                     with m.If(stat | (~partial & last_b)):
                         m.d.sync += [stat.eq(0), b.eq(0), g.eq(g + 1)]
@@ -321,7 +385,6 @@ class TEEngine(wiring.Component):
                 m.d.comb += self.kv.ready.eq(1)
                 with m.If(self.kv.valid & self.kv.payload.last):
                     m.next = "IDLE"
-        return m
 
     @staticmethod
     def _fmax(m, a, b, y):

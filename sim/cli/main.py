@@ -12,11 +12,11 @@ import os
 import sys
 
 from tricut.models.config import KV_DTYPES, ConfigError, gpu_ids, load_gpu, load_model, model_ids
+from tricut.models.jsonl import TraceError
 from tricut.models.roofline import roofline
 
 from . import simulate as cli_simulate
 from . import units as cli_units
-from ..fast.workload import TraceError
 from .units import InputError
 
 __all__ = ["main"]

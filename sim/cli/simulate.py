@@ -10,17 +10,17 @@ import math
 import sys
 from pathlib import Path
 
-from tricut.models.config import KV_DTYPES, ConfigError, gpu_ids, load_gpu, load_model, model_ids
-from tricut.models.dsu import PROFILES, DsuParams
+from tricut.models.cdu import POLICIES
+from tricut.models.config import KV_DTYPES, gpu_ids, load_gpu, load_model, model_ids
+from tricut.models.dsu import PROFILES
 from tricut.models.roofline import roofline
 
-from ..fast.system import simulate
-from ..fast.timing import CUTS, Assumptions, StepModel
-from ..fast.workload import TRACE_FORMATS, TraceError, read_trace, scale_rate, synthetic
+from ..fast.setup import ServingSetup
+from ..fast.timing import CUTS, Assumptions
+from ..fast.workload import TRACE_FORMATS, read_trace, scale_rate, synthetic
 
 __all__ = ["add_commands"]
 
-POLICIES = ("adaptive", "static", "disabled")
 KEY_COLUMNS = ("requests", "output_tokens", "duration_s", "tokens_per_s", "ttft_p50_s", "ttft_p99_s",
                "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "hbm_gbps_mean", "hbm_gbps_peak",
                "l2_hit_rate", "min_step_over_floor")
@@ -103,7 +103,8 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
     if with_cuts:
         p.add_argument("--cuts", type=_cuts, default=CUTS,
                        help="which cuts are on: none, all, or a list of te,cdu,dsu (default: all)")
-    p.add_argument("--policy", choices=POLICIES, default="adaptive", help="CDU policy (default: adaptive)")
+    # choices listed adaptive (the default) first, as before
+    p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive", help="CDU policy (default: adaptive)")
     p.add_argument("--profile", choices=PROFILES, default="throughput-opt", help="DSU profile (default: throughput-opt)")
     p.add_argument("--slots", type=_positive(int), default=64, help="decode slots (default: 64)")
     p.add_argument("--max-batch", type=_positive(int), default=64, help="batch cap (default: 64)")
@@ -131,12 +132,10 @@ def _workload(args):
     return scale_rate(reqs, args.rate_scale) if args.rate_scale != 1.0 else reqs
 
 
-def _dsu_params(args, model, gpu):
-    kv_fit = roofline(model, gpu, args.kv_dtype, 1, 1, tp=args.tp).kv_tokens_fit
-    if kv_fit < 1:
-        raise ConfigError(f"{model.name} weights do not fit in {gpu.name} HBM at tp={args.tp}; raise --tp")
-    return DsuParams(args.profile, n_slots=args.slots, max_batch=args.max_batch,
-                     latency_batch=min(16, args.max_batch), kv_capacity_tokens=kv_fit)
+def _setup(args) -> ServingSetup:
+    return ServingSetup(load_model(args.model), load_gpu(args.gpu), args.kv_dtype, args.tp, args.policy,
+                        args.profile, args.slots, args.max_batch,
+                        assumptions=Assumptions(**dict(args.assume)))
 
 
 def _progress(enabled: bool, label: str):
@@ -156,17 +155,9 @@ def _progress(enabled: bool, label: str):
 
 
 def _run(args, cuts, label):
-    model, gpu = load_model(args.model), load_gpu(args.gpu)
-    reqs = _workload(args)
-    for r in reqs:
-        if r.prompt_tokens + r.output_tokens > model.max_context:
-            raise TraceError(f"request {r.id}: prompt {r.prompt_tokens} + output {r.output_tokens} "
-                             f"exceeds {model.name}'s max_context {model.max_context}")
-    sm = StepModel(model, gpu, args.kv_dtype, args.tp, frozenset(cuts), args.policy,
-                   Assumptions(**dict(args.assume)))
-    return simulate(reqs, sm, _dsu_params(args, model, gpu), seed=args.seed,
-                    degraded_at_s=args.degraded_at, progress=_progress(not args.no_progress, label),
-                    ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
+    return _setup(args).run(_workload(args), cuts, seed=args.seed, degraded_at_s=args.degraded_at,
+                            progress=_progress(not args.no_progress, label),
+                            ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
 
 
 def _fmt(key: str, value) -> str:
@@ -263,7 +254,7 @@ def cmd_bench(args) -> int:
     rate = 0.8 * per_req["tokens_per_s"] / out_tokens
     n_long = max(4 * args.slots, args.synthetic or 0)
     r3 = _run(_sub(args, synthetic=n_long, rate=rate), cuts, "stability")
-    ends, hbm = r3.step_end_s, r3.step_hbm_bytes
+    ends = r3.step_end_s
     half = ends[-1] / 2 if len(ends) else 0
     batch = r3.batch_sizes
     first = batch[ends <= half].sum() / half if half else 0.0

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tricut.models.cdu import PATTERNS, POLICIES
 from tricut.models.config import KV_DTYPES
+from tricut.models.dsu import PROFILES
 from tricut.models.jsonl import iter_jsonl_objects
 
 from ..harness.verilog_out import LINT_WAIVERS, UNITS, area, build_unit, lint, write_verilog
@@ -222,9 +224,9 @@ def add_commands(sub) -> None:
                     "transaction or counter differs from the model.")
     p.add_argument("--model", default="llama-3-8b", help="model id or .toml (default: %(default)s)")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--pattern", choices=("full", "window", "topk", "reread"), help="access pattern")
+    src.add_argument("--pattern", choices=PATTERNS, help="access pattern")
     src.add_argument("--trace", type=Path, help="access trace, JSONL: step, request, layer, blocks")
-    p.add_argument("--policy", choices=("adaptive", "static", "disabled"), default="adaptive")
+    p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive")
     p.add_argument("--l2-mb", type=float, default=50.0, help="L2 the CDU owns, MiB (default: 50)")
     p.add_argument("--steps", type=int, default=8, help="decode steps (default: 8)")
     p.add_argument("--batch", type=int, default=1, help="requests (default: 1)")
@@ -275,7 +277,7 @@ def add_commands(sub) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--requests", type=Path, metavar="FILE")
     src.add_argument("--synthetic", type=int, metavar="N", help="N random small requests (default: 8)")
-    p.add_argument("--profile", choices=("latency-opt", "throughput-opt", "fairness-opt"), default="throughput-opt")
+    p.add_argument("--profile", choices=PROFILES, default="throughput-opt")
     p.add_argument("--cores", type=int, choices=(1, 2, 3, 4), default=1)
     p.add_argument("--slots", type=int, default=8, help="decode slots (default: 8; the Verilator build grows with it)")
     p.add_argument("--faults", help="fault spec (see above)")

@@ -37,12 +37,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tricut.models.cdu import (BLOCK_TOKENS, STATIC_RECENT_TOKENS, default_reserve, geometry,
-                               keep_budget)
+from tricut.models.cdu import (BLOCK_TOKENS, POLICIES, STATIC_RECENT_TOKENS, default_reserve,
+                               geometry, keep_budget)
 
-__all__ = ["POLICIES", "CduStep", "CduReduction", "against_block_model"]
-
-POLICIES = ("adaptive", "static", "disabled")
+__all__ = ["CduStep", "CduReduction", "against_block_model"]
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,17 @@ import numpy as np
 from numba import njit
 
 from tricut.models.cdu import (
-    BLOCK_TOKENS, LAYER_STRIDE, REQ_STRIDE, CDUCore, FrontEnd, Pattern, AdaptivePredictor)
+    BLOCK_TOKENS, KEEP_HASH_BITS, KEEP_HASH_MUL, KINDS, LAYER_STRIDE, REQ_STRIDE, RESULTS,
+    CDUCore, FrontEnd, Pattern, AdaptivePredictor)
 
 __all__ = ["run_fast", "txn_checksum", "KIND_CODE", "RESULT_CODE"]
 
-KIND_CODE = {"R": 0, "W": 1, "P": 2}
-RESULT_CODE = {"hit": 0, "miss_alloc": 1, "miss_bypass": 2, "pf_issue": 3, "pf_redundant": 4,
-               "pf_drop": 5, "w_hit": 6, "w_alloc": 7, "w_bypass": 8}
+#: codes of the checksum: positions in the model's KINDS / RESULTS (as in rtl/cdu/layouts.py)
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
+RESULT_CODE = {r: i for i, r in enumerate(RESULTS)}
+#: the keep-class hash of AdaptivePredictor.keep_class, as compile-time constants
+_KH0, _KH1, _KH2 = KEEP_HASH_MUL
+_KH_MASK, _KH_SIZE = (1 << KEEP_HASH_BITS) - 1, float(1 << KEEP_HASH_BITS)
 
 REQ_LIMIT, LAYER_LIMIT, BLOCK_LIMIT = 1 << 23, 1 << 16, 1 << 24
 
@@ -301,8 +305,8 @@ def _cls(u, b, u_cmode, u_nb, u_slot, u_layer, rb, kA, kS, kn, keep_flat, ecap, 
         return 1
     if keep_prev <= budget:
         return 2
-    h = (b * 2654435761 + u_layer[u] * 40503 + u_slot[u] * 977) & 1023
-    if h * keep_prev < 1024.0 * budget:
+    h = (b * _KH0 + u_layer[u] * _KH1 + u_slot[u] * _KH2) & _KH_MASK
+    if h * keep_prev < _KH_SIZE * budget:
         return 2
     return 1
 

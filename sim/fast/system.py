@@ -62,12 +62,8 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
             _, rid = heapq.heappop(ready)
             r = by_id[rid]
             model.submit(RequestSpec(rid, r.prompt_tokens + 1, r.output_tokens - 1))
-        arrivals = model.arrivals
-        batch = model.step()
-        # this round's counts for the DSU's cost: admissions (the model numbers every
-        # admitted request), and an arrived request left waiting at the intake head
-        admitted = model.arrivals - arrivals
-        blocked = bool(model.intake)
+        rnd = model.step()
+        batch = rnd.batch
         if not batch:
             model.complete()
             retired = 0
@@ -76,12 +72,11 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
             t = max(t, ready[0][0])
             continue
         degraded = degraded_at_s is not None and t >= degraded_at_s
-        active = sum(1 for slot in model.slots if slot is not None)
         st = step_model.step_time([d.seq_len for d in batch], [d.residency for d in batch], rng, degraded,
-                                  active, dsu.cap, dsu.profile, admitted, retired, blocked,
-                                  dsu.n_slots)
+                                  rnd.active, dsu.cap, dsu.profile, rnd.admitted, retired,
+                                  rnd.blocked, dsu.n_slots)
         t += st.time_s
-        results = {d.slot: faults[(model.round, d.slot)] for d in batch if (model.round, d.slot) in faults}
+        results = {d.slot: faults[(rnd.number, d.slot)] for d in batch if (rnd.number, d.slot) in faults}
         if any(v == TIMEOUT for v in results.values()):
             t += step_model.assumptions.host_sched_s  # the watchdog fires after a step's worth
         retired = len(model.complete(results))
@@ -124,7 +119,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         mean_batch=float(np.mean(rows["batch"])) if rows["batch"] else 0.0,
         rollbacks=model.rollbacks,
         kv_tokens_leaked=model.kv_used,
-        slots_in_use_at_end=sum(1 for slot in model.slots if slot is not None),
+        slots_in_use_at_end=model.occupied_slots,
     )
     summary["requests"] = len(requests)
     return SimResult(summary, len(dt), dt, np.array(rows["end"]), hbm, floor,

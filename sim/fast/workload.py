@@ -15,14 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tricut.models.jsonl import iter_jsonl_objects
+from tricut.models.jsonl import TraceError, iter_jsonl_objects
 
 __all__ = ["Request", "TraceError", "read_trace", "read_mooncake", "read_azure", "read_vidur",
            "synthetic", "scale_rate", "TRACE_FORMATS"]
-
-
-class TraceError(ValueError):
-    """A trace file (or a generator's parameter) is wrong; ``str()`` is one line."""
 
 
 @dataclass(frozen=True)

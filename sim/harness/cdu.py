@@ -17,7 +17,12 @@ from pathlib import Path
 from tricut.models.cdu import (BLOCK_TOKENS, PATTERNS, POLICIES, CDUCore, FrontEnd, Pattern,
                                SlotDesc, StepDesc)
 from tricut.models.config import kv_dtype_bytes, load_model
+from tricut.rtl.cdu.core import COUNTERS
+from tricut.rtl.cdu.layouts import HINT as _HINT_CODE
+from tricut.rtl.cdu.layouts import KIND as _KIND
+from tricut.rtl.cdu.layouts import RESULT, RESULT_NAME, STEP_KIND
 from tricut.sim.fast.cdu_replay import _pos_int
+from tricut.sim.harness.streams import MemoryModel, Schedule, Sink, Source, drained, stream_rng
 
 __all__ = ["replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
            "run_frontend_rtl", "compare_ops", "frontend_reference",
@@ -26,8 +31,6 @@ __all__ = ["replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
 
 
 # --------------------------------------------------------------------------- RTL replay
-
-_KIND = {"R": 0, "W": 1, "P": 2}
 
 
 class RtlMismatch(AssertionError):
@@ -50,52 +53,66 @@ def ops_to_descs(ops, max_count=63):
     return descs
 
 
-class HbmModel:
-    """Background HBM: takes requests, answers each after a random latency in any order;
-    ``err(tag, attempt)`` decides which answers carry the error bit."""
+class HbmModel(MemoryModel):
+    """Background HBM: :class:`~tricut.sim.harness.streams.MemoryModel` on the
+    ``hbm_req``/``hbm_resp`` streams: takes requests, answers each after a random latency
+    (1..``max_latency``) in any order; ``err(tag, attempt)`` decides which answers carry the
+    error bit; ``idle`` schedules when a due answer may be offered."""
 
-    def __init__(self, rng, max_latency=12, err=None):
-        self.rng, self.max_latency, self.err = rng, max_latency, err or (lambda tag, a: False)
-        self.pending = []     # [due cycle, id, tag, attempt]
-        self.attempts = {}
-        self.errors = 0
-        self.presenting = None
+    def __init__(self, rng, max_latency=12, err=None, idle=None, seed=0):
+        super().__init__(rng, max_latency, err, idle, name="hbm_resp", seed=seed)
 
-    def request(self, now, rid, tag, retry):
-        a = self.attempts.get(rid, 0) + 1 if retry else 0
-        self.attempts[rid] = a
-        self.pending.append([now + self.rng.randrange(1, self.max_latency + 1), rid, tag, a])
 
-    def next_response(self, now):
-        """(id, err) to present this cycle or None (keeps presenting until taken)."""
-        if self.presenting is None:
-            due = [p for p in self.pending if p[0] <= now]
-            if due:
-                p = self.rng.choice(due)
-                self.pending.remove(p)
-                e = bool(self.err(p[2], p[3]))
-                self.errors += e
-                self.presenting = (p[1], int(e))
-        return self.presenting
+def bench_schedules(p_valid, p_ready, idle, backpressure):
+    """(idle, backpressure) schedules of a CDU bench: given ones, else from the legacy
+    probabilities of an active cycle (1: ``none``, else ``random`` with that p)."""
+    return (Schedule.of(p_valid if idle is None else idle),
+            Schedule.of(p_ready if backpressure is None else backpressure))
 
-    def taken(self):
-        self.presenting = None
+
+class _Adapter:
+    """Amaranth side of the stream drivers: applies a Source / Sink to a ``stream`` port
+    (``layout`` converts a Source's beat dicts; ``read`` turns a Sink's payload into a tuple)."""
+
+    def __init__(self, end, port, layout=None, read=None):
+        self.end, self.port, self.read = end, port, read
+        if layout is not None:                 # beats -> constants once, not every cycle
+            end.beats = [layout.const(b) for b in end.beats]
+
+    def drive(self, ctx):
+        if isinstance(self.end, Sink):
+            ctx.set(self.port.ready, self.end.drive())
+            return
+        valid, payload = self.end.drive()
+        if valid:
+            ctx.set(self.port.payload, payload)
+        ctx.set(self.port.valid, valid)
+
+    def sample(self, ctx):
+        if isinstance(self.end, Sink):
+            return self.end.sample(ctx.get(self.port.valid),
+                                   lambda: self.read(ctx.get(self.port.payload)))
+        return self.end.sample(ctx.get(self.port.ready))
 
 
 def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
-            timeout=20000, bad_resp_at=None, front=None):
-    """Drive a CDU in Amaranth's simulator with random idle/backpressure on every stream and
-    :class:`HbmModel` answering; returns what came out of every stream (``txns``,
-    ``hbm_reqs``, ``ready``, ``status``), the transfer cycles (``at``), the counters and
-    register reads, and the end state.
+            timeout=20000, bad_resp_at=None, front=None, idle=None, backpressure=None):
+    """Drive a CDU in Amaranth's simulator with the stream drivers of
+    :mod:`tricut.sim.harness.streams`: an idle schedule on every input stream (and on the
+    HBM answers of :class:`HbmModel`), a backpressure schedule on every output stream;
+    returns what came out of every stream (``txns``, ``hbm_reqs``, ``ready``, ``status``),
+    the transfer cycles (``at``), the counters and register reads, and the end state. The run
+    ends when the CDU is idle and every stream drained, then checks that (drained check,
+    :class:`RtlMismatch`).
 
-    Without ``front``: ``descs`` (dicts of the desc layout) into :class:`CDUBackEnd`
-    (intake -> core). With ``front = dict(beats=, lists=, config=, params=)``: step beats
-    (:func:`step_beats`), demand lists and the front-end config into the whole :class:`CDU`
-    (front end -> intake -> core); ``descs`` is ignored. ``params`` (including ``reserve``)
-    go to the RTL constructor; give :func:`compare_rtl` the same dict."""
-    import random
-
+    ``idle``/``backpressure``: schedules (:class:`~tricut.sim.harness.streams.Schedule`, a
+    mode name or its JSON); by default ``p_valid``/``p_ready``, the probability of an active
+    cycle (1: none, else random). Without ``front``: ``descs`` (dicts of the desc layout)
+    into :class:`CDUBackEnd` (intake -> core). With ``front = dict(beats=, lists=, config=,
+    params=)``: step beats (:func:`step_beats`), demand lists and the front-end config into
+    the whole :class:`CDU` (front end -> intake -> core); ``descs`` is ignored. ``params``
+    (including ``reserve``) go to the RTL constructor; give :func:`compare_rtl` the same
+    dict."""
     from amaranth.sim import Simulator
 
     from tricut.rtl.cdu.core import COUNTERS
@@ -103,23 +120,35 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
                                         step_layout)
     from tricut.rtl.cdu.top import CDU, CDUBackEnd
 
-    rng = random.Random(seed)
+    idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
     if front is None:
         dut = CDUBackEnd(**(params or {}))
         w = dut.widths
-        sources = [_StreamSource(dut.desc, desc_layout(w), descs, rng, p_valid)]
+        sources = [_Adapter(Source("desc", descs, idle, seed), dut.desc, desc_layout(w))]
     else:
         dut = CDU(**(params or {}), **front.get("params", {}))
         w = dut.widths
         lists = front["lists"] if front["config"]["pattern"] == PATTERN["list"] else []
-        sources = [_StreamSource(dut.step, step_layout(w, dut.front.slot_bits), front["beats"],
-                                 rng, p_valid),
-                   _StreamSource(dut.demand, demand_layout(w), demand_beats(lists), rng, p_valid)]
-    hbm = HbmModel(rng, max_latency, err)
-    out = {"txns": [], "hbm_reqs": [], "ready": [], "status": [], "cycles": 0, "at": {}}
-
-    def tag(p):
-        return (p.req, p.layer, p.block)
+        sources = [_Adapter(Source("step", front["beats"], idle, seed), dut.step,
+                            step_layout(w, dut.front.slot_bits)),
+                   _Adapter(Source("demand", demand_beats(lists), idle, seed), dut.demand,
+                            demand_layout(w))]
+    hbm = HbmModel(stream_rng(seed, "hbm"), max_latency, err, idle, seed)
+    sinks = {
+        "txn": _Adapter(Sink("txn", backpressure, seed), dut.txn, read=lambda p: (
+            p.kind, p.req, p.layer, p.block, p.result, p.victim_valid, p.victim.req,
+            p.victim.layer, p.victim.block, p.hbm)),
+        "hbm_req": _Adapter(Sink("hbm_req", backpressure, seed), dut.hbm_req,
+                            read=lambda p: (p.id, p.req, p.layer, p.block, p.retry)),
+        "ready": _Adapter(Sink("ready", backpressure, seed), dut.ready,
+                          read=lambda p: (p.req, p.layer, p.block, p.hit, p.err)),
+        "status": _Adapter(Sink("status", backpressure, seed), dut.status,
+                           read=lambda p: (p.id, p.req, p.layer, p.block)),
+    }
+    ends = [a.end for a in sources] + [hbm] + [a.end for a in sinks.values()]
+    out = {"txns": sinks["txn"].end.beats, "hbm_reqs": sinks["hbm_req"].end.beats,
+           "ready": sinks["ready"].end.beats, "status": sinks["status"].end.beats,
+           "cycles": 0, "at": {}}
 
     async def bench(ctx):
         if front is not None:
@@ -128,14 +157,12 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
         idle_run = 0
         while True:
             # inputs for this cycle
-            for src in sources:
-                src.drive(ctx)
-            for s in (dut.txn, dut.ready, dut.status, dut.hbm_req):
-                ctx.set(s.ready, int(rng.random() < p_ready))
-            r = hbm.next_response(now) if rng.random() < p_valid or hbm.presenting else None
-            if bad_resp_at is not None and now == bad_resp_at:
-                r = (3, 0)                     # an id never requested
-                hbm.presenting = None
+            for a in (*sources, *sinks.values()):
+                a.drive(ctx)
+            r = hbm.drive(now)
+            injected = bad_resp_at is not None and now == bad_resp_at
+            if injected:
+                r = (3, 0)                     # an id never requested (the model's answer waits)
             if r is not None:
                 ctx.set(dut.hbm_resp.payload.id, r[0])
                 ctx.set(dut.hbm_resp.payload.err, r[1])
@@ -143,39 +170,29 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
             # transfers on this cycle
             if sources[0].sample(ctx):
                 out["at"].setdefault("desc", []).append(now)
-            for src in sources[1:]:
-                src.sample(ctx)
-            if r is not None and ctx.get(dut.hbm_resp.ready):
-                if hbm.presenting is not None:
-                    hbm.taken()
+            for a in sources[1:]:
+                a.sample(ctx)
+            resp_ready = ctx.get(dut.hbm_resp.ready)
+            if r is not None and resp_ready:
                 out["at"].setdefault("resp", []).append(now)
-            if ctx.get(dut.txn.valid) and ctx.get(dut.txn.ready):
-                p = ctx.get(dut.txn.payload)
-                out["at"].setdefault("txn", []).append(now)
-                out["txns"].append((p.kind, p.req, p.layer, p.block, p.result, p.victim_valid,
-                                    p.victim.req, p.victim.layer, p.victim.block, p.hbm))
-            if ctx.get(dut.hbm_req.valid) and ctx.get(dut.hbm_req.ready):
-                p = ctx.get(dut.hbm_req.payload)
-                out["at"].setdefault("hbm_req", []).append(now)
-                out["hbm_reqs"].append((p.id, p.req, p.layer, p.block, p.retry))
-                hbm.request(now, p.id, tag(p), p.retry)
-            if ctx.get(dut.ready.valid) and ctx.get(dut.ready.ready):
-                p = ctx.get(dut.ready.payload)
-                out["at"].setdefault("ready", []).append(now)
-                out["ready"].append((p.req, p.layer, p.block, p.hit, p.err))
-            if ctx.get(dut.status.valid) and ctx.get(dut.status.ready):
-                p = ctx.get(dut.status.payload)
-                out["status"].append((p.id, p.req, p.layer, p.block))
-            idle = ctx.get(dut.idle)
+            if not injected:
+                hbm.sample(resp_ready)
+            for name, a in sinks.items():
+                if a.sample(ctx) and name != "status":
+                    out["at"].setdefault(name, []).append(now)
+                    if name == "hbm_req":
+                        p = a.end.beats[-1]
+                        hbm.request(now, p[0], p[1:4], p[4])
+            quiet = ctx.get(dut.idle)
             await ctx.tick()
             now += 1
-            done = all(src.done for src in sources)
-            idle_run = idle_run + 1 if (idle and done and not hbm.pending
-                                        and hbm.presenting is None) else 0
+            idle_run = idle_run + 1 if (quiet and not drained(ends)) else 0
             if idle_run > 3:
                 break
-            _require(now < timeout, f"CDU hung: {sources[0].i}/{len(sources[0].items)} input "
-                                    f"beats, {len(out['txns'])} txns after {now} cycles")
+            _require(now < timeout, f"CDU hung after {now} cycles, {len(out['txns'])} txns: "
+                                    + "; ".join(drained(ends) or ["streams drained, not idle"]))
+        left = drained(ends)
+        _require(not left, "CDU bench not drained: " + "; ".join(left))
         out["cycles"] = now
         out["idle"] = ctx.get(dut.idle)
         out["bad_resp"] = ctx.get(dut.bad_resp)
@@ -208,15 +225,8 @@ def _require(cond, msg):
 _KIND_NAME = {v: k for k, v in _KIND.items()}
 
 
-def _rtl_names():
-    from tricut.rtl.cdu.core import COUNTERS
-    from tricut.rtl.cdu.layouts import RESULT, RESULT_NAME
-    return COUNTERS, RESULT, RESULT_NAME
-
-
 def txn_tuple(t):
     """Model Txn -> the RTL's txn fields."""
-    RESULT = _rtl_names()[1]
     v = t.victim or (0, 0, 0)
     return (_KIND[t.kind], t.req, t.layer, t.block, RESULT[t.result], int(t.victim is not None),
             *v, int(t.hbm))
@@ -224,7 +234,6 @@ def txn_tuple(t):
 
 def describe(tt):
     k, r, ly, b, res, vv, vr, vl, vb, h = tt
-    RESULT_NAME = _rtl_names()[2]
     vic = f" victim ({vr},{vl},{vb})" if vv else ""
     return f"{_KIND_NAME[k]} ({r},{ly},{b}) {RESULT_NAME.get(res, res)}{vic}{' hbm' if h else ''}"
 
@@ -249,7 +258,7 @@ def compare_rtl(ops, got, sets, ways, reserve=None, **_):
                        for t in core.txns if t.kind == "R"], "ready stream differs")
     _require(not any(r[4] for r in got["ready"]), "ready beat with err")
     c = core.counters()
-    for k in _rtl_names()[0]:
+    for k in COUNTERS:
         if k in ("prefetch_late", "hbm_reads", "hbm_retries", "hbm_failures"):
             continue
         _require(got["counters"][k] == c[k],
@@ -337,8 +346,6 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
 
 # --------------------------------------------------------------------------- RTL front end
 
-_HINT_CODE = {"auto": 0, "stream": 1, "priority": 2, "pin": 3}
-
 
 def step_beats(descs):
     """Model StepDescs -> ``step`` stream beats (dicts of ``rtl/cdu/layouts.step_layout``):
@@ -346,14 +353,14 @@ def step_beats(descs):
     the final beat of the final step."""
     beats = []
     for n, st in enumerate(descs):
-        b = [dict(kind=0, step=st.step)]
-        b += [dict(kind=1, slot=sd.slot, req=sd.request, seq_len=sd.seq_len,
+        b = [dict(kind=STEP_KIND["header"], step=st.step)]
+        b += [dict(kind=STEP_KIND["slot"], slot=sd.slot, req=sd.request, seq_len=sd.seq_len,
                    hint=_HINT_CODE[sd.hint]) for sd in st.slots]
-        b += [dict(kind=2, layer=ly) for ly in st.layers]
+        b += [dict(kind=STEP_KIND["layer"], layer=ly) for ly in st.layers]
         b[-1]["last"] = 1
         b[-1]["end"] = int(n == len(descs) - 1)
         beats += b
-    full = dict(kind=0, step=0, slot=0, req=0, seq_len=0, hint=0, layer=0, last=0, end=0)
+    full = dict(kind=STEP_KIND["header"], step=0, slot=0, req=0, seq_len=0, hint=0, layer=0, last=0, end=0)
     return [dict(full, **x) for x in beats]
 
 
@@ -404,33 +411,6 @@ def frontend_reference_lookahead(descs, demand, policy, frames, distance, entrie
     return ops, lists, 0 if policy == "disabled" else deepest[0]
 
 
-class _StreamSource:
-    """Drive one input stream with random idle: keeps a beat valid until it transfers."""
-
-    def __init__(self, port, layout, items, rng, p_valid):
-        self.port, self.layout, self.items, self.rng, self.p = port, layout, items, rng, p_valid
-        self.i, self.presenting = 0, False
-
-    def drive(self, ctx):
-        if self.i < len(self.items) and (self.presenting or self.rng.random() < self.p):
-            ctx.set(self.port.payload, self.layout.const(self.items[self.i]))
-            ctx.set(self.port.valid, 1)
-            self.presenting = True
-        else:
-            ctx.set(self.port.valid, 0)
-
-    def sample(self, ctx):
-        if ctx.get(self.port.valid) and ctx.get(self.port.ready):
-            self.i += 1
-            self.presenting = False
-            return True
-        return False
-
-    @property
-    def done(self):
-        return self.i == len(self.items)
-
-
 def demand_beats(lists):
     return [dict(block=b, last=int(n == len(d) - 1)) for d in lists for n, b in enumerate(d)]
 
@@ -457,47 +437,48 @@ def frontend_cycles(descs, policy, distance=4, frames=8):
 
 
 def run_frontend_rtl(beats, lists, config, params=None, seed=0, p_valid=0.7, p_ready=0.7,
-                     timeout=100000):
+                     timeout=100000, idle=None, backpressure=None):
     """Drive step beats and demand lists into a :class:`FrontEndRTL` in Amaranth's simulator
-    with random idle/backpressure; returns ``ops`` (tuples kind, req, layer, block, cls,
-    fresh), ``cycles``, the per-op transfer cycles ``at`` and the sticky flags."""
-    import random
-
+    under an idle schedule on ``step``/``demand`` and a backpressure schedule on ``ops``
+    (``idle``/``backpressure`` or ``p_valid``/``p_ready`` as in :func:`run_rtl`); returns
+    ``ops`` (tuples kind, req, layer, block, cls, fresh), ``cycles``, the per-op transfer
+    cycles ``at`` and the sticky flags. Ends with the drained check (:class:`RtlMismatch`)."""
     from amaranth.sim import Simulator
 
     from tricut.rtl.cdu.frontend import FrontEndRTL
     from tricut.rtl.cdu.layouts import PATTERN, demand_layout, fe_config_layout, step_layout
 
+    idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
     dut = FrontEndRTL(**(params or {}))
     w = dut.widths
-    rng = random.Random(seed)
-    src = _StreamSource(dut.step, step_layout(w, dut.slot_bits), beats, rng, p_valid)
-    dem = _StreamSource(dut.demand, demand_layout(w),
-                        demand_beats(lists) if config["pattern"] == PATTERN["list"] else [],
-                        rng, p_valid)
-    out = {"ops": [], "at": []}
+    src = _Adapter(Source("step", beats, idle, seed), dut.step, step_layout(w, dut.slot_bits))
+    dem = _Adapter(Source("demand", demand_beats(lists) if config["pattern"] == PATTERN["list"]
+                          else [], idle, seed), dut.demand, demand_layout(w))
+    ops = _Adapter(Sink("ops", backpressure, seed), dut.ops,
+                   read=lambda q: (q.kind, q.req, q.layer, q.block, q.cls, q.fresh))
+    ends = [src.end, dem.end, ops.end]
+    out = {"ops": ops.end.beats, "at": []}
 
     async def bench(ctx):
         ctx.set(dut.config, fe_config_layout(w).const(config))
         now, idle_run = 0, 0
         while True:
-            src.drive(ctx)
-            dem.drive(ctx)
-            ctx.set(dut.ops.ready, int(rng.random() < p_ready))
+            for a in (src, dem, ops):
+                a.drive(ctx)
             src.sample(ctx)
             dem.sample(ctx)
-            if ctx.get(dut.ops.valid) and ctx.get(dut.ops.ready):
-                q = ctx.get(dut.ops.payload)
-                out["ops"].append((q.kind, q.req, q.layer, q.block, q.cls, q.fresh))
+            if ops.sample(ctx):
                 out["at"].append(now)
-            idle = ctx.get(dut.idle)
+            quiet = ctx.get(dut.idle)
             await ctx.tick()
             now += 1
-            idle_run = idle_run + 1 if idle and src.done and dem.done else 0
+            idle_run = idle_run + 1 if quiet and not drained(ends) else 0
             if idle_run > 3:
                 break
-            _require(now < timeout, f"front end hung: {src.i}/{len(beats)} step beats, "
-                                    f"{len(out['ops'])} ops after {now} cycles")
+            _require(now < timeout, f"front end hung after {now} cycles, {len(out['ops'])} "
+                                    "ops: " + "; ".join(drained(ends) or ["not idle"]))
+        left = drained(ends)
+        _require(not left, "front-end bench not drained: " + "; ".join(left))
         out["cycles"] = now
         for k in ("bad_step", "bad_demand", "overflow"):
             out[k] = ctx.get(getattr(dut, k))

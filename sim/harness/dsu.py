@@ -9,10 +9,13 @@ it drives the cluster's inputs from its own state (never from this cycle's outpu
 samples the outputs and commits the handshakes of that clock edge. It plays
 
 * the **request source**: pushes requests into the intake stream in ``(arrival_step, id)``
-  order as fast as the FIFO takes them, then raises ``intake_end``;
-* the **CDU/TE**: takes descriptors (with idle/backpressure cycles), answers each with a
-  completion after 1..6 cycles — ``error`` where a fault says so, *nothing* for ``timeout``
-  faults (the slot watchdog must fire);
+  order as fast as the FIFO takes them (a :class:`~tricut.sim.harness.streams.Source` under
+  the run's idle schedule), then raises ``intake_end``;
+* the **CDU/TE**: takes descriptors (a Sink under the backpressure schedule), answers each
+  with a completion after 1..6 cycles (a :class:`~tricut.sim.harness.streams.MemoryModel`
+  under the idle schedule) — ``error`` where a fault says so, *nothing* for ``timeout``
+  faults (the slot watchdog must fire); takes outcomes (a Sink under the backpressure
+  schedule);
 * the **host**: loads the firmware through the host port, reads results, and — when the
   heartbeat watchdog reports ``degraded`` — takes over scheduling: it reads the slot records
   over MMIO and continues with the golden model from exactly that state.
@@ -33,18 +36,19 @@ from ...models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, D
                           RequestSpec, Slot, run_schedule)
 from ...rtl.dsu.cluster import HOST_LOCAL_BASE
 from ...rtl.dsu.layouts import COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT
-from ...rtl.dsu.regmap import (BY_NAME, MMIO_BASE, SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason,
-                              Result, SlotState, c_header)
+from ...rtl.dsu.regmap import (BY_NAME, CONFIG_MAGIC, CONFIG_STRUCT, MMIO_BASE, PROFILE_CODE,
+                              SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason, Result, SlotState,
+                              c_header)
 from .firmware import FIRMWARE_DIR, REPO_ROOT, Firmware, build_firmware, elf_symbols
+from .streams import MemoryModel, Schedule, Sink, Source, drained
 
 __all__ = ["Fault", "parse_faults", "build_dsu_firmware", "DsuEnv", "DsuRunResult", "run_dsu",
            "execute", "make_spec", "compare", "firmware_words",
            "CONFIG_FIELDS", "MEM_BYTES"]
 
 MEM_BYTES = 0x8000
-CONFIG_MAGIC = 0x44535543
-CONFIG_FIELDS = ("magic", "profile", "max_batch", "latency_batch", "kv_capacity", "long_ctx",
-                 "max_retries", "watchdog_limit", "heartbeat_limit")
+#: the words of the firmware's ``dsu_config`` block, in order (``regmap.CONFIG_STRUCT``)
+CONFIG_FIELDS = tuple(f.name for f in CONFIG_STRUCT)
 REASONS = {Reason.TOO_LARGE: "too large", Reason.ERROR: "error: retries exhausted",
            Reason.TIMEOUT: "timeout: retries exhausted"}
 COCOTB_DIR = Path(__file__).resolve().parent / "benches"
@@ -165,7 +169,24 @@ def firmware_words(fw: Firmware, config: dict | None = None) -> list[int]:
 
 
 # -- the environment ---------------------------------------------------------------------------
-PROFILE_CODE = {p: i for i, p in enumerate(PROFILES)}
+STREAMS = ("intake", "descriptors", "completions", "outcomes")
+
+
+def stream_schedules(idle=None, backpressure=True) -> dict:
+    """The schedules (JSON) of a run's four streams. ``idle``: the request source (intake)
+    and the completions; ``backpressure``: the descriptor and outcome sinks. ``True`` (the
+    default of :func:`run_dsu`): random ready on descriptors (p 0.75) and random valid on
+    completions (p 0.8); ``False``: none; else a schedule or mode name
+    (:class:`~tricut.sim.harness.streams.Schedule`). A given ``idle`` overrides the
+    completions' part of ``True``."""
+    s = dict.fromkeys(STREAMS, Schedule())
+    if backpressure is True:
+        s.update(descriptors=Schedule("random", p=0.75), completions=Schedule("random", p=0.8))
+    elif backpressure is not False:
+        s["descriptors"] = s["outcomes"] = Schedule.of(backpressure)
+    if idle is not None:
+        s["intake"] = s["completions"] = Schedule.of(idle)
+    return {k: v.to_json() for k, v in s.items()}
 
 
 @dataclass
@@ -222,19 +243,26 @@ class DsuEnv:
         self.step_faults = {(s, sl): r for s, sl, r in spec["step_faults"]}
         self.hang = spec["hang"]
         self.max_cycles = spec["max_cycles"]
-        self.rng = random.Random(spec["seed"])
-        self.backpressure = spec["backpressure"]
+        self.rng = random.Random(spec["seed"])     # completion latencies
+        sched = spec.get("streams") or stream_schedules(backpressure=spec["backpressure"])
+        seed = spec["seed"]
+        self.intake = Source("intake", [
+            _pack(INTAKE_LAYOUT, request=r.id, prompt=r.prompt_tokens, max_new=r.max_new_tokens,
+                  priority=r.priority, arrival=r.arrival_step) for r in self.todo],
+            sched["intake"], seed)
+        self.desc_sink = Sink("descriptors", sched["descriptors"], seed)
+        self.comp = MemoryModel(self.rng, 6, lambda tag, a: self.step_faults.get(tag) == ERROR,
+                                sched["completions"], name="completions", seed=seed,
+                                order="due")
+        self.out_sink = Sink("outcomes", sched["outcomes"], seed)
+        self.comp_cur = None
         self.symbols = spec["symbols"]
         self.cycle = 0
         self.run_cycle = None          # cycle the cores were released
         self.run = 0
         self.stall = 0
-        self.intake_k = 0
         self.host_ops = []             # (addr, wdata or None, callback)
         self.host_cur = None
-        self.desc_ready = 1
-        self.completions = []          # [due_cycle, slot, result]
-        self.comp_cur = None
         self.rtl = {}                  # step -> [Descriptor]
         self.outcomes = {}
         self.round = 0
@@ -254,7 +282,7 @@ class DsuEnv:
         words = spec["image"]
         for h in range(self.n_cores):
             for i, w in enumerate(words):
-                if w:
+                if w or spec.get("load_zeros"):   # a rerun: memory holds the last run's data
                     self.host_ops.append((HOST_LOCAL_BASE + (h << 20) + 4 * i, w, None))
         self.host_ops.append(("run", None, None))
 
@@ -282,26 +310,21 @@ class DsuEnv:
             addr, wdata, _cb = self.host_cur
             d.update(host_addr=addr, host_valid=1, host_mask=0xF, host_we=int(wdata is not None),
                      host_wdata=wdata or 0)
-        # intake
-        if self.run and self.intake_k < len(self.todo):
-            r = self.todo[self.intake_k]
-            d["intake_valid"] = 1
-            d["intake_payload"] = _pack(INTAKE_LAYOUT, request=r.id, prompt=r.prompt_tokens,
-                                        max_new=r.max_new_tokens, priority=r.priority,
-                                        arrival=r.arrival_step)
-        d["intake_end"] = int(self.intake_k >= len(self.todo))
-        # descriptor consumer: idle/backpressure cycles
-        self.desc_ready = 1 if not self.backpressure else int(self.rng.random() < 0.75)
-        d["descriptors_ready"] = self.desc_ready
-        # completions
-        self.comp_cur = None
-        due = [c for c in self.completions if c[0] <= self.cycle]
-        if due and (not self.backpressure or self.rng.random() < 0.8):
-            self.comp_cur = min(due)
+        # intake (the request source starts with the cores)
+        if self.run:
+            valid, payload = self.intake.drive()
+            d["intake_valid"] = valid
+            d["intake_payload"] = payload if payload is not None else 0
+        d["intake_end"] = int(self.intake.done)
+        # descriptor consumer, completions (the CDU/TE), outcome consumer
+        d["descriptors_ready"] = self.desc_sink.drive()
+        self.comp_cur = self.comp.drive(self.cycle)
+        if self.comp_cur is not None:
+            slot, err = self.comp_cur
             d["completions_valid"] = 1
-            d["completions_payload"] = _pack(COMPLETION_LAYOUT, slot=self.comp_cur[1],
-                                             result=self.comp_cur[2])
-        d["outcomes_ready"] = 1
+            d["completions_payload"] = _pack(COMPLETION_LAYOUT, slot=slot,
+                                             result=int(Result.ERROR if err else Result.OK))
+        d["outcomes_ready"] = self.out_sink.drive()
         return d
 
     def commit(self, o):
@@ -321,23 +344,21 @@ class DsuEnv:
                 self._read_final()
             else:
                 self.takeover = "wait"
-        if self.run and self.intake_k < len(self.todo) and o["intake_ready"]:
-            self.intake_k += 1
+        if self.run:
+            self.intake.sample(o["intake_ready"])
         if o["descriptors_valid"]:
             p = _unpack(DESCRIPTOR_LAYOUT, o["descriptors_payload"])
             self.first_desc.setdefault(p["step"], c)
-            if self.desc_ready:
-                desc = Descriptor(p["step"], p["slot"], p["request"], p["seq_len"], p["priority"],
-                                  p["residency"])
-                self.rtl.setdefault(p["step"], []).append(desc)
-                result = self.step_faults.get((p["step"], p["slot"]), OK)
-                if result != TIMEOUT:
-                    code = Result.OK if result == OK else Result.ERROR
-                    self.completions.append([c + self.rng.randint(1, 6), p["slot"], int(code)])
-        if self.comp_cur is not None and o["completions_ready"]:
-            self.completions.remove(self.comp_cur)
-        if o["outcomes_valid"]:
-            p = _unpack(OUTCOME_LAYOUT, o["outcomes_payload"])
+        if self.desc_sink.sample(o["descriptors_valid"], lambda: p):
+            desc = Descriptor(p["step"], p["slot"], p["request"], p["seq_len"], p["priority"],
+                              p["residency"])
+            self.rtl.setdefault(p["step"], []).append(desc)
+            if self.step_faults.get((p["step"], p["slot"]), OK) != TIMEOUT:
+                self.comp.request(c, p["slot"], (p["step"], p["slot"]))
+        self.comp.sample(o["completions_ready"])
+        if self.out_sink.sample(o["outcomes_valid"], lambda: _unpack(OUTCOME_LAYOUT,
+                                                                   o["outcomes_payload"])):
+            p = self.out_sink.beats[-1]
             status = "completed" if p["status"] == 0 else "failed"
             reason = REASONS.get(p["reason"], "") if status == "failed" else ""
             if p["request"] in self.outcomes:
@@ -352,7 +373,7 @@ class DsuEnv:
                 cb(o["host_rdata"])
             self.host_cur = None
         # end of run / takeover
-        if self.takeover == "wait" and not o["round_busy"] and not self.completions \
+        if self.takeover == "wait" and not o["round_busy"] and self.comp.idle \
                 and not self.host_ops and self.host_cur is None:
             self.takeover = "reading"
             self._start_takeover()
@@ -435,7 +456,7 @@ class DsuEnv:
             while k < len(todo) and todo[k].arrival_step <= model.round:
                 model.intake.append(todo[k])
                 k += 1
-            batch = model.step()
+            batch = model.step().batch
             self.host_batches.append(batch)
             model.complete({d.slot: self.step_faults[(model.round, d.slot)] for d in batch
                             if (model.round, d.slot) in self.step_faults})
@@ -455,7 +476,19 @@ class DsuEnv:
                             "batch": len(self.rtl.get(s, []))})
         errors = list(self.errors) + [f"descriptor for step {s} beyond the last round {n_rtl}"
                                       for s in bad_steps]
+        errors += self.drained_problems()
         return batches, lat, errors, n_rtl
+
+    def drained_problems(self):
+        """The drained check at the end of a run: no descriptor or outcome left valid and not
+        taken, every completion given; without a takeover also every request pushed and one
+        outcome per request (a takeover leaves the rest to the host)."""
+        if self.takeover == "failed":
+            return []                  # already an error: degraded without an injected hang
+        if self.takeover is None:
+            self.out_sink.expect = len(self.requests)
+            return drained(self.intake, self.desc_sink, self.comp, self.out_sink)
+        return drained(self.desc_sink, self.comp)
 
 
 # -- drivers -----------------------------------------------------------------------------------
@@ -498,26 +531,30 @@ def cocotb_bench_main(spec_path, result_path):
         from cocotb.clock import Clock
         from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
         spec = json.loads(Path(spec_path).read_text())
-        env = DsuEnv(spec)
         cocotb.start_soon(Clock(dut.clk, 1, unit="ns").start())
         sig = lambda n: getattr(dut, n.replace("_", "__", 1) if n not in  # noqa: E731
                                 ("run", "stall", "intake_end", "degraded", "round_busy",
                                  "round", "trap") else n)
-        ins = {n: sig(n) for n in env.INPUTS}
-        outs = {n: sig(n) for n in env.OUTPUTS}
-        dut.rst.value = 1
-        for s in ins.values():
-            s.value = 0
-        await RisingEdge(dut.clk)
-        await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        while not env.done:
+        ins = {n: sig(n) for n in DsuEnv.INPUTS}
+        outs = {n: sig(n) for n in DsuEnv.OUTPUTS}
+        states = []
+        for one in (spec if isinstance(spec, list) else [spec]):   # a list: reset between
+            env = DsuEnv(one)
             await FallingEdge(dut.clk)
-            for n, v in env.drive().items():
-                ins[n].value = v
-            await ReadOnly()
-            env.commit({n: int(s.value) for n, s in outs.items()})
-        Path(result_path).write_text(json.dumps(_env_state(env)))
+            dut.rst.value = 1
+            for s in ins.values():
+                s.value = 0
+            await RisingEdge(dut.clk)
+            await RisingEdge(dut.clk)
+            dut.rst.value = 0
+            while not env.done:
+                await FallingEdge(dut.clk)
+                for n, v in env.drive().items():
+                    ins[n].value = v
+                await ReadOnly()
+                env.commit({n: int(s.value) for n, s in outs.items()})
+            states.append(_env_state(env))
+        Path(result_path).write_text(json.dumps(states if isinstance(spec, list) else states[0]))
     return run
 
 
@@ -532,8 +569,12 @@ def _env_state(env):
 
 def execute(spec, cluster, sim):
     """Run ``spec`` (see :func:`run_dsu`) on ``cluster``; returns the environment's state
-    (batches, outcomes, latencies, errors, counters, exit code, dumped words)."""
+    (batches, outcomes, latencies, errors, counters, exit code, dumped words). A list of
+    specs runs them one after another (on Verilator in one simulation, the cluster reset
+    between them) and returns the list of states."""
     if sim == "amaranth":
+        if isinstance(spec, list):
+            return [_env_state(_sim_amaranth(one, cluster)) for one in spec]
         return _env_state(_sim_amaranth(spec, cluster))
     from .cocotb_run import run_cocotb
     with tempfile.TemporaryDirectory() as tmp:
@@ -545,15 +586,21 @@ def execute(spec, cluster, sim):
 
 
 def make_spec(fw, *, cores, n_slots, params=None, requests=(), step_faults=None, hang=None,
-              config=None, seed=0, backpressure=True, max_cycles=2_000_000, dump=None):
-    """The JSON-able description of one run that :class:`DsuEnv` executes."""
+              config=None, seed=0, backpressure=True, max_cycles=2_000_000, dump=None,
+              idle=None, load_zeros=False):
+    """The JSON-able description of one run that :class:`DsuEnv` executes (``idle`` and
+    ``backpressure``: :func:`stream_schedules`; ``load_zeros``: load the image's zero words
+    too, for a run after another in the same simulation)."""
     params = params or DsuParams(n_slots=n_slots)
     symbols = {k: fw.symbols[k] for k in ("_exit_code", "fw_error", "dsu_config", *(dump or {}))
                if k in fw.symbols}
     return {"cores": cores, "n_slots": n_slots, "params": asdict(params),
             "requests": [asdict(r) for r in requests],
             "step_faults": [[s, sl, r] for (s, sl), r in (step_faults or {}).items()],
-            "hang": hang, "max_cycles": max_cycles, "seed": seed, "backpressure": backpressure,
+            "hang": hang, "max_cycles": max_cycles, "seed": seed,
+            "backpressure": backpressure if isinstance(backpressure, bool)
+            else Schedule.of(backpressure).to_json(),
+            "streams": stream_schedules(idle, backpressure), "load_zeros": load_zeros,
             "symbols": symbols, "image": firmware_words(fw, config), "dump": dict(dump or {})}
 
 
@@ -561,7 +608,8 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
             n_slots=8, max_batch=None, latency_batch=None, kv_capacity_tokens=1 << 20,
             long_context_tokens=4096, max_retries=2, watchdog_limit=200,
             heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=2_000_000,
-            intake_depth=4, firmware="scheduler", config_overrides=None) -> DsuRunResult:
+            intake_depth=4, firmware="scheduler", config_overrides=None, idle=None,
+            matrix=None) -> DsuRunResult:
     """Run the cluster (``cores`` cores, ``n_slots`` slots) with the scheduler firmware on
     ``requests`` (:class:`~tricut.models.dsu.RequestSpec` list) and compare with
     :func:`tricut.models.dsu.run_schedule`.
@@ -571,8 +619,13 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
     ``max_batch`` defaults to ``n_slots``, ``latency_batch`` to ``max(1, n_slots // 4)``.
     ``config_overrides`` patches the firmware's configuration block (e.g. ``{"profile": 3}``)
     without changing the golden model's parameters: for testing the checks themselves.
-    Returns a :class:`DsuRunResult`; ``differences`` is empty when every round's batch and
-    every outcome equal the golden model's (and the run itself had no error).
+    ``idle`` (request source, completions) and ``backpressure`` (descriptor and outcome
+    sinks): the streams' schedules, see :func:`stream_schedules`. Returns a
+    :class:`DsuRunResult`; ``differences`` is empty when every round's batch and every
+    outcome equal the golden model's, the run itself had no error and every stream drained.
+    ``matrix``: a list of ``(idle, backpressure)`` pairs (e.g.
+    :data:`~tricut.sim.harness.streams.IDLE_BACKPRESSURE`) run one after another in one
+    simulation; returns ``{pair: DsuRunResult}`` (``wall_s`` is the run's share).
     """
     from ...rtl.dsu.cluster import DsuCluster
     if sim not in ("verilator", "amaranth"):
@@ -605,14 +658,24 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
               "max_retries": max_retries, "watchdog_limit": watchdog_limit,
               "heartbeat_limit": heartbeat_limit}
     config.update(config_overrides or {})
-    spec = make_spec(fw, cores=cores, n_slots=n_slots, params=params, requests=requests,
-                     step_faults=step_faults, hang=hang, config=config, seed=seed,
-                     backpressure=backpressure, max_cycles=max_cycles)
+    pairs = [(idle, backpressure)] if matrix is None else list(matrix)
+    specs = [make_spec(fw, cores=cores, n_slots=n_slots, params=params, requests=requests,
+                       step_faults=step_faults, hang=hang, config=config, seed=seed,
+                       backpressure=b, idle=i, max_cycles=max_cycles, load_zeros=n > 0)
+             for n, (i, b) in enumerate(pairs)]
     cluster = DsuCluster(n_cores=cores, n_slots=n_slots, intake_depth=intake_depth,
                          mem_bytes=MEM_BYTES)
     t0 = time.time()
-    state = execute(spec, cluster, sim)
-    wall = time.time() - t0
+    states = execute(specs, cluster, sim) if matrix is not None else \
+        [execute(specs[0], cluster, sim)]
+    wall = (time.time() - t0) / len(states)
+    results = [_run_result(state, requests, params, step_faults, hang, golden_batches,
+                           golden_outcomes, fw, wall, sim) for state in states]
+    return results[0] if matrix is None else dict(zip(pairs, results))
+
+
+def _run_result(state, requests, params, step_faults, hang, golden_batches, golden_outcomes,
+                fw, wall, sim):
     batches = [[Descriptor(**d) for d in b] for b in state["batches"]]
     outcomes = {o["request"]: Outcome(**o) for o in state["outcomes"]}
     diffs = list(state["errors"])
@@ -673,12 +736,10 @@ def _round_counts(requests, params, faults):
         while k < len(todo) and todo[k].arrival_step <= model.round:
             model.submit(todo[k])
             k += 1
-        before = model.arrivals
-        model._admit()
-        out.append({"active": sum(s is not None for s in model.slots),
-                    "admitted": model.arrivals - before, "retired": retired,
-                    "blocked": int(bool(model.intake))})
-        batch = model.step()
+        rnd = model.step()
+        out.append({"active": rnd.active, "admitted": rnd.admitted, "retired": retired,
+                    "blocked": int(rnd.blocked)})
+        batch = rnd.batch
         retired = len(model.complete({d.slot: faults[(model.round, d.slot)] for d in batch
                                       if (model.round, d.slot) in faults}))
     return out

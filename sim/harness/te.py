@@ -3,8 +3,10 @@
 :func:`run_te` is the user-facing entry point: it quantises float32 ``q``, ``k``, ``v`` with
 :mod:`tricut.models.formats`, runs the RTL and returns its output with the bit-exact golden
 result. :class:`TEVector` holds one decode step as stream beats; :func:`simulate_amaranth`
-drives any number of steps back to back through one engine with random input idles and output
-backpressure (the cocotb bench in ``sim/harness/benches/te_engine.py`` runs the same plan).
+drives any number of steps back to back through one engine under an input idle and an output
+backpressure schedule (:mod:`tricut.sim.harness.streams`; the cocotb bench in
+``sim/harness/benches/te_engine.py`` replays the same plan: the same beats, the same idle and
+backpressure sequences) and ends with the drained check.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.rtl.te.layouts import (pack_desc, pack_kv_beats, pack_q_beats, unpack_out_beat,
                                     unpack_status)
+from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
+                                        drained)
 
-__all__ = ["TEVector", "make_vector", "simulate_amaranth", "simulate_verilator", "run_te",
-           "TEStepResult", "plan_json"]
+__all__ = ["TEVector", "make_vector", "simulate_amaranth", "simulate_verilator",
+           "simulate_verilator_matrix", "run_plan_amaranth", "run_te", "TEStepResult",
+           "plan_json", "te_schedule", "Driver"]
 
 
 @dataclass
@@ -164,150 +169,208 @@ def _decode_out(vec: TEVector, beats):
     return out, m, l
 
 
+def te_schedule(x) -> Schedule:
+    """The TE benches' ``idle``/``backpressure`` argument as a :class:`Schedule`: a number is
+    the probability of an idle (not valid / not ready) cycle (0: ``none``, else ``random``
+    with ``p = 1 - x``); a mode name, Schedule or its JSON dict as in :meth:`Schedule.of`."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        if not 0 <= x < 1:
+            raise ValueError(f"idle/backpressure probability must be in [0, 1), got {x!r}")
+        return Schedule() if x == 0 else Schedule("random", p=1 - x)
+    return Schedule.of(x)
+
+
 def plan_json(vectors, idle=0.0, backpressure=0.0, seed=0):
-    """The stimulus plan shared by the Amaranth and cocotb benches."""
+    """The stimulus plan shared by the Amaranth and cocotb benches: the beats of every stream,
+    the idle (desc, q, kv) and backpressure (out) schedules and the seed of their RNGs."""
+    idle, backpressure = te_schedule(idle), te_schedule(backpressure)
+    stall = 1 - min(idle.duty, backpressure.duty)
     return {
         "lanes": vectors[0].lanes,
         "desc": [w for v in vectors for w in v.desc_beats()],
         "q": [w for v in vectors for w in v.q_beats()],
         "kv": [w for v in vectors for w in v.kv_beats()],
         "n_out": [len(v.expected_out_beats()) for v in vectors],
-        "idle": idle, "backpressure": backpressure, "seed": seed,
+        "idle": idle.to_json(), "backpressure": backpressure.to_json(), "seed": seed,
         "max_cycles": int(sum(20 * M.te_cycles(v.n_announced, v.d, v.G, v.lanes, v.partial)
                               + 2 * len(v.kv_beats()) + 200 for v in vectors)
-                          * (1 + 4 * max(idle, backpressure))),
+                          * (1 + 4 * stall)),
     }
 
 
+STREAMS = ("desc", "q", "kv")
+#: cycles every bench runs after the last step's last output beat: any further output beat
+#: (or a status still pending) is caught by the drained check
+TAIL_CYCLES = 8
+
+
 class Driver:
-    """Cycle-by-cycle stimulus/monitor logic, independent of the simulator."""
+    """Cycle-by-cycle stimulus/monitor of one plan, independent of the simulator: a
+    :class:`~tricut.sim.harness.streams.Source` per input stream (``desc``, ``q``, ``kv``;
+    the plan's idle schedule) and a :class:`~tricut.sim.harness.streams.Sink` on ``out``
+    (its backpressure schedule, expecting exactly the plan's output beats).
+
+    Per cycle: ``drive()`` -> ``({stream: (valid, payload)}, out_ready)`` (payload ``None``:
+    leave the port as it is); ``sampled(readies, out_valid, out_payload, mac_busy)`` with the
+    values the clock edge sees -> True when a step's last output beat transferred, then
+    ``finish_step(status_word)`` with the status registered at that edge. The run ends when
+    ``finished`` (every step out, ``TAIL_CYCLES`` more cycles run); :meth:`problems` is the
+    drained check."""
 
     def __init__(self, plan):
         self.plan = plan
-        self.rng = random.Random(plan["seed"])
-        self.queues = {k: list(plan[k]) for k in ("desc", "q", "kv")}
-        self.pos = {k: 0 for k in self.queues}
-        self.presenting = {k: False for k in self.queues}
+        seed = plan["seed"]
+        self.sources = {k: Source(k, plan[k], plan["idle"], seed) for k in STREAMS}
+        self.out = Sink("out", plan["backpressure"], seed, expect=sum(plan["n_out"]))
+        self.n_steps = len(plan["n_out"])
         self.steps = []
         self.cur = []
         self.cycle = 0
         self.start = None
         self.mac = 0
+        self.tail = 0
+        self.status_missing = 0
 
     def drive(self):
-        """Returns {stream: (valid, payload)} and out_ready for this cycle."""
-        drv = {}
-        for k, qu in self.queues.items():
-            if not self.presenting[k] and self.pos[k] < len(qu):
-                if self.rng.random() >= self.plan["idle"]:
-                    self.presenting[k] = True
-            if self.presenting[k]:
-                drv[k] = (1, qu[self.pos[k]])
-            else:   # idle: payload keeps the last beat (don't-care; fewer toggles to simulate)
-                drv[k] = (0, qu[self.pos[k] - 1] if self.pos[k] else 0)
-        ready = 1 if self.rng.random() >= self.plan["backpressure"] else 0
-        return drv, ready
+        drv = {k: s.drive() for k, s in self.sources.items()}
+        return drv, self.out.drive()
 
-    def sampled(self, xfer, out_xfer, out_payload, mac_busy):
+    def sampled(self, readies, out_valid, out_payload, mac_busy):
         """Update after an edge; returns True when a step's last out beat just transferred."""
-        for k, t in xfer.items():
-            if t:
-                self.pos[k] += 1
-                self.presenting[k] = False
-                if k == "desc":
-                    self.start = self.cycle
-                    self.mac = 0
+        if len(self.steps) >= self.n_steps:
+            self.tail += 1
+        for k, s in self.sources.items():
+            if s.sample(readies[k]) and k == "desc":
+                self.start = self.cycle
+                self.mac = 0
         if self.start is not None:
             self.mac += mac_busy
+        self.cycle += 1
         done = False
-        if out_xfer:
+        if self.out.sample(out_valid, out_payload):
             self.cur.append(out_payload)
             if (out_payload >> (32 * self.plan["lanes"])) & 1:
                 done = True
-        self.cycle += 1
+                start = self.start if self.start is not None else self.cycle
+                self.steps.append({"out": self.cur, "status": None,
+                                   "cycles": self.cycle - start, "mac_busy": self.mac})
+                self.cur = []
+                self.start = None
+                self.status_missing += 1
         return done
 
     def finish_step(self, status_word):
-        self.steps.append({"out": self.cur, "status": status_word,
-                           "cycles": self.cycle - self.start, "mac_busy": self.mac})
-        self.cur = []
-        self.start = None
+        self.steps[-1]["status"] = status_word
+        self.status_missing -= 1
+
+    @property
+    def finished(self):
+        return len(self.steps) >= self.n_steps and self.tail >= TAIL_CYCLES
+
+    def problems(self):
+        """The drained check: every input beat taken, no beat in flight, exactly the plan's
+        output beats, every step's status read."""
+        out = drained(self.sources, self.out)
+        if self.cur:
+            out.append(f"out: {len(self.cur)} beats after the last step's last beat")
+        if self.status_missing:
+            out.append(f"{self.status_missing} step status words not read")
+        return out
 
 
 def simulate_amaranth(vectors, idle=0.0, backpressure=0.0, seed=0, dut=None):
-    """Run ``vectors`` (one engine configuration) back to back in the Amaranth simulator."""
+    """Run ``vectors`` (one engine configuration) back to back in the Amaranth simulator.
+
+    ``idle`` (input streams) and ``backpressure`` (``out``): see :func:`te_schedule`."""
+    plan = plan_json(vectors, idle, backpressure, seed)
+    return _results(vectors, run_plan_amaranth(plan, vectors[0], dut))
+
+
+def run_plan_amaranth(plan, v0, dut=None):
+    """Run one plan on a TE engine (configured like the vector ``v0``) in the Amaranth
+    simulator; returns ``{"steps": [...], "problems": [...]}`` like the cocotb bench."""
     from amaranth.sim import Simulator
     from tricut.rtl.te.engine import TEEngine
 
-    v0 = vectors[0]
     if dut is None:
         dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
-    plan = plan_json(vectors, idle, backpressure, seed)
     drv = Driver(plan)
     streams = {"desc": dut.desc, "q": dut.q, "kv": dut.kv}
 
     async def bench(ctx):
-        n_steps = len(vectors)
-        while len(drv.steps) < n_steps:
+        while not drv.finished:
             if drv.cycle > plan["max_cycles"]:
                 raise TimeoutError(f"TE engine hung: {drv.cycle} cycles, "
-                                   f"{len(drv.steps)}/{n_steps} steps done")
+                                   f"{len(drv.steps)}/{drv.n_steps} steps done")
             d, ready = drv.drive()
             for k, s in streams.items():
-                ctx.set(s.valid, d[k][0])
-                ctx.set(s.payload.as_value(), d[k][1])
+                valid, payload = d[k]
+                ctx.set(s.valid, valid)
+                if payload is not None:
+                    ctx.set(s.payload.as_value(), payload)
             ctx.set(dut.out.ready, ready)
-            _, _, *vals = await ctx.tick().sample(
-                dut.desc.valid, dut.desc.ready, dut.q.valid, dut.q.ready, dut.kv.valid,
-                dut.kv.ready, dut.out.valid, dut.out.ready, dut.out.payload.as_value(),
-                dut.mac_busy)
-            dv, dr, qv, qr, kv, kr, ov, orr, op, mb = vals
-            xfer = {"desc": dv and dr, "q": qv and qr, "kv": kv and kr}
-            if drv.sampled(xfer, ov and orr, op, mb):
+            _, _, dr, qr, kr, ov, op, mb = await ctx.tick().sample(
+                dut.desc.ready, dut.q.ready, dut.kv.ready, dut.out.valid,
+                dut.out.payload.as_value(), dut.mac_busy)
+            if drv.sampled({"desc": dr, "q": qr, "kv": kr}, ov, op, mb):
                 drv.finish_step(ctx.get(dut.status.as_value()))
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
-    return _results(vectors, drv.steps, drv.pos, plan)
+    return {"steps": drv.steps, "problems": drv.problems()}
 
 
-def _results(vectors, steps, pos, plan):
+def _results(vectors, run):
+    """Step results of one plan's run, after its drained check (:class:`NotDrained`)."""
+    if run["problems"]:
+        raise NotDrained("TE bench not drained: " + "; ".join(run["problems"]))
     res = []
-    for v, s in zip(vectors, steps):
+    for v, s in zip(vectors, run["steps"]):
         out, m, l = _decode_out(v, s["out"])
         res.append(TEStepResult(out_beats=s["out"], status=unpack_status(s["status"]),
                                 cycles=s["cycles"], mac_busy=s["mac_busy"], out=out, m=m, l=l))
-    leftover = {k: len(plan[k]) - pos[k] for k in ("desc", "q", "kv")}
-    if any(leftover.values()):
-        raise AssertionError(f"stimulus not fully consumed: {leftover}")
     return res
 
 
-def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None):
-    """The same plan on the generated Verilog (Verilator + cocotb)."""
+def _run_plans_verilator(v0, plans, workdir=None):
+    """Every plan through one Verilator build of the engine (one cocotb test, reset between
+    plans); returns the runs (``{"steps", "problems"}``) in plan order."""
     from tricut.rtl.te.engine import TEEngine
     from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
 
-    v0 = vectors[0]
     dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
-    plan = plan_json(vectors, idle, backpressure, seed)
     workdir = Path(workdir or (REPO_ROOT / ".build" / "te"))
     workdir.mkdir(parents=True, exist_ok=True)
     tag = f"{random.getrandbits(48):012x}"
     plan_path = workdir / f"plan-{tag}.json"
     res_path = workdir / f"res-{tag}.json"
-    plan_path.write_text(json.dumps(plan))
+    plan_path.write_text(json.dumps(plans))
     toplevel = f"te_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
     # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
     run_cocotb(dut, toplevel, "te_engine", Path(__file__).resolve().parent / "benches",
                extra_env={"TE_PLAN": str(plan_path), "TE_RESULTS": str(res_path)}, cxx_opt="-O0")
-    steps = json.loads(res_path.read_text())
+    runs = json.loads(res_path.read_text())
     plan_path.unlink()          # kept only when the run failed (for debugging)
     res_path.unlink()
-    pos = {k: len(plan[k]) for k in ("desc", "q", "kv")}
-    return _results(vectors, steps, pos, plan)
+    return runs
+
+
+def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None):
+    """The same plan on the generated Verilog (Verilator + cocotb)."""
+    plan = plan_json(vectors, idle, backpressure, seed)
+    (run,) = _run_plans_verilator(vectors[0], [plan], workdir)
+    return _results(vectors, run)
+
+
+def simulate_verilator_matrix(vectors, pairs=IDLE_BACKPRESSURE, seed=0, workdir=None):
+    """``vectors`` under every ``(idle, backpressure)`` pair of schedules (default: the whole
+    :data:`~tricut.sim.harness.streams.IDLE_BACKPRESSURE` matrix) in one Verilator build and
+    one cocotb test; returns ``{pair: step results}``, each run drained-checked."""
+    plans = [plan_json(vectors, i, b, seed) for i, b in pairs]
+    runs = _run_plans_verilator(vectors[0], plans, workdir)
+    return {pair: _results(vectors, run) for pair, run in zip(pairs, runs)}
 
 
 def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False,
@@ -317,7 +380,9 @@ def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False
 
     ``q`` float32 [G, d]; ``k``, ``v`` float32 [n, d]; ``scale`` defaults to 1/sqrt(d).
     ``out`` and ``golden`` are float32 [G, d] (``o`` unnormalised in partial mode);
-    ``status`` is a dict of the engine's flags. Raises AssertionError if RTL != model."""
+    ``status`` is a dict of the engine's flags. ``idle``/``backpressure``: the input and
+    output schedules (:func:`te_schedule`; default none). Raises AssertionError if RTL !=
+    model (or the bench did not drain: :class:`~tricut.sim.harness.streams.NotDrained`)."""
     if sim not in ("amaranth", "verilator"):
         raise ValueError(f"sim must be 'amaranth' or 'verilator', got {sim!r}")
     vec = make_vector(q, k, v, kv_dtype, scale=scale, lanes=lanes, partial=partial)

@@ -147,12 +147,11 @@ compare = compare_rtl
 
 # --------------------------------------------------------------------------- front end vectors
 
+from tricut.models.cdu import PATTERNS, POLICIES  # noqa: E402, F401  (the benches' grid)
 from tricut.sim.harness.cdu import (  # noqa: E402
     compare_ops, fe_config, frontend_reference_lookahead, run_frontend_rtl, step_beats)
 
 FE_PARAMS = dict(slot_bits=2, max_slots=4, max_layers=8, entries=4, units=16, max_demand=16)
-PATTERNS = ("full", "window", "topk", "reread")
-POLICIES = ("disabled", "static", "adaptive")
 
 
 def random_steps(seed, steps=4, pool=5, max_batch=3, layers=3, p_empty=0.1, hint_change=0.2,

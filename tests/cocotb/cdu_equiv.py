@@ -1,5 +1,7 @@
 """cocotb side of the CDU tests: the generated Verilog on Verilator, driven with the same
-vectors as tests/test_cdu_rtl.py and checked against the policy model the same way."""
+vectors as tests/test_cdu_rtl.py through the same stream drivers (``tricut.sim.harness.streams``:
+idle schedules on the inputs and the HBM answers, backpressure schedules on the outputs),
+ending with the drained check and checked against the policy model the same way."""
 
 import random
 
@@ -12,6 +14,9 @@ from amaranth.lib import data
 from tricut.rtl.cdu.core import COUNTERS
 from tricut.rtl.cdu.layouts import (Widths, desc_layout, hbm_req_layout, ready_layout,
                                     status_layout, txn_layout)
+from tricut.sim.harness.cdu import bench_schedules
+from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, Sink, Source, assert_drained,
+                                        drained, stream_rng)
 
 W = Widths()
 
@@ -31,54 +36,80 @@ def unpack(layout, v):
     return out
 
 
-class MemorySide:
-    """The CDU's memory-side streams, shared by both benches: random backpressure on txn,
-    ready, status and hbm_req (each beat taken is recorded in ``out``) and the background
-    HBM model answering hbm_req after random latencies (and errors)."""
+class Port:
+    """cocotb side of a stream driver: applies a Source (beats packed with ``layout``) or a
+    Sink (beats unpacked with ``layout``, then ``read``) to the ``<name>__valid/ready/payload``
+    signals of the design."""
 
-    def __init__(self, dut, rng, p_valid, p_ready, max_latency, err):
-        self.dut, self.rng, self.p_valid, self.p_ready = dut, rng, p_valid, p_ready
-        self.hbm = B.HbmModel(rng, max_latency, err)
-        self.out = {"txns": [], "hbm_reqs": [], "ready": [], "status": []}
-        self.layouts = txn_layout(W), hbm_req_layout(W), ready_layout(W), status_layout(W)
+    def __init__(self, dut, name, end, layout, read=None):
+        self.end, self.read, self.layout = end, read, layout
+        self.valid = getattr(dut, f"{name}__valid")
+        self.ready = getattr(dut, f"{name}__ready")
+        self.payload = getattr(dut, f"{name}__payload")
+        if isinstance(end, Source):
+            end.beats = [pack(layout, b) for b in end.beats]
+
+    def drive(self):
+        if isinstance(self.end, Sink):
+            self.ready.value = self.end.drive()
+            return
+        valid, payload = self.end.drive()
+        if valid:
+            self.payload.value = payload
+        self.valid.value = valid
+
+    def sample(self):
+        """After ReadOnly: True if a beat transferred on this cycle."""
+        if isinstance(self.end, Sink):
+            return self.end.sample(int(self.valid.value), lambda: self.read(
+                unpack(self.layout, int(self.payload.value))))
+        return self.end.sample(int(self.ready.value))
+
+
+def _txn(p):
+    v = p["victim"]
+    return (p["kind"], p["req"], p["layer"], p["block"], p["result"], p["victim_valid"],
+            v["req"], v["layer"], v["block"], p["hbm"])
+
+
+class MemorySide:
+    """The CDU's memory-side streams, shared by both benches: Sinks with the backpressure
+    schedule on txn, ready, status and hbm_req (each beat taken recorded in ``out``) and the
+    background HBM model answering hbm_req after random latencies (and errors) under the idle
+    schedule -- the drivers of the Amaranth bench (``sim/harness/cdu.py``)."""
+
+    def __init__(self, dut, seed, idle, backpressure, max_latency, err):
+        self.dut = dut
+        self.hbm = B.HbmModel(stream_rng(seed, "hbm"), max_latency, err, idle, seed)
+        self.sinks = [
+            Port(dut, "txn", Sink("txn", backpressure, seed), txn_layout(W), _txn),
+            Port(dut, "hbm_req", Sink("hbm_req", backpressure, seed), hbm_req_layout(W),
+                 lambda p: (p["id"], p["req"], p["layer"], p["block"], p["retry"])),
+            Port(dut, "ready", Sink("ready", backpressure, seed), ready_layout(W),
+                 lambda p: (p["req"], p["layer"], p["block"], p["hit"], p["err"])),
+            Port(dut, "status", Sink("status", backpressure, seed), status_layout(W),
+                 lambda p: (p["id"], p["req"], p["layer"], p["block"])),
+        ]
+        self.out = {k: port.end.beats for k, port in
+                    zip(("txns", "hbm_reqs", "ready", "status"), self.sinks)}
+        self.ends = [self.hbm] + [port.end for port in self.sinks]
 
     def drive(self, now):
         dut, hbm = self.dut, self.hbm
-        self.readies = {s: int(self.rng.random() < self.p_ready)
-                        for s in ("txn", "ready", "status", "hbm_req")}
-        for s, v in self.readies.items():
-            getattr(dut, f"{s}__ready").value = v
-        r = hbm.next_response(now) if self.rng.random() < self.p_valid or hbm.presenting else None
+        for port in self.sinks:
+            port.drive()
+        r = hbm.drive(now)
         if r is not None:
             dut.hbm_resp__payload.value = r[0] | (r[1] << W.id)
         dut.hbm_resp__valid.value = int(r is not None)
-        self.resp = r
 
     def sample(self, now):
         """After ReadOnly: record the beats that transferred this cycle."""
-        dut, out, hbm, readies = self.dut, self.out, self.hbm, self.readies
-        tl, hl, rl, sl = self.layouts
-        if self.resp is not None and int(dut.hbm_resp__ready.value):
-            hbm.taken()
-        if int(dut.txn__valid.value) and readies["txn"]:
-            p = unpack(tl, int(dut.txn__payload.value))
-            v = p["victim"]
-            out["txns"].append((p["kind"], p["req"], p["layer"], p["block"], p["result"],
-                                p["victim_valid"], v["req"], v["layer"], v["block"], p["hbm"]))
-        if int(dut.hbm_req__valid.value) and readies["hbm_req"]:
-            p = unpack(hl, int(dut.hbm_req__payload.value))
-            out["hbm_reqs"].append((p["id"], p["req"], p["layer"], p["block"], p["retry"]))
-            hbm.request(now, p["id"], (p["req"], p["layer"], p["block"]), p["retry"])
-        if int(dut.ready__valid.value) and readies["ready"]:
-            p = unpack(rl, int(dut.ready__payload.value))
-            out["ready"].append((p["req"], p["layer"], p["block"], p["hit"], p["err"]))
-        if int(dut.status__valid.value) and readies["status"]:
-            p = unpack(sl, int(dut.status__payload.value))
-            out["status"].append((p["id"], p["req"], p["layer"], p["block"]))
-
-    @property
-    def drained(self):
-        return not self.hbm.pending and self.hbm.presenting is None
+        self.hbm.sample(int(self.dut.hbm_resp__ready.value))
+        for port in self.sinks:
+            if port.sample() and port.end.name == "hbm_req":
+                p = port.end.beats[-1]
+                self.hbm.request(now, p[0], p[1:4], p[4])
 
     def finish(self):
         """After the last ReadOnly: idle, bad_resp, the counter registers, errors injected."""
@@ -91,40 +122,50 @@ class MemorySide:
         return out
 
 
-async def run(dut, descs, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
-              timeout=20000):
-    rng = random.Random(seed)
-    mem = MemorySide(dut, rng, p_valid, p_ready, max_latency, err)
-    dl = desc_layout(W)
+def reset(dut, inputs):
+    """Assert reset, every input stream idle and every output not ready."""
     dut.rst.value = 1
-    for s in ("desc__valid", "hbm_resp__valid", "txn__ready", "ready__ready", "status__ready",
-              "hbm_req__ready"):
+    for s in inputs + ("hbm_resp__valid", "txn__ready", "ready__ready", "status__ready",
+                       "hbm_req__ready"):
         getattr(dut, s).value = 0
     dut.reg_addr.value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    i, now, presenting, idle_run = 0, 0, False, 0
+
+
+async def drive_until_drained(dut, sources, mem, timeout, what):
+    """The cycle loop shared by both benches: drive, settle, sample, until the CDU is idle
+    and every stream drained for 4 cycles; then the drained check."""
+    ends = [p.end for p in sources] + mem.ends
+    now, idle_run = 0, 0
     while True:
-        if i < len(descs) and (presenting or rng.random() < p_valid):
-            dut.desc__payload.value = pack(dl, descs[i])
-            dut.desc__valid.value = 1
-            presenting = True
-        else:
-            dut.desc__valid.value = 0
+        for p in sources:
+            p.drive()
         mem.drive(now)
         await ReadOnly()
-        if int(dut.desc__valid.value) and int(dut.desc__ready.value):
-            i += 1
-            presenting = False
+        for p in sources:
+            p.sample()
         mem.sample(now)
         idle = int(dut.idle.value)
         await RisingEdge(dut.clk)
         now += 1
-        idle_run = idle_run + 1 if (idle and i == len(descs) and mem.drained) else 0
+        idle_run = idle_run + 1 if (idle and not drained(ends)) else 0
         if idle_run > 3:
             break
-        assert now < timeout, f"CDU hung: {i}/{len(descs)} descriptors"
+        assert now < timeout, f"{what} hung after {now} cycles: " + "; ".join(
+            drained(ends) or ["streams drained, not idle"])
+    assert_drained(ends, where=what)
+    return now
+
+
+async def run(dut, descs, seed, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
+              timeout=20000, idle=None, backpressure=None):
+    idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
+    mem = MemorySide(dut, seed, idle, backpressure, max_latency, err)
+    src = Port(dut, "desc", Source("desc", descs, idle, seed), desc_layout(W))
+    reset(dut, ("desc__valid",))
+    for _ in range(2):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    await drive_until_drained(dut, [src], mem, timeout, "CDU bench")
     await ReadOnly()
     out = mem.finish()
     out["bad_desc"] = int(dut.bad_desc.value)
@@ -195,3 +236,18 @@ async def keep_cap_edge_cases(dut):
         got = await run(dut, B.ops_to_descs(ops), seed, p_valid=p, p_ready=p,
                         max_latency=1 if p == 1.0 else 30)
         B.compare(ops, got, **B.PARAMS)
+
+
+@cocotb.test()
+async def idle_backpressure_matrix(dut):
+    """Edge cases and a random stream with retried HBM errors under every (idle,
+    backpressure) pair of schedules, one build, the CDU reset between runs."""
+    await start(dut)
+    ops = B.edge_ops() + B.random_ops(21, n=60)
+    for n, (i, b) in enumerate(IDLE_BACKPRESSURE):
+        rng = random.Random(200 + n)
+        err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
+        got = await run(dut, B.ops_to_descs(ops), n, idle=i, backpressure=b, err=err,
+                        max_latency=20)
+        B.compare(ops, got, **B.PARAMS)
+        assert got["regs"] == [got["counters"][k] for k in COUNTERS]

@@ -16,9 +16,10 @@
  * The firmware ends (returns 0) when the source has pushed everything (STATUS.INTAKE_END),
  * the intake is empty and no slot is active: ROUND is then the number of rounds.
  *
- * The host patches `dsu_config` in the image before loading it. Any unexpected CMD_STATUS
- * stops the firmware with `fw_error` = (step << 8) | status: the heartbeat stops and the
- * arbiter's DEGRADED bit hands scheduling to the host.
+ * The host patches `dsu_config` in the image before loading it (struct dsu_config, its magic
+ * and defaults are generated into dsu_regs.h from rtl/dsu/regmap.py). Any unexpected
+ * CMD_STATUS stops the firmware with `fw_error` = (step << 8) | status: the heartbeat stops
+ * and the arbiter's DEGRADED bit hands scheduling to the host.
  */
 #include <stdint.h>
 #include "dsu_regs.h"
@@ -26,23 +27,8 @@
 #ifndef MAX_SLOTS
 #define MAX_SLOTS 64u   /* -DMAX_SLOTS=256 for the largest arbiter */
 #endif
-#define CONFIG_MAGIC 0x44535543u /* 'DSUC' */
 
-struct dsu_config {
-    uint32_t magic;
-    uint32_t profile;
-    uint32_t max_batch;
-    uint32_t latency_batch;
-    uint32_t kv_capacity;
-    uint32_t long_ctx;
-    uint32_t max_retries;
-    uint32_t watchdog_limit;
-    uint32_t heartbeat_limit;
-};
-
-__attribute__((used)) volatile struct dsu_config dsu_config = {
-    CONFIG_MAGIC, DSU_PROFILE_THROUGHPUT_OPT, 64, 16, 1u << 20, 4096, 2, 100000, 200000,
-};
+__attribute__((used)) volatile struct dsu_config dsu_config = DSU_CONFIG_DEFAULTS;
 __attribute__((used)) volatile uint32_t fw_error = 0;
 __attribute__((used)) volatile uint32_t fw_rounds = 0;
 
@@ -259,7 +245,7 @@ static int collect(void) {
 
 static int schedule(void) {
     volatile struct dsu_config *c = &dsu_config;
-    if (c->magic != CONFIG_MAGIC) return failed(E_CONFIG, 0);
+    if (c->magic != DSU_CONFIG_MAGIC) return failed(E_CONFIG, 0);
     n_slots = DSU_N_SLOTS;
     if (n_slots == 0 || n_slots > MAX_SLOTS) return failed(E_SLOTS, 0);
     uint32_t st;

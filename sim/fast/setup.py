@@ -1,0 +1,64 @@
+"""One serving configuration of the system model: the model, GPU and KV format, the DSU's
+slots and batching, the modelling assumptions. It builds the :class:`StepModel` for a set of
+cuts and the :class:`DsuParams`, and runs a workload; the CLI and the benchmarks share it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tricut.models.config import ConfigError, GpuConfig, ModelConfig
+from tricut.models.dsu import DsuParams
+from tricut.models.roofline import roofline
+
+from .system import SimResult, simulate
+from .timing import Assumptions, StepModel
+from .workload import Request, TraceError
+
+__all__ = ["ServingSetup"]
+
+
+@dataclass(frozen=True)
+class ServingSetup:
+    model: ModelConfig
+    gpu: GpuConfig
+    kv_dtype: str = "bf16"
+    tp: int = 1
+    policy: str = "adaptive"              # CDU policy when the cdu cut is on
+    profile: str = "throughput-opt"       # DSU batching profile
+    n_slots: int = 64
+    max_batch: int = 64
+    latency_batch: int | None = None      # latency-opt's batch cap; None: min(16, max_batch)
+    kv_capacity_tokens: int | None = None  # the DSU's KV budget; None: what fits in HBM
+    assumptions: Assumptions = field(default_factory=Assumptions)
+
+    def step_model(self, cuts=()) -> StepModel:
+        return StepModel(self.model, self.gpu, self.kv_dtype, self.tp, frozenset(cuts), self.policy,
+                         self.assumptions)
+
+    def kv_tokens_fit(self) -> int:
+        """KV tokens that fit in HBM beside the weights (``tricut roofline``); a
+        :class:`ConfigError` when the weights alone do not fit."""
+        fit = roofline(self.model, self.gpu, self.kv_dtype, 1, 1, tp=self.tp).kv_tokens_fit
+        if fit < 1:
+            raise ConfigError(f"{self.model.name} weights do not fit in {self.gpu.name} HBM at "
+                              f"tp={self.tp}; raise --tp")
+        return fit
+
+    def dsu_params(self) -> DsuParams:
+        latency_batch = min(16, self.max_batch) if self.latency_batch is None else self.latency_batch
+        kv = self.kv_tokens_fit() if self.kv_capacity_tokens is None else self.kv_capacity_tokens
+        return DsuParams(self.profile, n_slots=self.n_slots, max_batch=self.max_batch,
+                         latency_batch=latency_batch, kv_capacity_tokens=kv)
+
+    def check_requests(self, requests: list[Request]) -> None:
+        """A :class:`TraceError` naming the first request longer than the model's context."""
+        for r in requests:
+            if r.prompt_tokens + r.output_tokens > self.model.max_context:
+                raise TraceError(f"request {r.id}: prompt {r.prompt_tokens} + output {r.output_tokens} "
+                                 f"exceeds {self.model.name}'s max_context {self.model.max_context}")
+
+    def run(self, requests: list[Request], cuts=(), **options) -> SimResult:
+        """:func:`simulate` the workload with these cuts on; ``options`` go to it (seed,
+        degraded_at_s, faults, progress, SLOs)."""
+        self.check_requests(requests)
+        return simulate(requests, self.step_model(cuts), self.dsu_params(), **options)
