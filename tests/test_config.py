@@ -33,7 +33,7 @@ dsu_clock_ghz = 1.0
 
 
 def test_shipped_ids():
-    assert model_ids() == ["llama-3-70b", "llama-3-8b", "qwen2-72b", "qwen2-7b", "tiny"]
+    assert model_ids() == ["llama-3-70b", "llama-3-8b", "qwen2-72b", "qwen2-7b", "tiny", "tiny-te"]
     assert gpu_ids() == ["edge", "h100-sxm5", "h200"]
 
 
@@ -50,6 +50,21 @@ def test_model_configs_match_published_shapes(name, layers, hidden, heads, kv, f
     assert m.head_dim == 128
     # Parameter counts published with the checkpoints (8.03B, 70.6B, 7.62B, 72.7B).
     assert m.param_count() / 1e9 == pytest.approx(params_b, abs=0.01)
+
+
+def test_tiny_te_is_a_llama_the_te_can_run():
+    """tiny-te: head_dim 64 (the TE's smallest; tiny has 16), GQA group 4, E = H x D."""
+    m = load_model("tiny-te")
+    assert (m.name, m.family, m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
+            m.ffn_size, m.vocab_size, m.max_context, m.weight_dtype) == \
+        ("tiny-te", "llama", 2, 512, 8, 2, 64, 1024, 256, 4096, "bf16")
+    assert (m.rope_theta, m.rms_norm_eps, m.qkv_bias, m.tie_embeddings) == (1e4, 1e-5, False, False)
+    assert m.group_size == 4 and m.hidden_size == m.num_heads * m.head_dim
+    # per layer: q and o 512x512, k and v 128x512, gate/up/down 1024x512, two norms;
+    # embedding and LM head 256x512, final norm
+    per_layer = 2 * 512 * 512 + 2 * 128 * 512 + 3 * 1024 * 512 + 2 * 512
+    assert m.param_count() == 2 * per_layer + 2 * 256 * 512 + 512 == 4_721_152
+    assert m.kv_bytes_per_token("bf16") == 2 * 2 * 2 * 64 * 2
 
 
 def test_gpu_configs():

@@ -43,7 +43,17 @@ CASES = {
     # llama with tied embeddings and one KV head (MQA, group 4)
     "llama-tied-mqa": lambda: dataclasses.replace(_tiny(), name="tiny-mqa", num_kv_heads=1,
                                                   tie_embeddings=True),
+    # tiny-te as shipped: the model the TE can run (head_dim 64, GQA group 4, E = 512)
+    "tiny-te": lambda: load_model("tiny-te"),
 }
+
+
+def weight_std(cfg):
+    """The random weights' std: 0.15 (LlamaWeights.random's default) for E = 64, scaled by
+    sqrt(64 / E) so a wider model's projections keep tiny's statistics (tiny-te: 0.053, its
+    attention scores spread about as tiny's; at 0.15 its softmax is nearly one-hot)."""
+    return 0.15 * (64 / cfg.hidden_size) ** 0.5
+
 
 #: worst max|ours - hf| / max|hf| per case, filled by test_decode_matches_hf
 WORST: dict[str, float] = {}
@@ -61,7 +71,7 @@ def _rel(ours, ref):
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request):
     cfg = CASES[request.param]()
-    weights = LlamaWeights.random(cfg, seed=7)
+    weights = LlamaWeights.random(cfg, seed=7, std=weight_std(cfg))
     return request.param, cfg, weights, to_hf(cfg, weights)
 
 
@@ -453,7 +463,7 @@ if __name__ == "__main__":
 
     for name, make in CASES.items():
         cfg = make()
-        w = LlamaWeights.random(cfg, seed=7)
+        w = LlamaWeights.random(cfg, seed=7, std=weight_std(cfg))
         t0 = time.perf_counter()
         test_decode_matches_hf((name, cfg, w, to_hf(cfg, w)))
         print(f"  ({time.perf_counter() - t0:.1f} s)")

@@ -87,6 +87,26 @@ def test_cli_json_keys_and_values():
     assert data["kv_tokens_fit"] == expected.kv_tokens_fit
 
 
+def test_cli_tiny_te():
+    """The TE-sized test model is a model id like any other: 2 layers x 2 KV heads x 64 x
+    2 bytes x (K, V) = 1 KiB of bf16 KV per token; weights all but the 256 x 512 embedding."""
+    out = _cli("roofline", "--model", "tiny-te", "--gpu", "h100-sxm5", "--context", "4096",
+               "--batch", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    weights = (4_721_152 - 256 * 512) * 2
+    assert (data["model"], data["kv_bytes_per_token"], data["weight_bytes"]) == ("tiny-te", 1024, weights)
+    assert data["kv_bytes_per_step"] == 3 * 4096 * 1024
+    assert data["step_floor_s"] == pytest.approx((weights + 3 * 4096 * 1024) / 3.35e12, rel=1e-12)
+    assert data["kv_tokens_fit"] == (80 * 2**30 - 4_721_152 * 2) // 1024
+    table = _cli("roofline", "--model", "tiny-te", "--context", "4096",
+                 "--kv-dtype", "bf16,fp8,nvfp4")
+    assert table.returncode == 0 and table.stdout.startswith("tiny-te on h100-sxm5")
+    assert len(table.stdout.splitlines()) == 2 + 3 + 1      # title, header, rule, 3 rows
+    too_long = _cli("roofline", "--model", "tiny-te", "--context", "4097")
+    assert too_long.returncode == 2 and "exceeds tiny-te's max_context 4096" in too_long.stderr
+
+
 def test_cli_sweep_table_and_json_list():
     out = _cli("roofline", "--context", "1024,8192", "--kv-dtype", "bf16,nvfp4", "--json")
     assert out.returncode == 0
