@@ -60,6 +60,11 @@ def _dsu_arbiter(**p):
     return SlotArbiter(**p)
 
 
+def _tile_combine(**p):
+    from tricut.rtl.tile.combine import CombineUnit
+    return CombineUnit(**p)
+
+
 UNITS: dict[str, Unit] = {
     "te": Unit(_te, {"head_dim": 128, "G": 4, "lanes": 8, "kv_dtype": "bf16"},
                "TE decode engine (docs/te.md)"),
@@ -71,6 +76,8 @@ UNITS: dict[str, Unit] = {
                 "DSU cluster: RV32IM cores, MMIO interconnect, slot arbiter (docs/dsu.md)"),
     "dsu-arbiter": Unit(_dsu_arbiter, {"n_slots": 64, "intake_depth": 4, "n_harts": 4},
                         "DSU decode-slot arbiter (docs/dsu.md)"),
+    "tile-combine": Unit(_tile_combine, {"head_dim": 128, "G": 4, "lanes": 8, "max_parts": 8},
+                         "Flash-Decoding split-K combine unit of the decode tile (docs/tile.md)"),
     "dsu-core": Unit(_dsu_core, {"hart_id": 0, "reset_vector": 0},
                      "RV32IM core of the DSU cluster (docs/dsu.md)"),
 }
