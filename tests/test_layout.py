@@ -72,3 +72,15 @@ def test_installed_package_reads_no_test_files(room):
             if isinstance(node, ast.Constant) and node.value == "tests":
                 bad.append(f"{f.relative_to(ROOT)}:{node.lineno}")
     assert not bad, f"the package names the test tree: {', '.join(bad)}"
+
+
+def test_no_rtl_function_is_longer_than_150_lines():
+    """Long elaborates are split by pipeline stage (docs: one unit per file, stages as methods)."""
+    long = []
+    for f in _sources("rtl"):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 150:
+                    long.append(f"{f.relative_to(ROOT)}:{node.name} ({lines} lines)")
+    assert not long, "; ".join(long)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream
 from amaranth.lib.memory import Memory
@@ -209,7 +211,20 @@ class CombineUnit(CheckedComponent):
             m.d.sync += [fold.eq(1), fg.eq(g), fb.eq(0), a_r.eq(fa), b_r.eq(fb_),
                          M_r[g].eq(Mn), L_r[g].eq(L_new)]
 
-        # ---------------------------------------------------------------- sequencer
+        self._elaborate_sequencer(m, SimpleNamespace(
+            parts=parts, part=part, g=g, b=b, stat=stat, fb=fb, M_r=M_r, L_r=L_r, outp=outp,
+            take=take, first=first, m_i=m_i, l_i=l_i))
+        return m
+
+    def _elaborate_sequencer(self, m, s):
+        """The job FSM: IDLE takes a ``job`` beat; RECV takes the parts' ``partial`` beats
+        (Dk ``o`` beats then one ``[m, l]`` beat per head; the first part initialises M, L);
+        TAIL waits for the fold of the last head; OUT emits G·Dk ``combined`` beats, one per
+        cycle while ``combined.ready``."""
+        G, dk = self.G, self.dk
+        parts, part, g, b, stat, fb = s.parts, s.part, s.g, s.b, s.stat, s.fb
+        M_r, L_r, take, first, m_i, l_i, inp = s.M_r, s.L_r, s.take, s.first, s.m_i, s.l_i, \
+            self.partial.payload
         last_g = g == G - 1
         last_b = b == dk - 1
         m.d.comb += self.busy.eq(1)
@@ -249,7 +264,7 @@ class CombineUnit(CheckedComponent):
                 with m.If(fb == dk - 1):
                     m.next = "OUT"
             with m.State("OUT"):
-                m.d.comb += [outp.eq(1), self.combined.valid.eq(1),
+                m.d.comb += [s.outp.eq(1), self.combined.valid.eq(1),
                              self.combined.payload.last.eq(last_g & last_b)]
                 with m.If(self.combined.ready):
                     m.d.sync += b.eq(b + 1)
@@ -258,4 +273,3 @@ class CombineUnit(CheckedComponent):
                         with m.If(last_g):
                             m.d.sync += g.eq(0)
                             m.next = "IDLE"
-        return m
