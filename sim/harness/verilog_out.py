@@ -65,6 +65,21 @@ def _tile_combine(**p):
     return CombineUnit(**p)
 
 
+def _tile_sequencer(**p):
+    from tricut.rtl.tile.sequencer import StepSequencer
+    return StepSequencer(**p)
+
+
+def _tile_hbm(**p):
+    from tricut.rtl.tile.behavioural.hbm import HbmModel
+    return HbmModel(**p)
+
+
+def _tile_l2(**p):
+    from tricut.rtl.tile.behavioural.l2 import L2Data
+    return L2Data(**p)
+
+
 UNITS: dict[str, Unit] = {
     "te": Unit(_te, {"head_dim": 128, "G": 4, "lanes": 8, "kv_dtype": "bf16"},
                "TE decode engine (docs/te.md)"),
@@ -78,6 +93,17 @@ UNITS: dict[str, Unit] = {
                         "DSU decode-slot arbiter (docs/dsu.md)"),
     "tile-combine": Unit(_tile_combine, {"head_dim": 128, "G": 4, "lanes": 8, "max_parts": 8},
                          "Flash-Decoding split-K combine unit of the decode tile (docs/tile.md)"),
+    "tile-sequencer": Unit(_tile_sequencer, {"num_layers": 2, "num_kv_heads": 2, "max_slots": 4,
+                                             "split_tokens": 16, "slot_bits": 2},
+                           "Step sequencer of the decode tile: DSU round -> CDU step + TE jobs "
+                           "(docs/tile.md)"),
+    "tile-hbm": Unit(_tile_hbm, {"words": 1024, "data_bits": 256, "latency": 100,
+                                 "max_outstanding": 8, "max_beats": 16, "id_bits": 4,
+                                 "reorder": False, "seed": 1, "faults": ()},
+                     "Behavioural HBM model of the decode tile, not for synthesis (docs/tile.md)"),
+    "tile-l2": Unit(_tile_l2, {"frames": 64, "block_beats": 16, "data_bits": 256, "latency": 2,
+                               "max_outstanding": 4, "tag_bits": 4},
+                    "Behavioural L2 data array of the decode tile, not for synthesis (docs/tile.md)"),
     "dsu-core": Unit(_dsu_core, {"hart_id": 0, "reset_vector": 0},
                      "RV32IM core of the DSU cluster (docs/dsu.md)"),
 }
