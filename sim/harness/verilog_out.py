@@ -70,6 +70,11 @@ def _tile_sequencer(**p):
     return StepSequencer(**p)
 
 
+def _tile_te_array(**p):
+    from tricut.rtl.tile.te_array import TEArray
+    return TEArray(**p)
+
+
 def _tile_hbm(**p):
     from tricut.rtl.tile.behavioural.hbm import HbmModel
     return HbmModel(**p)
@@ -97,6 +102,10 @@ UNITS: dict[str, Unit] = {
                                              "split_tokens": 16, "slot_bits": 2},
                            "Step sequencer of the decode tile: DSU round -> CDU step + TE jobs "
                            "(docs/tile.md)"),
+    "tile-te-array": Unit(_tile_te_array, {"engines": 2, "head_dim": 128, "G": 4, "lanes": 8,
+                                           "kv_dtype": "bf16", "tag_bits": 16},
+                          "TE array of the decode tile: round-robin dispatch, in-order tagged "
+                          "output (docs/tile.md)"),
     "tile-hbm": Unit(_tile_hbm, {"words": 1024, "data_bits": 256, "latency": 100,
                                  "max_outstanding": 8, "max_beats": 16, "id_bits": 4,
                                  "reorder": False, "seed": 1, "faults": ()},

@@ -1,0 +1,268 @@
+"""Run the TE array RTL (``rtl/tile/te_array.py``) against the golden TE model, job by job.
+
+An :class:`ArrayJob` is one tagged TE job: a :class:`~tricut.sim.harness.te.TEVector` (its
+codes, announced ``n``, partial mode) and the ``tag`` the tile gives it. :func:`plan_json`
+turns a job list into the stimulus plan (the beats of ``job``, ``q`` and ``kv``, serialised
+job by job; the idle and backpressure schedules; the seed); :class:`Driver` applies it cycle
+by cycle with the stream drivers of :mod:`tricut.sim.harness.streams` (Sources on the three
+inputs, Sinks on ``out`` and ``status``), independent of the simulator, and
+:func:`run_plan_amaranth` runs it in Amaranth's simulator. Every run ends with the drained
+check after :data:`TAIL_CYCLES` more cycles, so an extra ``out`` or ``status`` beat fails.
+
+:func:`check_results` is the golden comparison: the k-th job out of the array must be the
+k-th job in (the array's order rule: job order), with its tag, every ``out`` beat equal to
+``models.te.te_decode`` on that job's inputs (bit for bit, tag on top) and its status word
+equal to the model's.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tricut.models import te as M
+from tricut.rtl.te.layouts import out_layout, status_layout
+from tricut.rtl.tile.array_layouts import pack_job, split_tag, tag_word
+from tricut.rtl.tile.te_array import te_array_schedule
+from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
+                                        drained)
+from tricut.sim.harness.te import TEVector, make_vector
+
+__all__ = ["ArrayJob", "JobOut", "random_job", "plan_json", "Driver", "run_plan_amaranth",
+           "simulate_amaranth", "simulate_verilator_matrix", "check_results", "make_array",
+           "unstalled_schedule", "STREAMS", "TAIL_CYCLES"]
+
+#: the input streams a plan drives
+STREAMS = ("job", "q", "kv")
+#: cycles every run continues after the last job's last ``out`` beat
+TAIL_CYCLES = 8
+
+
+@dataclass
+class ArrayJob:
+    tag: int
+    vec: TEVector
+
+    def golden(self) -> M.TEResult:
+        return self.vec.golden()
+
+    def expected_out(self, tag_bits):
+        """The job's ``out`` beats as the array emits them (TE beats with the tag on top)."""
+        low = out_layout(self.vec.lanes).size
+        return [tag_word(w, self.tag, low, tag_bits) for w in self.vec.expected_out_beats()]
+
+    def expected_status(self, tag_bits):
+        return tag_word(self.golden().status_word, self.tag, status_layout().size, tag_bits)
+
+
+@dataclass
+class JobOut:
+    """One job as it came out of the array (the k-th job to finish)."""
+    tag: int
+    beats: list             # tagged out payload ints
+    status: int             # tagged status payload int (None if none came)
+    start: int              # cycle the k-th job beat transferred (first job beat = 0)
+    end: int                # cycle the k-th job's last out beat transferred
+
+
+def random_job(rng, tag, G, d, lanes, kv_dtype, n, partial=False, n_announced=None):
+    """A job of ``n`` random tokens (normal q, K, V; the announced length ``n_announced``,
+    default ``n``: less is a too-long stream, more an early end)."""
+    q = rng.standard_normal((G, d)).astype(np.float32)
+    k = rng.standard_normal((n, d)).astype(np.float32)
+    v = rng.standard_normal((n, d)).astype(np.float32)
+    return ArrayJob(tag, make_vector(q, k, v, kv_dtype, lanes=lanes, n=n_announced,
+                                     partial=partial))
+
+
+def plan_json(jobs, tag_bits=16, idle=None, backpressure=None, seed=0):
+    """The stimulus plan: input beats, expected beat counts, schedules, seed."""
+    idle, backpressure = Schedule.of(idle), Schedule.of(backpressure)
+    stall = 1 - min(idle.duty, backpressure.duty)
+    v0 = jobs[0].vec
+    return {
+        "lanes": v0.lanes, "tag_bits": tag_bits,
+        "job": [pack_job(j.vec.desc_beats()[0], j.tag, tag_bits) for j in jobs],
+        "q": [w for j in jobs for w in j.vec.q_beats()],
+        "kv": [w for j in jobs for w in j.vec.kv_beats()],
+        "n_out": [len(j.vec.expected_out_beats()) for j in jobs],
+        "idle": idle.to_json(), "backpressure": backpressure.to_json(), "seed": seed,
+        "max_cycles": int(sum(3 * M.te_cycles(max(j.vec.n_announced, j.vec.k_codes.shape[0]),
+                                              v0.d, v0.G, v0.lanes, j.vec.partial)
+                              + 2 * len(j.vec.kv_beats()) + 50 for j in jobs)
+                          * (1 + 6 * stall)),
+    }
+
+
+class Driver:
+    """Cycle-by-cycle stimulus and monitor of one plan: a Source per input stream (the idle
+    schedule) and Sinks on ``out`` and ``status`` (the backpressure schedule, each with its
+    own RNG; expecting exactly the plan's beat counts). Per cycle ``drive()`` ->
+    ``({stream: (valid, payload)}, out_ready, status_ready)``, then ``sampled(readies,
+    out_valid, out_payload, status_valid, status_payload)`` with what the clock edge sees."""
+
+    def __init__(self, plan):
+        self.plan = plan
+        seed = plan["seed"]
+        self.sources = {k: Source(k, plan[k], plan["idle"], seed) for k in STREAMS}
+        self.out = Sink("out", plan["backpressure"], seed, expect=sum(plan["n_out"]))
+        self.status = Sink("status", plan["backpressure"], seed, expect=len(plan["n_out"]))
+        self.n_jobs = len(plan["n_out"])
+        self.low = out_layout(plan["lanes"]).size
+        self.jobs, self.cur, self.starts = [], [], []
+        self.cycle, self.first, self.tail = 0, None, 0
+
+    def drive(self):
+        return ({k: s.drive() for k, s in self.sources.items()}, self.out.drive(),
+                self.status.drive())
+
+    def _rel(self):
+        return self.cycle - (self.first if self.first is not None else self.cycle)
+
+    def sampled(self, readies, ov, op, sv, sp):
+        if len(self.jobs) >= self.n_jobs:
+            self.tail += 1
+        for k, s in self.sources.items():
+            if s.sample(readies[k]) and k == "job":
+                if self.first is None:
+                    self.first = self.cycle
+                self.starts.append(self._rel())
+        if self.out.sample(ov, op):
+            self.cur.append(op)
+            word, tag = split_tag(op, self.low)
+            if (word >> (self.low - 1)) & 1:
+                k = len(self.jobs)
+                self.jobs.append(JobOut(tag=tag, beats=self.cur, status=None,
+                                        start=self.starts[k] if k < len(self.starts) else None,
+                                        end=self._rel()))
+                self.cur = []
+        if self.status.sample(sv, sp):
+            k = len(self.status.beats) - 1
+            if k < len(self.jobs):
+                self.jobs[k].status = sp
+        self.cycle += 1
+
+    @property
+    def finished(self):
+        return len(self.jobs) >= self.n_jobs and self.tail >= TAIL_CYCLES
+
+    def problems(self):
+        out = drained(self.sources, self.out, self.status)
+        if self.cur:
+            out.append(f"out: {len(self.cur)} beats after the last job's last beat")
+        return out
+
+
+def run_plan_amaranth(plan, dut):
+    """One plan on ``dut`` (a :class:`~tricut.rtl.tile.te_array.TEArray`) in the Amaranth
+    simulator; returns ``{"jobs": [JobOut], "problems": [...], "cycles": n}``."""
+    from amaranth.sim import Simulator
+
+    drv = Driver(plan)
+    streams = {"job": dut.job, "q": dut.q, "kv": dut.kv}
+
+    async def bench(ctx):
+        while not drv.finished:
+            if drv.cycle > plan["max_cycles"]:
+                raise TimeoutError(f"TE array hung: {drv.cycle} cycles, "
+                                   f"{len(drv.jobs)}/{drv.n_jobs} jobs out")
+            d, oready, sready = drv.drive()
+            for k, s in streams.items():
+                valid, payload = d[k]
+                ctx.set(s.valid, valid)
+                if payload is not None:
+                    ctx.set(s.payload.as_value(), payload)
+            ctx.set(dut.out.ready, oready)
+            ctx.set(dut.status.ready, sready)
+            _, _, jr, qr, kr, ov, op, sv, sp = await ctx.tick().sample(
+                dut.job.ready, dut.q.ready, dut.kv.ready, dut.out.valid,
+                dut.out.payload.as_value(), dut.status.valid, dut.status.payload.as_value())
+            drv.sampled({"job": jr, "q": qr, "kv": kr}, ov, op, sv, sp)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return {"jobs": drv.jobs, "problems": drv.problems(), "cycles": drv.cycle}
+
+
+def make_array(jobs, engines, tag_bits=16):
+    from tricut.rtl.tile.te_array import TEArray
+    v0 = jobs[0].vec
+    return TEArray(engines=engines, head_dim=v0.d, G=v0.G, lanes=v0.lanes,
+                   kv_dtype=v0.kv_dtype, tag_bits=tag_bits)
+
+
+def _jobs_of(run):
+    if run["problems"]:
+        raise NotDrained("TE array bench not drained: " + "; ".join(run["problems"]))
+    return [j if isinstance(j, JobOut) else JobOut(**j) for j in run["jobs"]]
+
+
+def simulate_amaranth(jobs, engines, tag_bits=16, idle=None, backpressure=None, seed=0,
+                      plan=None):
+    """``jobs`` (one configuration: the first job's ``G``, ``d``, ``lanes``, ``kv_dtype``)
+    through a ``TEArray`` of ``engines`` engines in the Amaranth simulator under the ``idle``
+    (inputs) and ``backpressure`` (``out`` and ``status``) schedules; returns the
+    :class:`JobOut` list in output order after the drained check (:class:`NotDrained`).
+    ``plan`` overrides the stimulus (e.g. to corrupt it)."""
+    plan = plan or plan_json(jobs, tag_bits, idle, backpressure, seed)
+    return _jobs_of(run_plan_amaranth(plan, make_array(jobs, engines, tag_bits)))
+
+
+def simulate_verilator_matrix(jobs, engines, tag_bits=16, pairs=IDLE_BACKPRESSURE, seed=0):
+    """``jobs`` under every ``(idle, backpressure)`` pair in one Verilator build and one
+    cocotb test (the array reset between plans; the bench is :func:`te_array_plan_replay`
+    in this module, run with ``$TE_ARRAY_PLAN`` set); returns ``{pair: [JobOut]}``, each
+    drained-checked."""
+    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
+
+    dut = make_array(jobs, engines, tag_bits)
+    plans = [plan_json(jobs, tag_bits, i, b, seed) for i, b in pairs]
+    workdir = REPO_ROOT / ".build" / "tile"
+    workdir.mkdir(parents=True, exist_ok=True)
+    tag = f"{random.getrandbits(48):012x}"
+    plan_path, res_path = workdir / f"plan-{tag}.json", workdir / f"res-{tag}.json"
+    plan_path.write_text(json.dumps(plans))
+    v0 = jobs[0].vec
+    toplevel = (f"tile_te_array_e{engines}_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
+                f"_t{tag_bits}")
+    run_cocotb(dut, toplevel, "tile_te_array", Path(__file__).resolve().parent / "benches",
+               extra_env={"TE_ARRAY_PLAN": str(plan_path), "TE_ARRAY_RESULTS": str(res_path)},
+               cxx_opt="-O0")
+    runs = json.loads(res_path.read_text())
+    plan_path.unlink()
+    res_path.unlink()
+    return {pair: _jobs_of(run) for pair, run in zip(pairs, runs)}
+
+
+def check_results(jobs, res, tag_bits=16):
+    """The golden comparison (raises AssertionError naming the first difference): the k-th
+    job out is the k-th job in (tag), each ``out`` beat equals the golden TE model's with the
+    tag on top, and the status word equals the model's."""
+    assert len(res) == len(jobs), f"{len(res)} jobs out, {len(jobs)} in"
+    for k, (j, r) in enumerate(zip(jobs, res)):
+        assert r.tag == j.tag, f"job {k}: out carries tag {r.tag:#x}, expected {j.tag:#x} " \
+                               f"(jobs must leave in job order)"
+        exp = j.expected_out(tag_bits)
+        if r.beats != exp:
+            if len(r.beats) != len(exp):
+                raise AssertionError(f"job {k} (tag {j.tag:#x}): {len(r.beats)} out beats, "
+                                     f"expected {len(exp)}")
+            b = next(i for i, (x, y) in enumerate(zip(r.beats, exp)) if x != y)
+            raise AssertionError(f"job {k} (tag {j.tag:#x}): out beat {b} differs from the "
+                                 f"golden TE: RTL {r.beats[b]:#x} golden {exp[b]:#x}")
+        st = j.expected_status(tag_bits)
+        assert r.status == st, (f"job {k} (tag {j.tag:#x}): status {r.status} != model {st} "
+                                f"({j.golden().status})")
+
+
+def unstalled_schedule(jobs, engines):
+    """:func:`~tricut.rtl.tile.te_array.te_array_schedule` of these jobs (exact K/V only)."""
+    v0 = jobs[0].vec
+    return te_array_schedule([(j.vec.n_announced, j.vec.partial) for j in jobs], v0.d, v0.G,
+                             v0.lanes, engines)
