@@ -153,3 +153,22 @@ def test_cli_reports_one_line_and_exit_2(tmp_path, flag):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tricut: error: ") and str(f) in lines[0]
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("field, bad", [("te_engines_per_sm", "0"), ("te_clock_ghz", "-1.0"),
+                                        ("cdu_clock_ghz", '"fast"')])
+def test_cli_bad_unit_field_one_line_exit_2_nothing_written(tmp_path, field, bad):
+    """The unit fields the fast model's timing now reads, given wrong through the CLI."""
+    lines = [f"{field} = {bad}" if line.startswith(f"{field} =") else line
+             for line in GOOD_GPU.splitlines()]
+    assert lines != GOOD_GPU.splitlines()
+    f = tmp_path / "gpu.toml"
+    f.write_text("\n".join(lines) + "\n")
+    plots = tmp_path / "plots"
+    out = subprocess.run([sys.executable, "-m", "tricut.sim", "simulate", "--gpu", str(f),
+                          "--synthetic", "4", "--cuts", "te", "--plot", str(plots)],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stdout == ""
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tricut: error: ") and field in err[0], err
+    assert not plots.exists()

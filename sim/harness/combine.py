@@ -13,10 +13,7 @@ ends with the drained check and :data:`TAIL_CYCLES` idle cycles, so an extra out
 
 from __future__ import annotations
 
-import json
-import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -207,20 +204,10 @@ def simulate_amaranth(jobs, lanes, max_parts=8, idle=None, backpressure=None, se
 def simulate_verilator_matrix(jobs, lanes, max_parts=8, pairs=IDLE_BACKPRESSURE, seed=0):
     """``jobs`` under every ``(idle, backpressure)`` pair in one Verilator build and one cocotb
     test (the unit reset between plans); returns ``{pair: [JobResult]}``, each drained-checked."""
-    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
+    from tricut.sim.harness.cocotb_run import run_plans
 
     dut = _unit(jobs, lanes, max_parts)
     plans = [plan_json(jobs, lanes, max_parts, i, b, seed) for i, b in pairs]
-    workdir = REPO_ROOT / ".build" / "tile"
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"{random.getrandbits(48):012x}"
-    plan_path, res_path = workdir / f"plan-{tag}.json", workdir / f"res-{tag}.json"
-    plan_path.write_text(json.dumps(plans))
     toplevel = f"tile_combine_d{jobs[0].d}_g{jobs[0].G}_l{lanes}_p{max_parts}"
-    run_cocotb(dut, toplevel, "tile_combine", Path(__file__).resolve().parent / "benches",
-               extra_env={"COMBINE_PLAN": str(plan_path), "COMBINE_RESULTS": str(res_path)},
-               cxx_opt="-O0")
-    runs = json.loads(res_path.read_text())
-    plan_path.unlink()
-    res_path.unlink()
+    runs = run_plans(dut, toplevel, "tile_combine", plans)
     return {pair: _results(jobs, lanes, run) for pair, run in zip(pairs, runs)}

@@ -412,11 +412,7 @@ def simulate_verilator_matrix(kind, params, requests, writes=(), pairs=None, see
     reset between plans); returns ``{pair: RunResult}``, each drained and checked against the
     reference on every cycle. A reset does not clear the memory array, so the writes (if
     any) must be the same in every plan and come first (``writes_first``), as here."""
-    import json
-    import random as _random
-    from pathlib import Path
-
-    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
+    from tricut.sim.harness.cocotb_run import run_plans
     from tricut.sim.harness.streams import IDLE_BACKPRESSURE
 
     pairs = list(pairs or IDLE_BACKPRESSURE)
@@ -424,19 +420,8 @@ def simulate_verilator_matrix(kind, params, requests, writes=(), pairs=None, see
         raise ValueError("writes in a multi-plan Verilator run must come first")
     plans = [plan_json(kind, params, requests, writes, i, b, seed, writes_first)
              for i, b in pairs]
-    workdir = REPO_ROOT / ".build" / "tile"
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"{_random.getrandbits(48):012x}"
-    plan_path, res_path = workdir / f"mem-plan-{tag}.json", workdir / f"mem-res-{tag}.json"
-    plan_path.write_text(json.dumps(plans))
     dut = make_dut(kind, params)
-    run_cocotb(dut, f"tile_mem_{kind}", "tile_memory",
-               Path(__file__).resolve().parent / "benches",
-               extra_env={"MEMORY_PLAN": str(plan_path), "MEMORY_RESULTS": str(res_path)},
-               cxx_opt="-O0")
-    runs = json.loads(res_path.read_text())
-    plan_path.unlink()
-    res_path.unlink()
+    runs = run_plans(dut, f"tile_mem_{kind}", "tile_memory", plans)
     out = {}
     for pair, run in zip(pairs, runs):
         if run["problems"]:

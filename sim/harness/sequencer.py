@@ -20,10 +20,7 @@ round.
 
 from __future__ import annotations
 
-import json
-import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from tricut.models.dsu import Descriptor
 from tricut.models.tile import sequence
@@ -287,21 +284,11 @@ def simulate_amaranth(rounds, params=None, idle=None, backpressure=None, seed=0,
 def simulate_verilator_matrix(rounds, params=None, pairs=IDLE_BACKPRESSURE, seed=0):
     """``rounds`` under every ``(idle, backpressure)`` pair in one Verilator build and one
     cocotb test (the unit reset between plans); returns ``{pair: SeqResult}``."""
-    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
+    from tricut.sim.harness.cocotb_run import run_plans
 
     p = _params(params)
     dut = build(p)
     plans = [plan_json(rounds, p, i, b, seed) for i, b in pairs]
-    workdir = REPO_ROOT / ".build" / "tile"
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"{random.getrandbits(48):012x}"
-    plan_path, res_path = workdir / f"seqplan-{tag}.json", workdir / f"seqres-{tag}.json"
-    plan_path.write_text(json.dumps(plans))
     toplevel = "tile_sequencer_" + "_".join(str(p[k]) for k in DEFAULTS)
-    run_cocotb(dut, toplevel, "tile_sequencer", Path(__file__).resolve().parent / "benches",
-               extra_env={"SEQ_PLAN": str(plan_path), "SEQ_RESULTS": str(res_path)},
-               cxx_opt="-O0")
-    runs = json.loads(res_path.read_text())
-    plan_path.unlink()
-    res_path.unlink()
+    runs = run_plans(dut, toplevel, "tile_sequencer", plans)
     return {pair: _result(plan, run) for pair, plan, run in zip(pairs, plans, runs)}

@@ -11,11 +11,8 @@ backpressure sequences) and ends with the drained check.
 
 from __future__ import annotations
 
-import json
 import math
-import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -338,23 +335,11 @@ def _run_plans_verilator(v0, plans, workdir=None):
     """Every plan through one Verilator build of the engine (one cocotb test, reset between
     plans); returns the runs (``{"steps", "problems"}``) in plan order."""
     from tricut.rtl.te.engine import TEEngine
-    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
+    from tricut.sim.harness.cocotb_run import run_plans
 
     dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
-    workdir = Path(workdir or (REPO_ROOT / ".build" / "te"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"{random.getrandbits(48):012x}"
-    plan_path = workdir / f"plan-{tag}.json"
-    res_path = workdir / f"res-{tag}.json"
-    plan_path.write_text(json.dumps(plans))
     toplevel = f"te_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
-    # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
-    run_cocotb(dut, toplevel, "te_engine", Path(__file__).resolve().parent / "benches",
-               extra_env={"TE_PLAN": str(plan_path), "TE_RESULTS": str(res_path)}, cxx_opt="-O0")
-    runs = json.loads(res_path.read_text())
-    plan_path.unlink()          # kept only when the run failed (for debugging)
-    res_path.unlink()
-    return runs
+    return run_plans(dut, toplevel, "te_engine", plans, workdir)
 
 
 def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None):

@@ -17,10 +17,7 @@ equal to the model's.
 
 from __future__ import annotations
 
-import json
-import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -216,27 +213,16 @@ def simulate_amaranth(jobs, engines, tag_bits=16, idle=None, backpressure=None, 
 
 def simulate_verilator_matrix(jobs, engines, tag_bits=16, pairs=IDLE_BACKPRESSURE, seed=0):
     """``jobs`` under every ``(idle, backpressure)`` pair in one Verilator build and one
-    cocotb test (the array reset between plans; the bench is :func:`te_array_plan_replay`
-    in this module, run with ``$TE_ARRAY_PLAN`` set); returns ``{pair: [JobOut]}``, each
-    drained-checked."""
-    from tricut.sim.harness.cocotb_run import REPO_ROOT, run_cocotb
+    cocotb test (``sim/harness/benches/tile_te_array.py``, the array reset between plans);
+    returns ``{pair: [JobOut]}``, each drained-checked."""
+    from tricut.sim.harness.cocotb_run import run_plans
 
     dut = make_array(jobs, engines, tag_bits)
     plans = [plan_json(jobs, tag_bits, i, b, seed) for i, b in pairs]
-    workdir = REPO_ROOT / ".build" / "tile"
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"{random.getrandbits(48):012x}"
-    plan_path, res_path = workdir / f"plan-{tag}.json", workdir / f"res-{tag}.json"
-    plan_path.write_text(json.dumps(plans))
     v0 = jobs[0].vec
     toplevel = (f"tile_te_array_e{engines}_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
                 f"_t{tag_bits}")
-    run_cocotb(dut, toplevel, "tile_te_array", Path(__file__).resolve().parent / "benches",
-               extra_env={"TE_ARRAY_PLAN": str(plan_path), "TE_ARRAY_RESULTS": str(res_path)},
-               cxx_opt="-O0")
-    runs = json.loads(res_path.read_text())
-    plan_path.unlink()
-    res_path.unlink()
+    runs = run_plans(dut, toplevel, "tile_te_array", plans)
     return {pair: _jobs_of(run) for pair, run in zip(pairs, runs)}
 
 

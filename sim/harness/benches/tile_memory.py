@@ -4,34 +4,20 @@ Replays the plans written by :func:`tricut.sim.harness.memory.simulate_verilator
 JSON list, one plan per (idle, backpressure) pair) through the same ``Driver`` as the
 Amaranth bench — which checks every cycle against the Python reference — resetting the unit
 before each, and writes per plan the accepted requests, the response beats with their cycles,
-the reference mismatches and the drained check's findings to ``$MEMORY_RESULTS``.
+the reference mismatches and the drained check's findings to ``$TRICUT_RESULTS``.
 """
 
-import json
-import os
-
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
+from tricut.sim.harness.benches.common import replay_plans, reset
 from tricut.sim.harness.memory import Driver
-
-
-async def reset(dut, req, resp):
-    dut.rst.value = 1
-    for k in (req, "write"):
-        getattr(dut, f"{k}__valid").value = 0
-        getattr(dut, f"{k}__payload").value = 0
-    getattr(dut, f"{resp}__ready").value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
 
 
 async def run_plan(dut, plan):
     drv = Driver(plan)
     req, resp = drv.req_name, drv.resp_name
-    await reset(dut, req, resp)
+    await reset(dut, (req, "write"), (resp,))
     while not drv.finished:
         assert drv.cycle <= plan["max_cycles"], (
             f"memory model hung: {drv.cycle} cycles, {len(drv.beats)}/{plan['n_beats']} beats")
@@ -55,10 +41,4 @@ async def run_plan(dut, plan):
 
 @cocotb.test()
 async def memory_plan_replay(dut):
-    plans = json.loads(open(os.environ["MEMORY_PLAN"]).read())
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    runs = []
-    for plan in plans:
-        runs.append(await run_plan(dut, plan))
-    with open(os.environ["MEMORY_RESULTS"], "w") as f:
-        json.dump(runs, f)
+    await replay_plans(dut, run_plan)
