@@ -6,6 +6,7 @@ from tricut.models.config import ConfigError, load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
 from tricut.sim.fast.setup import ServingSetup
+from tricut.sim.fast.stacks import DEFAULT_STACK, get_stack
 from tricut.sim.fast.system import simulate
 from tricut.sim.fast.timing import Assumptions, StepModel
 from tricut.sim.fast.workload import Request, TraceError, synthetic
@@ -27,18 +28,48 @@ def test_weights_that_do_not_fit_are_a_config_error():
 
 def test_run_is_simulate_with_the_setups_step_model_and_dsu():
     model, gpu = load_model("llama-3-8b"), load_gpu("h100-sxm5")
-    assume = Assumptions(host_jitter_s=0.0)
+    stack = get_stack("vllm-v1").with_values(host_jitter_s=0.0)
     setup = ServingSetup(model, gpu, policy="static", profile="latency-opt", n_slots=8, max_batch=8,
-                         assumptions=assume)
+                         stack=stack, prefill="colocated", concurrency=3, think_s=0.01)
     reqs = synthetic(12, 50.0, 512, 16, seed=3)
     got = setup.run(reqs, ("te", "cdu"), seed=1).summary
-    want = simulate(reqs, StepModel(model, gpu, "bf16", 1, frozenset({"te", "cdu"}), "static", assume),
+    want = simulate(reqs, StepModel(model, gpu, "bf16", 1, frozenset({"te", "cdu"}), "static", stack=stack),
                     DsuParams("latency-opt", n_slots=8, max_batch=8, latency_batch=8,
-                              kv_capacity_tokens=setup.kv_tokens_fit()), seed=1).summary
+                              kv_capacity_tokens=setup.kv_tokens_fit()), seed=1,
+                    prefill="colocated", concurrency=3, think_s=0.01).summary
     assert got == want
+    assert (got["stack"], got["prefill_mode"], got["concurrency"], got["think_s"]) == \
+        ("vllm-v1", "colocated", 3, 0.01)
     other = ServingSetup(model, gpu, policy="static", profile="latency-opt", n_slots=8, max_batch=8,
-                         assumptions=Assumptions(host_jitter_s=0.0, gemv_bw_efficiency=0.5))
+                         assumptions=Assumptions(gemv_bw_efficiency=0.5), stack=stack, prefill="colocated",
+                         concurrency=3, think_s=0.01)
     assert other.run(reqs, ("te", "cdu"), seed=1).summary["tpot_p50_s"] > got["tpot_p50_s"]
+
+
+def test_the_stack_and_its_prefill_mode_are_the_defaults():
+    setup = ServingSetup(load_model("tiny"), load_gpu("h100-sxm5"))
+    assert setup.stack == get_stack(DEFAULT_STACK) and setup.step_model().stack == setup.stack
+    assert (setup.prefill, setup.concurrency, setup.think_s) == (None, None, 0.0)
+    r = setup.run(synthetic(3, 10.0, 64, 4, seed=0))
+    assert r.summary["prefill_mode"] == get_stack(DEFAULT_STACK).prefill and r.summary["concurrency"] is None
+    ideal = ServingSetup(load_model("tiny"), load_gpu("h100-sxm5"), stack=get_stack("ideal"))
+    assert ideal.step_model().stack.name == "ideal"
+    assert ideal.run(synthetic(3, 10.0, 64, 4, seed=0)).summary["prefill_mode"] == "disaggregated"
+
+
+@pytest.mark.parametrize("options,needle", [
+    ({"prefill": "split"}, "prefill mode must be one of disaggregated, colocated, chunked, got 'split'"),
+    ({"concurrency": 0}, "concurrency must be an integer >= 1, got 0"),
+    ({"concurrency": 2.5}, "concurrency must be an integer >= 1, got 2.5"),
+    ({"concurrency": True}, "concurrency must be an integer >= 1, got True"),
+    ({"think_s": -0.1}, "think time must be a finite number >= 0, got -0.1"),
+    ({"think_s": float("inf")}, "think time must be a finite number >= 0, got inf"),
+    ({"stack": "vllm-v0"}, "stack must be a StackProfile"),
+])
+def test_bad_run_options_are_refused(options, needle):
+    with pytest.raises(ValueError) as e:
+        ServingSetup(load_model("tiny"), load_gpu("h100-sxm5"), **options)
+    assert needle in str(e.value)
 
 
 def test_requests_longer_than_the_context_are_refused_by_id():

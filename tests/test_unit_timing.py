@@ -13,7 +13,8 @@ import pytest
 
 from tricut.models.config import ConfigError, load_gpu, load_model, replace
 from tricut.models.roofline import roofline
-from tricut.sim.fast.timing import Assumptions, StepModel, UnitCosts, UnitTiming
+from tricut.sim.fast.stacks import get_stack
+from tricut.sim.fast.timing import StepModel, UnitCosts, UnitTiming
 
 ROOT = Path(__file__).resolve().parent.parent
 H100, EDGE = load_gpu("h100-sxm5"), load_gpu("edge")
@@ -45,7 +46,7 @@ def test_edge_te_throughput_scales_with_its_engines_and_clock():
     core = {}
     for gpu in (H100, EDGE):
         sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}),
-                       assumptions=Assumptions(host_jitter_s=0))
+                       stack=get_stack("ideal"))     # no jitter, no launch gaps
         st = sm.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
         mem = (st.hbm_read_bytes + st.hbm_write_bytes) / (gpu.hbm_bandwidth * sm.assumptions.te_bw_efficiency)
         assert st.te_busy_s > 1.1 * max(mem, st.sm_busy_s)        # TE compute binds ...

@@ -16,6 +16,7 @@ from tricut.models.dsu import PROFILES
 from tricut.models.roofline import roofline
 
 from ..fast.setup import ServingSetup
+from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
 from ..fast.timing import CUTS, Assumptions
 from ..fast.workload import TRACE_FORMATS, read_trace, scale_rate, synthetic
 
@@ -67,21 +68,43 @@ def _positive(kind):
     return parse
 
 
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
+    return value
+
+
 def _assumption(text: str) -> tuple[str, float]:
-    """``NAME=VALUE`` for one field of :class:`Assumptions`."""
+    """``NAME=VALUE`` for one field of :class:`Assumptions` or one numeric parameter of the
+    stack (:meth:`StackProfile.numeric_fields`); checked here against the default stack, applied
+    to the chosen one in :func:`_setup`."""
     name, sep, value = text.partition("=")
-    names = list(Assumptions.__dataclass_fields__)
-    if not sep or name not in names:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(names)}")
+    assumed, stacked = list(Assumptions.__dataclass_fields__), list(StackProfile.numeric_fields())
+    if not sep or name not in assumed + stacked:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(assumed)} "
+                                         f"(assumptions) or {', '.join(stacked)} (stack)")
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
     try:
-        Assumptions(**{name: number})
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        if name in assumed:
+            Assumptions(**{name: number})
+        else:
+            get_stack(DEFAULT_STACK).with_values(**{name: number})
+    except (ValueError, OverflowError) as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
     return name, number
+
+
+def _one_line_errors(p: argparse.ArgumentParser) -> None:
+    """Bad flags of this command end as one line ``tricut: error: ...`` (exit 2), as every
+    other user error does (sim/cli/main.py), not argparse's usage block."""
+    p.error = lambda message: p.exit(2, f"tricut: error: {message}\n")
 
 
 def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
@@ -95,7 +118,8 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
     p.add_argument("--trace-format", choices=tuple(TRACE_FORMATS), help="trace format (default: guessed)")
     p.add_argument("--limit", type=_positive(int), help="use only the first N requests of the trace")
     p.add_argument("--rate", type=_positive(float), default=10.0,
-                   help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0 (default: 10)")
+                   help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0; ignored with "
+                        "--concurrency (default: 10)")
     p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="speed arrivals up by this factor")
     p.add_argument("--prompt-tokens", type=_lengths, default=1024,
                    help="synthetic prompt lengths: N, uniform:LO:HI, lognormal:MEDIAN:SIGMA (default: 1024)")
@@ -112,9 +136,25 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
     p.add_argument("--tpot-slo", type=_positive(float), help="TPOT SLO in seconds, for goodput")
     p.add_argument("--degraded-at", type=float, metavar="SECONDS",
                    help="DSU degrades to host scheduling from this simulated time on")
+    p.add_argument("--stack", choices=stack_names(), default=DEFAULT_STACK,
+                   help="software-stack profile: what a serving stack adds to the GPU's physics (host "
+                        "time per step, its overlap with the GPU, CUDA-graph and launch gaps, the attention "
+                        "kernel, all-reduce latency, how prefill shares the GPUs); one of "
+                        f"{', '.join(stack_names())}; values and sources: docs/fidelity.md (default: %(default)s)")
+    p.add_argument("--prefill", choices=PREFILL_MODES,
+                   help="how prefill shares the GPUs: disaggregated (a separate, uncontended pool), colocated "
+                        "(whole prefill batches on the decode GPUs, pre-empting decode), chunked (prompt chunks "
+                        "riding along in decode steps) (default: the stack's own mode)")
+    p.add_argument("--concurrency", type=_positive(int), metavar="C",
+                   help="closed loop: C clients, each sending its next request when its previous one finished "
+                        "(plus --think-time); arrival times (--rate, the trace's timestamps) are then ignored "
+                        "(default: open loop)")
+    p.add_argument("--think-time", type=_non_negative, default=0.0, metavar="SECONDS",
+                   help="closed loop: a client's pause between a finished request and its next (default: 0)")
     p.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=VALUE",
-                   help="override one modelling assumption (repeatable), e.g. --assume "
-                        "gemv_bw_efficiency=0.8; names and defaults: docs/system-model.md")
+                   help="override one modelling assumption or one numeric parameter of the chosen stack "
+                        "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
+                        "names and defaults: docs/system-model.md, docs/fidelity.md")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
@@ -133,9 +173,13 @@ def _workload(args):
 
 
 def _setup(args) -> ServingSetup:
+    assumed = {k: v for k, v in args.assume if k in Assumptions.__dataclass_fields__}
+    stacked = {k: v for k, v in args.assume if k not in assumed}
     return ServingSetup(load_model(args.model), load_gpu(args.gpu), args.kv_dtype, args.tp, args.policy,
                         args.profile, args.slots, args.max_batch,
-                        assumptions=Assumptions(**dict(args.assume)))
+                        assumptions=Assumptions(**assumed),
+                        stack=get_stack(args.stack).with_values(**stacked),
+                        prefill=args.prefill, concurrency=args.concurrency, think_s=args.think_time)
 
 
 def _progress(enabled: bool, label: str):
@@ -161,8 +205,10 @@ def _run(args, cuts, label):
 
 
 def _fmt(key: str, value) -> str:
+    if value is None:
+        return "-"
     if isinstance(value, float):
-        if key.endswith("_s") and not key.endswith("per_s"):
+        if (key.endswith("_s") and not key.endswith("per_s")) or key.endswith("_s_total"):
             return f"{value * 1e3:.3f} ms"
         if key in ("l2_hit_rate", "l2_reuse_rate") or key.endswith("utilisation"):
             return f"{100 * value:.1f} %"
@@ -184,7 +230,8 @@ def _emit(args, rows: dict[str, dict]) -> None:
     else:
         labels = list(rows)
         keys = list(KEY_COLUMNS) + ["l2_reuse_rate", "sm_utilisation", "te_utilisation", "cdu_utilisation",
-                                    "dsu_utilisation", "mean_batch", "failed"]
+                                    "dsu_utilisation", "mean_batch", "failed", "stack", "prefill_mode",
+                                    "prefill_s_total", "concurrency"]
         width = max(len(k) for k in keys)
         cols = [[_fmt(k, rows[lab][k]) for k in keys] for lab in labels]
         cw = [max(len(lab), *(len(c) for c in col)) for lab, col in zip(labels, cols)]
@@ -301,21 +348,26 @@ def _sub(args, **changes):
 
 def add_commands(sub) -> None:
     p = sub.add_parser("simulate", help="simulate decode serving a workload, with the cuts on or off",
-                       description="Event-driven decode simulation at real sizes: requests arrive, are "
-                                   "prefilled (disaggregated pool), batched by the DSU golden model and "
-                                   "decoded step by step; prints latency, throughput, HBM and L2 figures. "
+                       description="Event-driven decode simulation at real sizes: requests arrive (open "
+                                   "loop, or --concurrency closed-loop clients), are prefilled (--prefill: a "
+                                   "separate pool, colocated batches or chunks), batched by the DSU golden model "
+                                   "and decoded step by step; prints latency, throughput, HBM and L2 figures. "
                                    "Definitions: docs/metrics.md; the model: docs/system-model.md.")
+    _one_line_errors(p)
     _common(p)
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("compare", help="ablation: baseline, each cut alone, all three",
                        description="Runs the same workload five times (baseline, te, cdu, dsu, all three) "
                                    "and prints one column each.")
+    _one_line_errors(p)
     _common(p, with_cuts=False)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("bench", help="the source's three-round benchmark method",
                        description="Round 1: one request vs the roofline ceiling; round 2: concurrency "
                                    "sweep with the sweet spot marked (first concurrency within 90 %% of the "
                                    "best throughput); round 3: a long Poisson run at 80 %% of that rate, "
-                                   "checking throughput drift and KV accounting leaks.")
+                                   "checking throughput drift and KV accounting leaks. With --concurrency "
+                                   "every round runs that many closed-loop clients.")
+    _one_line_errors(p)
     _common(p)
     p.set_defaults(func=cmd_bench)

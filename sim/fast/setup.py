@@ -1,6 +1,7 @@
 """One serving configuration of the system model: the model, GPU and KV format, the DSU's
-slots and batching, the modelling assumptions. It builds the :class:`StepModel` for a set of
-cuts and the :class:`DsuParams`, and runs a workload; the CLI and the benchmarks share it."""
+slots and batching, the modelling assumptions, the software stack, how prefill shares the GPUs
+and how requests arrive. It builds the :class:`StepModel` for a set of cuts and the
+:class:`DsuParams`, and runs a workload; the CLI and the benchmarks share it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
 
-from .system import SimResult, simulate
+from .stacks import DEFAULT_STACK, StackProfile, get_stack
+from .system import SimResult, check_run_options, simulate
 from .timing import Assumptions, StepModel
 from .workload import Request, TraceError
 
@@ -30,10 +32,19 @@ class ServingSetup:
     latency_batch: int | None = None      # latency-opt's batch cap; None: min(16, max_batch)
     kv_capacity_tokens: int | None = None  # the DSU's KV budget; None: what fits in HBM
     assumptions: Assumptions = field(default_factory=Assumptions)
+    stack: StackProfile = field(default_factory=lambda: get_stack(DEFAULT_STACK))
+    prefill: str | None = None            # PREFILL_MODES; None: the stack's own mode
+    concurrency: int | None = None        # closed-loop clients; None: open loop (arrival times)
+    think_s: float = 0.0                  # closed loop: a client's pause between its requests
+
+    def __post_init__(self):
+        if not isinstance(self.stack, StackProfile):
+            raise ValueError(f"stack must be a StackProfile (stacks.get_stack(name)), got {self.stack!r}")
+        check_run_options(self.prefill, self.concurrency, self.think_s)
 
     def step_model(self, cuts=()) -> StepModel:
         return StepModel(self.model, self.gpu, self.kv_dtype, self.tp, frozenset(cuts), self.policy,
-                         self.assumptions)
+                         self.assumptions, stack=self.stack)
 
     def kv_tokens_fit(self) -> int:
         """KV tokens that fit in HBM beside the weights (``tricut roofline``); a
@@ -58,7 +69,8 @@ class ServingSetup:
                                  f"exceeds {self.model.name}'s max_context {self.model.max_context}")
 
     def run(self, requests: list[Request], cuts=(), **options) -> SimResult:
-        """:func:`simulate` the workload with these cuts on; ``options`` go to it (seed,
-        degraded_at_s, faults, progress, SLOs)."""
+        """:func:`simulate` the workload with these cuts on, this setup's prefill mode and
+        arrivals; ``options`` go to it (seed, degraded_at_s, faults, progress, SLOs)."""
         self.check_requests(requests)
-        return simulate(requests, self.step_model(cuts), self.dsu_params(), **options)
+        return simulate(requests, self.step_model(cuts), self.dsu_params(), prefill=self.prefill,
+                        concurrency=self.concurrency, think_s=self.think_s, **options)

@@ -1,25 +1,33 @@
 """Event-driven decode simulation over requests, at real sizes.
 
-arrival -> prefill (disaggregated pool, ``StepModel.prefill_time``) -> the first token ->
-admission by the DSU golden model -> one decode step per remaining token -> done. Batching
-decisions come from :class:`tricut.models.dsu.DsuModel`, the same model the DSU RTL is checked
-against; step times from :class:`tricut.sim.fast.timing.StepModel`.
+arrival -> prefill -> the first token -> admission by the DSU golden model -> one decode step
+per remaining token -> done. Prefill runs, by ``prefill`` mode, on a separate pool
+(``disaggregated``, :meth:`StepModel.prefill_time`), as whole prefill batches on the decode
+GPUs that pre-empt decode (``colocated``, :meth:`StepModel.prefill_batch_time`), or as chunks
+riding along in decode steps (``chunked``). Requests arrive at their own times (open loop) or
+are sent by ``concurrency`` closed-loop clients. Batching decisions come from
+:class:`tricut.models.dsu.DsuModel`, the same model the DSU RTL is checked against; step times
+from :class:`tricut.sim.fast.timing.StepModel`. docs/system-model.md describes it.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
 from tricut.models.dsu import DsuModel, DsuParams, RequestSpec, TIMEOUT
 
 from .metrics import RequestTimes, summarise
+from .stacks import PREFILL_MODES
 from .timing import StepModel
 from .workload import Request
 
-__all__ = ["SimResult", "simulate"]
+__all__ = ["SimResult", "simulate", "check_run_options"]
 
 
 @dataclass
@@ -30,64 +38,227 @@ class SimResult:
     step_end_s: np.ndarray
     step_hbm_bytes: np.ndarray
     step_floor_s: np.ndarray
-    batch_sizes: np.ndarray
+    batch_sizes: np.ndarray          # decode requests per step (0: a step carrying only a prefill chunk)
     outcomes: dict
     request_times: list[RequestTimes] = field(repr=False, default_factory=list)
+    arrival_s: dict = field(repr=False, default_factory=dict)   # request id -> time it was sent
+    finish_s: dict = field(repr=False, default_factory=dict)    # request id -> last token or failure
+
+
+def check_run_options(prefill: str | None, concurrency: int | None, think_s: float) -> None:
+    """A ``ValueError`` naming the first bad option of a run."""
+    if prefill is not None and prefill not in PREFILL_MODES:
+        raise ValueError(f"prefill mode must be one of {', '.join(PREFILL_MODES)}, got {prefill!r}")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                    or concurrency < 1):
+        raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if isinstance(think_s, bool) or not isinstance(think_s, (int, float)) or not math.isfinite(think_s) \
+            or think_s < 0:
+        raise ValueError(f"think time must be a finite number >= 0, got {think_s!r}")
 
 
 def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, seed: int = 0,
              degraded_at_s: float | None = None, faults: dict[tuple[int, int], str] | None = None,
-             progress=None, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None
+             progress=None, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
+             prefill: str | None = None, concurrency: int | None = None, think_s: float = 0.0
              ) -> SimResult:
     """Run the workload to completion. ``degraded_at_s``: from that time on the DSU is degraded
     and the host schedules (same decisions, host overheads). ``faults[(round, slot)]``: a step
-    result of ``error`` or ``timeout`` (rolled back and retried by the DSU model)."""
-    rng = np.random.default_rng(seed)
-    faults = faults or {}
-    model = DsuModel(dsu)
-    times: dict[int, list[float]] = {}
-    ready: list[tuple[float, int]] = []
-    by_id = {r.id: r for r in requests}
-    for r in requests:
-        first = r.arrival_s + step_model.prefill_time(r.prompt_tokens)
-        times[r.id] = [first]
-        if r.output_tokens > 1:
-            heapq.heappush(ready, (first, r.id))
-    t = 0.0
-    rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
-    busy = {"sm": 0.0, "te": 0.0, "cdu": 0.0, "sched": 0.0, "l2": 0.0, "l2_reuse": 0.0, "kv": 0.0}
-    retired = 0    # requests whose slots the previous round's completions freed
-    while ready or not model.idle:
-        while ready and ready[0][0] <= t:
-            _, rid = heapq.heappop(ready)
-            r = by_id[rid]
-            model.submit(RequestSpec(rid, r.prompt_tokens + 1, r.output_tokens - 1))
-        rnd = model.step()
-        batch = rnd.batch
-        if not batch:
-            model.complete()
-            retired = 0
-            if not ready:
+    result of ``error`` or ``timeout`` (rolled back and retried by the DSU model).
+    ``prefill``: one of :data:`PREFILL_MODES` (None: the step model's stack's own mode).
+    ``concurrency``: closed loop; ``requests`` is then a pool sent in list order (their arrival
+    times ignored) by that many clients, each sending its next request ``think_s`` after its
+    previous one finished (last token emitted, or failed)."""
+    check_run_options(prefill, concurrency, think_s)
+    run = _Run(requests, step_model, dsu, seed, prefill or step_model.stack.prefill, concurrency,
+               think_s, degraded_at_s, faults or {}, progress)
+    run.loop()
+    return run.result(ttft_slo_s, tpot_slo_s)
+
+
+class _Run:
+    """The state of one simulation: the GPU clock ``t``, where each request is (sent, waiting
+    for prefill, prefilled and waiting for the DSU, decoding, finished) and per-step records."""
+
+    def __init__(self, requests, step_model, dsu, seed, mode, concurrency, think_s, degraded_at_s,
+                 faults, progress):
+        self.sm, self.dsu, self.mode = step_model, dsu, mode
+        self.concurrency, self.think_s = concurrency, think_s
+        self.degraded_at_s, self.faults, self.progress = degraded_at_s, faults, progress
+        self.rng = np.random.default_rng(seed)
+        self.model = DsuModel(dsu)
+        self.requests = requests
+        self.by_id = {r.id: r for r in requests}
+        self.t = 0.0
+        self.arrival: dict[int, float] = {}
+        self.times: dict[int, list[float]] = {}
+        self.finish: dict[int, float] = {}
+        self.ready: list[tuple[float, int]] = []          # disaggregated: (first token time, id)
+        self.arrivals: list[tuple[float, int, int]] = []  # colocated/chunked: (sent, order, id)
+        self.waiting: deque[list[int]] = deque()          # [id, prompt tokens prefilled], arrival order
+        self.retired = 0        # requests whose slots the previous round's completions freed
+        self.prefill_s = 0.0    # GPU time of colocated prefill batches / chunks
+        self.rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
+        self.busy = dict.fromkeys(("sm", "te", "cdu", "sched", "l2", "l2_reuse", "kv"), 0.0)
+        if concurrency is None:
+            self.pool, self.free_at = None, deque()
+            for r in requests:
+                self._send(r, r.arrival_s)
+        else:
+            self.pool, self.free_at = deque(requests), deque([0.0] * concurrency)
+
+    # -- request life --------------------------------------------------------------------------
+    def _send(self, r: Request, at: float) -> None:
+        self.arrival[r.id] = at
+        if self.mode == "disaggregated":
+            # the prefill pool is uncontended: the first token's time is known at once
+            self._first_token(r.id, at + self.sm.prefill_time(r.prompt_tokens))
+        else:
+            heapq.heappush(self.arrivals, (at, len(self.arrival), r.id))
+
+    def _send_due(self) -> None:
+        """Closed loop: every free client sends the next request of the pool."""
+        while self.pool and self.free_at:
+            self._send(self.pool.popleft(), self.free_at.popleft())
+
+    def _first_token(self, rid: int, at: float) -> None:
+        self.times[rid] = [at]
+        r = self.by_id[rid]
+        if r.output_tokens == 1:
+            self._finished(rid, at)
+        elif self.mode == "disaggregated":
+            heapq.heappush(self.ready, (at, rid))
+        else:           # prefilled on these GPUs between rounds: the DSU takes it now
+            self.model.submit(RequestSpec(rid, r.prompt_tokens + 1, r.output_tokens - 1))
+
+    def _finished(self, rid: int, at: float) -> None:
+        self.finish[rid] = at
+        if self.pool is not None:
+            self.free_at.append(at + self.think_s)
+
+    def _arrive_due(self) -> None:
+        """Up to the clock: sent requests join the prefill queue (colocated, chunked); requests
+        prefilled by the pool go to the DSU's intake (disaggregated)."""
+        while self.arrivals and self.arrivals[0][0] <= self.t:
+            self.waiting.append([heapq.heappop(self.arrivals)[2], 0])
+        while self.ready and self.ready[0][0] <= self.t:
+            r = self.by_id[heapq.heappop(self.ready)[1]]
+            self.model.submit(RequestSpec(r.id, r.prompt_tokens + 1, r.output_tokens - 1))
+
+    def _next_event(self) -> float | None:
+        times = [q[0][0] for q in (self.ready, self.arrivals) if q]
+        return min(times) if times else None
+
+    # -- the GPUs ------------------------------------------------------------------------------
+    def loop(self) -> None:
+        while True:
+            self._send_due()
+            self._arrive_due()
+            if self.mode == "colocated" and self.waiting:
+                self._prefill_batch()
+            elif not self._decode_step():
+                nxt = self._next_event()
+                if nxt is None:
+                    break
+                self.t = max(self.t, nxt)
+            if self.progress is not None:
+                self.progress(len(self.finish), len(self.requests))
+
+    def _prefill_batch(self) -> None:
+        """Colocated: whole waiting prompts in arrival order, up to the stack's batch budget
+        (at least one), run before the next decode step; their first tokens at its end."""
+        budget, total, rids = self.sm.stack.prefill_batch_tokens, 0, []
+        while self.waiting:
+            p = self.by_id[self.waiting[0][0]].prompt_tokens
+            if rids and total + p > budget:
                 break
-            t = max(t, ready[0][0])
-            continue
-        degraded = degraded_at_s is not None and t >= degraded_at_s
-        st = step_model.step_time([d.seq_len for d in batch], [d.residency for d in batch], rng, degraded,
-                                  rnd.active, dsu.cap, dsu.profile, rnd.admitted, retired,
-                                  rnd.blocked, dsu.n_slots)
-        t += st.time_s
-        results = {d.slot: faults[(rnd.number, d.slot)] for d in batch if (rnd.number, d.slot) in faults}
+            rids.append(self.waiting.popleft()[0])
+            total += p
+        dt = self.sm.prefill_batch_time([self.by_id[i].prompt_tokens for i in rids], self.rng)
+        self.t += dt
+        self.prefill_s += dt
+        for rid in rids:
+            self._first_token(rid, self.t)
+
+    def _take_chunk(self) -> list[tuple[list[int], int]]:
+        """Chunked: (waiting entry, prompt tokens) pieces in arrival order, up to the stack's
+        chunk budget; a prompt may be split across steps."""
+        budget, pieces = self.sm.stack.prefill_chunk_tokens, []
+        for entry in self.waiting:
+            if budget == 0:
+                break
+            n = min(self.by_id[entry[0]].prompt_tokens - entry[1], budget)
+            pieces.append((entry, n))
+            budget -= n
+        return pieces
+
+    @staticmethod
+    def _chunk_context(pieces) -> float:
+        """One context for the chunk's attention FLOPs: step_time counts ``T·ctx + T²/2``
+        query-key pairs for T chunk tokens, the pieces ``Σ n·done + Σ n²/2``; this ctx makes the
+        two equal, clamped at 0 (several short pieces then count a little too much)."""
+        total = sum(n for _, n in pieces)
+        pairs = sum(n * entry[1] + n * n / 2 for entry, n in pieces)
+        return max(0.0, (pairs - total * total / 2) / total) if total else 0.0
+
+    def _decode_step(self) -> bool:
+        """One scheduling round and its step (with a prefill chunk in chunked mode); False when
+        there was nothing to run."""
+        n_outcomes = len(self.model.outcomes)
+        rnd = self.model.step()
+        for rid in islice(reversed(self.model.outcomes), len(self.model.outcomes) - n_outcomes):
+            self._finished(rid, self.t)          # refused at admission (too large)
+        chunk = self._take_chunk() if self.mode == "chunked" else []
+        batch = rnd.batch
+        if not batch and not chunk:
+            self.model.complete()
+            self.retired = 0
+            return False
+        st = self._timed_step(rnd, chunk)
+        self.t += st.time_s
+        results = {d.slot: self.faults[(rnd.number, d.slot)] for d in batch
+                   if (rnd.number, d.slot) in self.faults}
         if any(v == TIMEOUT for v in results.values()):
-            t += step_model.assumptions.host_sched_s  # the watchdog fires after a step's worth
-        retired = len(model.complete(results))
+            self.t += self.sm.stack.host_step_s  # the watchdog fires after a host step's worth
+        ended = self.model.complete(results)
+        self.retired = len(ended)
         for d in batch:
             if d.slot not in results:
-                times[d.request].append(t)
+                self.times[d.request].append(self.t)
+        for o in ended:
+            self._finished(o.request, self.t)
+        for entry, n in chunk:
+            entry[1] += n
+            if entry[1] == self.by_id[entry[0]].prompt_tokens:
+                self.waiting.popleft()
+                self._first_token(entry[0], self.t)
+        self._record(st, len(batch))
+        return True
+
+    def _timed_step(self, rnd, chunk):
+        batch, dsu = rnd.batch, self.dsu
+        degraded = self.degraded_at_s is not None and self.t >= self.degraded_at_s
+        args = ([d.seq_len for d in batch], [d.residency for d in batch], self.rng, degraded,
+                rnd.active, dsu.cap, dsu.profile, rnd.admitted, self.retired, rnd.blocked, dsu.n_slots)
+        if not chunk:
+            return self.sm.step_time(*args)
+        tokens = sum(n for _, n in chunk)
+        # the chunk's share of the step: its time minus the same step's without it (the same
+        # random draws for both)
+        state = self.rng.bit_generator.state
+        without = self.sm.step_time(*args).time_s if batch else 0.0
+        self.rng.bit_generator.state = state
+        st = self.sm.step_time(*args, prefill_tokens=tokens, prefill_context=self._chunk_context(chunk))
+        self.prefill_s += st.time_s - without
+        return st
+
+    def _record(self, st, batch: int) -> None:
+        rows, busy = self.rows, self.busy
         rows["dt"].append(st.time_s)
-        rows["end"].append(t)
+        rows["end"].append(self.t)
         rows["hbm"].append(st.hbm_read_bytes + st.hbm_write_bytes)
         rows["floor"].append(st.floor_s)
-        rows["batch"].append(len(batch))
+        rows["batch"].append(batch)
         busy["sm"] += st.sm_busy_s
         busy["te"] += st.te_busy_s
         busy["cdu"] += st.cdu_busy_s
@@ -95,32 +266,39 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         busy["l2"] += st.l2_kv_bytes
         busy["l2_reuse"] += st.l2_reuse_bytes
         busy["kv"] += st.kv_read_bytes
-        if progress is not None:
-            progress(len(model.outcomes), len(requests))
-    done = [RequestTimes(by_id[rid].arrival_s, tuple(ts)) for rid, ts in times.items()
-            if rid not in model.outcomes or model.outcomes[rid].status == "completed"]
-    summary = summarise(done, ttft_slo_s, tpot_slo_s).as_dict()
-    dt = np.array(rows["dt"])
-    hbm = np.array(rows["hbm"])
-    floor = np.array(rows["floor"])
-    decode_time = float(dt.sum())
-    summary.update(
-        failed=sum(1 for o in model.outcomes.values() if o.status == "failed"),
-        steps=len(dt),
-        hbm_gbps_mean=float(hbm.sum() / decode_time / 1e9) if decode_time else 0.0,
-        hbm_gbps_peak=float((hbm / dt).max() / 1e9) if len(dt) else 0.0,
-        l2_hit_rate=busy["l2"] / busy["kv"] if busy["kv"] else 0.0,
-        l2_reuse_rate=busy["l2_reuse"] / busy["kv"] if busy["kv"] else 0.0,
-        min_step_over_floor=float((dt / floor).min()) if len(dt) else float("nan"),
-        sm_utilisation=busy["sm"] / decode_time if decode_time else 0.0,
-        te_utilisation=busy["te"] / decode_time if decode_time else 0.0,
-        cdu_utilisation=busy["cdu"] / decode_time if decode_time else 0.0,
-        dsu_utilisation=(busy["sched"] / decode_time if decode_time and "dsu" in step_model.cuts else 0.0),
-        mean_batch=float(np.mean(rows["batch"])) if rows["batch"] else 0.0,
-        rollbacks=model.rollbacks,
-        kv_tokens_leaked=model.kv_used,
-        slots_in_use_at_end=model.occupied_slots,
-    )
-    summary["requests"] = len(requests)
-    return SimResult(summary, len(dt), dt, np.array(rows["end"]), hbm, floor,
-                     np.array(rows["batch"]), dict(model.outcomes), done)
+
+    # -- the result ----------------------------------------------------------------------------
+    def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
+        model, busy = self.model, self.busy
+        done = [RequestTimes(self.arrival[rid], tuple(ts)) for rid, ts in self.times.items()
+                if rid not in model.outcomes or model.outcomes[rid].status == "completed"]
+        summary = summarise(done, ttft_slo_s, tpot_slo_s).as_dict()
+        dt, hbm, floor = (np.array(self.rows[k]) for k in ("dt", "hbm", "floor"))
+        batches = np.array(self.rows["batch"], dtype=int)
+        decode_time = float(dt.sum())
+        share = (lambda x: x / decode_time) if decode_time else (lambda x: 0.0)  # noqa: E731
+        summary.update(
+            failed=sum(1 for o in model.outcomes.values() if o.status == "failed"),
+            steps=len(dt),
+            hbm_gbps_mean=share(float(hbm.sum())) / 1e9,
+            hbm_gbps_peak=float((hbm / dt).max() / 1e9) if len(dt) else 0.0,
+            l2_hit_rate=busy["l2"] / busy["kv"] if busy["kv"] else 0.0,
+            l2_reuse_rate=busy["l2_reuse"] / busy["kv"] if busy["kv"] else 0.0,
+            min_step_over_floor=float((dt / floor).min()) if len(dt) else float("nan"),
+            sm_utilisation=share(busy["sm"]),
+            te_utilisation=share(busy["te"]),
+            cdu_utilisation=share(busy["cdu"]),
+            dsu_utilisation=share(busy["sched"]) if "dsu" in self.sm.cuts else 0.0,
+            mean_batch=float(batches[batches > 0].mean()) if (batches > 0).any() else 0.0,
+            rollbacks=model.rollbacks,
+            kv_tokens_leaked=model.kv_used,
+            slots_in_use_at_end=model.occupied_slots,
+            stack=self.sm.stack.name,
+            prefill_mode=self.mode,
+            prefill_s_total=self.prefill_s,
+            concurrency=self.concurrency,
+            think_s=float(self.think_s),
+        )
+        summary["requests"] = len(self.requests)
+        return SimResult(summary, len(dt), dt, np.array(self.rows["end"]), hbm, floor, batches,
+                         dict(model.outcomes), done, dict(self.arrival), dict(self.finish))

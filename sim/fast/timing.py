@@ -21,6 +21,7 @@ from tricut.models.dsu import PROFILES
 from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
+from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
 __all__ = ["CUTS", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
@@ -38,15 +39,9 @@ class Assumptions:
     depends on."""
 
     gemv_bw_efficiency: float = 0.85      # fraction of peak HBM bandwidth a weight GEMV reaches
-    sm_attention_bw_efficiency: float = 0.70   # FlashDecoding-style attention on the SMs
     te_bw_efficiency: float = 0.90        # the TE's single-pass K/V stream
     compute_efficiency: float = 0.60      # of dense tensor peak, for GEMMs in decode and prefill
     l2_bandwidth: float = 5.5e12          # bytes/s, H100-class L2 read bandwidth
-    kernel_overhead_s: float = 4e-6       # per layer, launch + sync gaps on the SM path
-    allreduce_latency_s: float = 5e-6     # per all-reduce (2 per layer) with TP > 1
-    host_sched_s: float = 250e-6          # host CPU scheduler work per step
-    host_sched_per_request_s: float = 2e-6
-    host_jitter_s: float = 150e-6         # mean of an exponential extra delay per step
     degraded_extra_s: float = 100e-6      # DSU degraded: host path plus the hand-over check
     cdu_l2_share: float = 0.8             # fraction of L2 the CDU owns as KV block frames
     prefill_link_bandwidth: float = 50e9  # bytes/s, KV from the prefill pool (RDMA-class)
@@ -57,8 +52,7 @@ class Assumptions:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
                     or value < 0:
                 raise ValueError(f"assumption {name} must be a finite number >= 0, got {value!r}")
-        for name in ("gemv_bw_efficiency", "sm_attention_bw_efficiency", "te_bw_efficiency",
-                     "compute_efficiency", "cdu_l2_share"):
+        for name in ("gemv_bw_efficiency", "te_bw_efficiency", "compute_efficiency", "cdu_l2_share"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"assumption {name} must be in (0, 1], got {getattr(self, name)!r}")
 
@@ -273,8 +267,11 @@ class StepModel:
     policy: str = "adaptive"              # CDU policy when the cdu cut is on
     assumptions: Assumptions = field(default_factory=Assumptions)
     units: UnitTiming | None = None       # default: UnitTiming.from_gpu(gpu)
+    stack: StackProfile | None = None     # default: the shipped DEFAULT_STACK profile
 
     def __post_init__(self):
+        if self.stack is None:
+            self.stack = get_stack(DEFAULT_STACK)
         if self.units is None:
             self.units = UnitTiming.from_gpu(self.gpu)
         unknown = set(self.cuts) - set(CUTS)
@@ -301,30 +298,60 @@ class StepModel:
         the cdu cut."""
         return self.cdu.step(seq_lens, residency) if self.cdu is not None else None
 
+    def host_time(self, batch: int, rng) -> float:
+        """The stack's host work for one step of ``batch`` requests (scheduling, input
+        preparation, output processing), before any overlap with the GPU."""
+        st = self.stack
+        host = st.host_step_s + st.host_per_request_s * batch
+        if st.host_jitter_s > 0:
+            host += rng.exponential(st.host_jitter_s)
+        return host
+
     def sched_time(self, batch: int, degraded: bool, rng, active: int | None = None,
                    cap: int | None = None, profile: str = "throughput-opt", admitted: int = 0,
                    retired: int = 0, blocked: bool = False, n_slots: int = 8) -> float:
         """Scheduling time of one round: the DSU's cycles (``UnitTiming.dsu_round_cycles``
         with this round's admissions, retirements and blocked intake head, on a DSU of
-        ``n_slots`` slots) or, without the dsu cut or when degraded, the host's."""
-        a, u = self.assumptions, self.units
+        ``n_slots`` slots) or, without the dsu cut or when degraded, the stack's host time
+        (:meth:`host_time`; how much of it shows depends on ``stack.sched_overlap``)."""
+        u = self.units
         if "dsu" in self.cuts and not degraded:
             active = batch if active is None else active
             return u.dsu_round_cycles(active, cap or batch, profile, admitted, retired,
                                       blocked, n_slots) / u.dsu_clock_hz
-        host = a.host_sched_s + a.host_sched_per_request_s * batch
-        if a.host_jitter_s > 0:
-            host += rng.exponential(a.host_jitter_s)
-        return host + (a.degraded_extra_s if degraded else 0.0)
+        return self.host_time(batch, rng) + (self.assumptions.degraded_extra_s if degraded else 0.0)
+
+    @property
+    def peak_flops(self) -> float:
+        """Dense tensor peak of the weights' format (fp8 and NVFP4 weights run at the fp8 peak)."""
+        g = self.gpu
+        return g.fp8_flops if self.model.weight_dtype in ("fp8", "nvfp4") else g.bf16_flops
+
+    def _allreduces_s(self, tokens: float) -> float:
+        """The step's ``2 × layers`` all-reduces of ``tokens × hidden × 2`` bytes."""
+        if self.tp == 1:
+            return 0.0
+        msg = tokens * self.model.hidden_size * 2
+        per = self.stack.allreduce_s(self.tp) + 2 * (self.tp - 1) / self.tp * msg / self.gpu.nvlink_bandwidth
+        return 2 * self.model.num_layers * per
+
+    def _prefill_attention_flops(self, tokens: float, context: float) -> float:
+        """Causal attention FLOPs (QK^T and PV) of ``tokens`` new prompt tokens after
+        ``context`` earlier ones, on this GPU."""
+        m = self.model
+        pairs = tokens * context + tokens * tokens / 2
+        return 4 * m.num_layers * m.num_heads * m.head_dim * pairs / self.tp
 
     def step_time(self, seq_lens: list[int], residency: list[int], rng, degraded: bool = False,
                   active: int | None = None, cap: int | None = None, profile: str = "throughput-opt",
                   admitted: int = 0, retired: int = 0, blocked: bool = False,
-                  n_slots: int = 8) -> StepTiming:
+                  n_slots: int = 8, prefill_tokens: int = 0, prefill_context: int = 0) -> StepTiming:
         """One decode step for a batch; ``seq_lens`` include the token this step appends.
         ``active``, ``cap``, ``profile``, ``admitted``, ``retired``, ``blocked``, ``n_slots``:
-        the scheduling round's counts and the DSU's slots (see :meth:`sched_time`)."""
-        m, g, a, u = self.model, self.gpu, self.assumptions, self.units
+        the scheduling round's counts and the DSU's slots (see :meth:`sched_time`).
+        ``prefill_tokens``: prompt tokens of a chunked prefill riding along in this step (after
+        ``prefill_context`` tokens of the same prompts already prefilled)."""
+        m, g, a, u, stk = self.model, self.gpu, self.assumptions, self.units, self.stack
         batch = len(seq_lens)
         history = [s - 1 for s in seq_lens]
         kv_read_tokens = float(sum(history))
@@ -340,17 +367,14 @@ class StepModel:
         if cdu is not None:
             cdu_t = u.cdu_step_cycles(cdu.accesses, cdu.prefetches, batch * m.num_layers,
                                       1 + batch + m.num_layers, self.policy) / u.cdu_clock_hz
-        kv_write = batch * self.kv_token_bytes
+        kv_write = (batch + prefill_tokens) * self.kv_token_bytes
         hbm_read = self.weight_bytes + hbm_kv
         bw = g.hbm_bandwidth
-        flops = self.gemv_flops_per_request * batch
-        peak = g.fp8_flops if m.weight_dtype in ("fp8", "nvfp4") else g.bf16_flops
-        gemv_t = max(self.weight_bytes / (bw * a.gemv_bw_efficiency), flops / (peak * a.compute_efficiency))
-        comm_t = 0.0
-        if self.tp > 1:
-            msg = batch * m.hidden_size * 2
-            per = a.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * msg / g.nvlink_bandwidth
-            comm_t = 2 * m.num_layers * per
+        flops = self.gemv_flops_per_request * (batch + prefill_tokens)
+        flops += self._prefill_attention_flops(prefill_tokens, prefill_context)
+        gemv_t = max(self.weight_bytes / (bw * a.gemv_bw_efficiency), flops / (self.peak_flops * a.compute_efficiency))
+        comm_t = self._allreduces_s(batch + prefill_tokens)
+        gaps = m.num_layers * stk.layer_gap_s(batch)
         if "te" in self.cuts:
             # TE engines stream K/V while the SMs run the GEMVs of the other micro-batch: both
             # share HBM, so the step is bound by total traffic, by the TE's compute, or by the
@@ -363,14 +387,21 @@ class StepModel:
             l2_t = l2_kv / a.l2_bandwidth
             busy = max(gemv_t, te_t, mem_t, l2_t, cdu_t)
             sm_busy, te_busy = gemv_t, te_t
-            core_t = busy + comm_t
+            core_t = busy + gaps + comm_t
         else:
-            attn_t = max((hbm_kv + kv_write) / (bw * a.sm_attention_bw_efficiency), l2_kv / a.l2_bandwidth,
-                         cdu_t)
-            core_t = gemv_t + attn_t + m.num_layers * a.kernel_overhead_s + comm_t
+            # the kernel reads the KV from HBM (per query head without gqa_shared_kv) and writes
+            # the new tokens' K/V once
+            attn_t = max(stk.attention_s(hbm_kv, m.num_layers, bw, m.group_size)
+                         + kv_write / (bw * stk.attn_bw_efficiency), l2_kv / a.l2_bandwidth, cdu_t)
+            core_t = gemv_t + attn_t + gaps + comm_t
             sm_busy, te_busy = gemv_t + attn_t, 0.0
         sched = self.sched_time(batch, degraded, rng, active, cap, profile, admitted, retired,
                                 blocked, n_slots)
+        if "dsu" not in self.cuts or degraded:
+            # an overlapping stack prepares step n+1 while the GPU runs step n: only the part
+            # of its host work longer than the GPU's shows
+            ov = stk.sched_overlap
+            sched = (1 - ov) * sched + ov * max(0.0, sched - core_t)
         floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
         total = core_t + sched
         if total < floor * (1 - 1e-12):
@@ -378,14 +409,33 @@ class StepModel:
         return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
                           sched, cdu_t)
 
+    def _prefill_compute_s(self, prompts: list[int]) -> float:
+        """GEMMs (weights read once) and causal attention of whole prompts on this GPU, at the
+        weights' format peak × ``compute_efficiency``."""
+        g, a = self.gpu, self.assumptions
+        tokens = float(sum(prompts))
+        gemm = self.gemv_flops_per_request * tokens        # per token, on this GPU
+        attn = sum(self._prefill_attention_flops(p, 0) for p in prompts)
+        compute = (gemm + attn) / (self.peak_flops * a.compute_efficiency)
+        return max(compute, self.weight_bytes / (g.hbm_bandwidth * a.gemv_bw_efficiency))
+
     def prefill_time(self, prompt: int) -> float:
-        """Disaggregated prefill pool (one TP group like this one, uncontended): GEMM compute
-        at ``compute_efficiency`` (weights read once), causal attention FLOPs, then the prompt's
-        KV sent over the prefill link."""
-        m, g, a = self.model, self.gpu, self.assumptions
-        gemm = 2 * m.param_count() * prompt
-        attn = 2 * m.num_layers * m.num_heads * m.head_dim * prompt * prompt  # QK^T + PV, causal half
-        compute = (gemm + attn) / self.tp / (g.bf16_flops * a.compute_efficiency)
-        weights = m.weight_bytes_per_step() / self.tp / g.hbm_bandwidth
+        """Disaggregated prefill pool (one TP group like this one, uncontended): the prompt's
+        GEMMs and causal attention (:meth:`_prefill_compute_s`), then its KV sent over the
+        prefill link."""
+        m, a = self.model, self.assumptions
         transfer = prompt * m.kv_bytes_per_token(self.kv_dtype) / a.prefill_link_bandwidth
-        return max(compute, weights) + transfer
+        return self._prefill_compute_s([prompt]) + transfer
+
+    def prefill_batch_time(self, prompts: list[int], rng=None) -> float:
+        """One prefill batch of whole ``prompts`` on these (decode) GPUs, as a colocated stack
+        runs it between decode steps: compute (:meth:`_prefill_compute_s`), eager launch gaps
+        per layer, the all-reduces of every prompt token, and the stack's host step."""
+        if not prompts:
+            return 0.0
+        m, stk = self.model, self.stack
+        host = stk.host_step_s + stk.host_per_request_s * len(prompts)
+        if rng is not None and stk.host_jitter_s > 0:
+            host += rng.exponential(stk.host_jitter_s)
+        return (self._prefill_compute_s(prompts) + m.num_layers * (stk.graph_layer_gap_s + stk.eager_extra_gap_s)
+                + self._allreduces_s(float(sum(prompts))) + host)

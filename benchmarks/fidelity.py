@@ -1,0 +1,429 @@
+"""Fidelity of the baseline (``--cuts none``) against published H100 decode measurements.
+
+    .venv/bin/python benchmarks/fidelity.py            # fit, print the report
+    .venv/bin/python benchmarks/fidelity.py --write    # ... and write sim/fast/stacks.json and docs/fidelity.md
+
+Reads every table row of the calibration file (``--calibration``, default
+``../shared/calibration/published-h100-decode.md``), runs each row the fast model can express
+under the stack that measured it and compares. Mechanisms are fitted on a stated subset and
+judged on the rest (docs/fidelity.md, "Fit and held-out rows"):
+
+* the decode-attention kernel curve (``attn_call_s``, ``attn_bw_efficiency``: a fixed cost per
+  call plus the KV bytes at a bandwidth efficiency) on table B's timed kernel calls;
+* per stack (``vllm-v0``, ``trtllm``) its host time per step and per request and its launch
+  gap per layer with CUDA graphs, plus one all-reduce latency shared by both, on the A1 static
+  batches at ISL = OSL = 1024 of that stack.
+
+Held out: A1 at ISL = OSL = 128 and 2048, the A1 pure-decode ITLs, all of A3 (another source:
+TensorRT-LLM's own tables, FP8 weights and KV, other models) and vLLM V1's TPOT row of table C.
+A static batch of B requests is prefilled on the decode GPUs (colocated, in batches of at most
+the stack's ``prefill_batch_tokens``) and then decoded for OSL - 1 steps:
+``ms/token = (prefill + sum of steps) / OSL``. Steps are affine in the context between the
+first and last step, so the sum is taken exactly by Simpson's rule on three steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from tricut.models.config import load_gpu, load_model
+from tricut.sim.fast.stacks import STACKS_FILE, load_stacks
+from tricut.sim.fast.timing import StepModel
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CALIBRATION = ROOT.parent / "shared" / "calibration" / "published-h100-decode.md"
+COMMAND = ".venv/bin/python benchmarks/fidelity.py --write"
+H100 = load_gpu("h100-sxm5")
+MODELS = {"Llama-3-8B": "llama-3-8b", "Llama-3-70B": "llama-3-70b", "LLaMA-7B": "llama-2-7b",
+          "LLaMA-70B": "llama-2-70b", "Llama-8B": "llama-3-8b"}
+#: the stack whose kernel curve the table B rows measure (FlashAttention-class paged decode)
+KERNEL_STACK = "vllm-v0"
+#: fitted per stack / shared, with their starting points
+PER_STACK = ("host_step_s", "host_per_request_s", "graph_layer_gap_s")
+SHARED = ("allreduce_latency_s",)
+KERNEL = ("attn_call_s", "attn_bw_efficiency")
+
+
+# ------------------------------------------------------------------------------ the file
+def tables(text: str) -> dict[str, list[dict]]:
+    """Section letter (``A1``, ``A3``, ``B``, ``C``) -> its table rows as dicts."""
+    out, section, header = {}, None, None
+    for line in text.splitlines():
+        m = re.match(r"^## (\w+)\.", line)
+        if m:
+            section, header = m.group(1), None
+            continue
+        if section is None or not line.startswith("|"):
+            header = None if not line.startswith("|") else header
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if header is None:
+            header = cells
+        elif set("".join(cells)) <= set("-: "):
+            continue
+        else:
+            rows = out.setdefault(section, [])
+            # "same" repeats the cell above it
+            if rows:
+                cells = [rows[-1].get(h, c) if c == "same" else c for h, c in zip(header, cells)]
+            rows.append(dict(zip(header, cells)))
+    return out
+
+
+def _num(text: str) -> float:
+    return float(text.replace(",", "").split()[0])
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published figure the model can express."""
+    label: str
+    group: str          # source group (for the held-out split)
+    stack: str
+    kind: str           # static | itl | kernel | tpot
+    published: float    # ms (per output token, per step or per call) or µs for kernels
+    model: str = ""
+    weights: str = "bf16"
+    kv: str = "bf16"
+    tp: int = 1
+    batch: int = 1
+    isl: int = 0
+    osl: int = 0
+    kv_bytes: float = 0.0     # kernel rows: KV bytes of the call
+    fit: bool = False
+
+
+def cases(rows: dict[str, list[dict]]) -> tuple[list[Case], list[tuple[str, str]]]:
+    out, skipped = [], []
+    for r in rows.get("A1", []):
+        stack = "vllm-v0" if r["system"].startswith("vLLM") else "trtllm"
+        isl = r["ISL/OSL"]
+        if "TTFT" in r["metric"]:
+            n = int(re.match(r"(\d+)", isl).group(1))
+            ttft, e2e = (float(x.strip().rstrip("s")) for x in r["value"].split("/"))
+            itl = (e2e - ttft) / (n - 1) * 1e3
+            out.append(Case(f"A1 {r['system']} {r['model']} TP{r['TP']} bs{r['bs']} {n}/{n} ITL", "A1-itl",
+                            stack, "itl", itl, MODELS[r["model"]], tp=int(r["TP"]), batch=int(r["bs"]),
+                            isl=n, osl=n))
+            continue
+        i, o = (int(x) for x in isl.split("/"))
+        out.append(Case(f"A1 {r['system']} {r['model']} TP{r['TP']} bs{r['bs']} {i}/{o}", "A1", stack,
+                        "static", _num(r["derived ms/output token"]), MODELS[r["model"]], tp=int(r["TP"]),
+                        batch=int(r["bs"]), isl=i, osl=o, fit=(i == 1024)))
+    for r in rows.get("A3", []):
+        i, o = (int(x) for x in r["ISL/OSL"].split("/"))
+        out.append(Case(f"A3 {r['system']} {r['model']} TP{r['TP']} bs{r['batch']} {i}/{o} fp8", "A3",
+                        "trtllm-2023", "static", _num(r["derived ms/step"]), MODELS[r["model"]], "fp8", "fp8",
+                        int(r["TP"]), int(r["batch"]), i, o))
+    for r in rows.get("B", []):
+        m = re.match(r"([\d.]+) µs", r["value"])
+        shape = re.search(r"(\d+) q / (\d+) kv, d=(\d+)|MHA (\d+)/(\d+), d=(\d+)", r["shape"])
+        if not m or not shape or "Hopper" in r["GPU"] and "H100" not in r["GPU"]:
+            skipped.append((f"B {r['kernel']} ctx {r['context']}",
+                            "no single kernel time on H100 with a stated shape"))
+            continue
+        kv_heads, d = (int(shape.group(2)), int(shape.group(3))) if shape.group(1) else \
+            (int(shape.group(5)), int(shape.group(6)))
+        batch, ctx = int(r["batch"]), int(r["context"])
+        out.append(Case(f"B {r['kernel'].split(',')[0]} bs{batch} ctx {ctx}", "B", "kernel", "kernel",
+                        float(m.group(1)), batch=batch, isl=ctx,
+                        kv_bytes=batch * ctx * kv_heads * d * 2 * 2, fit=True))
+    for r in rows.get("C", []):
+        if r["system"] == "vLLM V0" and "gap between consecutive decodes" in r["metric"]:
+            lo, hi = (float(x) for x in re.findall(r"[\d.]+", r["value"])[:2])
+            out.append(Case("C vLLM V0 Llama-2-7B bs256 gap between decode steps", "C", "vllm-v0",
+                            "hostgap", (lo + hi) / 2, "llama-2-7b", batch=256, fit=True))
+        elif r["system"].startswith("vLLM V1 full vs piecewise"):
+            out.append(Case("C vLLM V1 Llama-8B conc 1 512/256 TPOT", "C", "vllm-v1", "tpot",
+                            _num(r["value"].split(";")[1].replace("ms before", "")), "llama-3-8b",
+                            batch=1, isl=512, osl=256))
+        else:
+            skipped.append((f"C {r['system']} {r['model']}: {r['metric']}",
+                            "an overhead share or a non-Hopper/unstated setup, used as a citation "
+                            "for stack parameters, not as a row"))
+    return out, skipped
+
+
+# ------------------------------------------------------------------------------ the model
+def step_model(case: Case, stack) -> StepModel:
+    model = replace(load_model(case.model), weight_dtype=case.weights)
+    return StepModel(model, H100, case.kv, case.tp, frozenset(), stack=stack)
+
+
+def decode_s(sm: StepModel, batch: int, first_ctx: int, steps: int, rng) -> float:
+    """Sum of ``steps`` decode steps of ``batch`` requests whose contexts (with the new token)
+    run from ``first_ctx`` to ``first_ctx + steps - 1``: exact for steps affine in the context."""
+    if steps <= 0:
+        return 0.0
+    t = [sm.step_time([c] * batch, [1] * batch, rng).time_s
+         for c in (first_ctx, first_ctx + (steps - 1) / 2, first_ctx + steps - 1)]
+    return steps * (t[0] + 4 * t[1] + t[2]) / 6
+
+
+def prefill_s(sm: StepModel, batch: int, isl: int) -> float:
+    per = max(1, sm.stack.prefill_batch_tokens // isl)
+    full, rest = divmod(batch, per)
+    return full * sm.prefill_batch_time([isl] * per) + (sm.prefill_batch_time([isl] * rest) if rest else 0.0)
+
+
+def predict(case: Case, stacks: dict) -> float:
+    rng = np.random.default_rng(0)
+    if case.kind == "kernel":
+        return stacks[KERNEL_STACK].attention_s(case.kv_bytes, 1, H100.hbm_bandwidth) * 1e6
+    if case.kind == "hostgap":
+        return stacks[case.stack].host_step_s * 1e3 + stacks[case.stack].host_per_request_s * case.batch * 1e3
+    sm = step_model(case, stacks[case.stack])
+    if case.kind == "static":
+        total = prefill_s(sm, case.batch, case.isl) + decode_s(sm, case.batch, case.isl + 1, case.osl - 1, rng)
+        return total / case.osl * 1e3
+    # pure-decode ITL / TPOT: the mean decode step
+    return decode_s(sm, case.batch, case.isl + 1, case.osl - 1, rng) / (case.osl - 1) * 1e3
+
+
+def errors(cs: list[Case], stacks: dict) -> list[float]:
+    return [predict(c, stacks) / c.published - 1 for c in cs]
+
+
+# ------------------------------------------------------------------------------ the fit
+def nelder_mead(f, x0, steps, iters=3000, tol=1e-10):
+    """Minimise ``f`` from ``x0`` (plain Nelder-Mead; no SciPy in the environment)."""
+    n = len(x0)
+    pts = [np.array(x0, float)] + [np.array(x0, float) + np.eye(n)[i] * steps[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < tol:
+            break
+        c = sum(pts[:-1]) / n
+        xr = c + (c - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = c + 2 * (c - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = c + 0.5 * (pts[-1] - c)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0] + 0.5 * (p - pts[0]) for p in pts]
+                vals = [f(p) for p in pts]
+    i = int(np.argmin(vals))
+    return pts[i], vals[i]
+
+
+def _loss(errs):
+    return sum(math.log1p(e) ** 2 for e in errs)
+
+
+def resolve(stacks: dict, sources: dict) -> dict:
+    """Copy every value whose source reads "as <stack>" from that stack."""
+    out = dict(stacks)
+    for _ in range(len(out)):
+        for name, src in sources.items():
+            copies = {}
+            for f, text in src.items():
+                m = re.match(r"as ([\w.-]+)", text)
+                if m and m.group(1) in out:
+                    copies[f] = getattr(out[m.group(1)], f)
+            if copies:
+                out[name] = replace(out[name], **copies)
+    return out
+
+
+def fit_kernel(rows: list[Case], start) -> tuple[float, float]:
+    """``(attn_call_s, attn_bw_efficiency)`` of the kernel curve that best fits ``rows``
+    (relative errors), from the profile ``start``."""
+    def profile(x):
+        return {KERNEL_STACK: start.with_values(attn_call_s=math.exp(x[0]),
+                                                attn_bw_efficiency=1 / (1 + math.exp(-x[1])))}
+    e = start.attn_bw_efficiency
+    x, _ = nelder_mead(lambda x: _loss(errors(rows, profile(x))),
+                       [math.log(max(start.attn_call_s, 1e-7)), math.log(e / (1 - e))], [0.3, 0.3])
+    return math.exp(x[0]), 1 / (1 + math.exp(-x[1]))
+
+
+def fit(cs: list[Case], base: dict, sources: dict) -> dict:
+    """The profiles with every value whose source starts with "fit:" fitted: the kernel curve
+    on table B, then each stack's host and gap values and the shared all-reduce latency on the
+    fit rows of table A1; "as <stack>" values follow their stack."""
+    fitted = lambda name, f: sources[name][f].startswith("fit:")       # noqa: E731
+    kernel_rows = [c for c in cs if c.kind == "kernel" and c.fit]
+    kernel_stacks = [n for n in base if all(fitted(n, f) for f in KERNEL)]
+
+    call, eff = fit_kernel(kernel_rows, base[kernel_stacks[0]])
+    stacks = resolve({k: (v.with_values(attn_call_s=call, attn_bw_efficiency=eff) if k in kernel_stacks else v)
+                      for k, v in base.items()}, sources)
+
+    rows = [c for c in cs if c.fit and c.kind != "kernel"]
+    names = [(s, p) for s in base for p in PER_STACK if fitted(s, p)]
+    names += [(None, p) for p in SHARED if any(fitted(s, p) for s in base)]
+
+    def apply(x):
+        vals = dict(zip(names, (math.exp(v) for v in x)))
+        out = {}
+        for s, prof in stacks.items():
+            own = {p: v for (n, p), v in vals.items() if n == s}
+            own.update({p: v for (n, p), v in vals.items() if n is None and fitted(s, p)})
+            out[s] = prof.with_values(**own) if own else prof
+        return resolve(out, sources)
+
+    x0 = [math.log(max(getattr(stacks[s or next(n for n in base if fitted(n, p))], p), 1e-7))
+          for s, p in names]
+    x, _ = nelder_mead(lambda x: _loss(errors(rows, apply(x))), x0, [0.5] * len(x0), iters=6000)
+    x, _ = nelder_mead(lambda x: _loss(errors(rows, apply(x))), x, [0.2] * len(x0), iters=6000)
+    return apply(x)
+
+
+# ------------------------------------------------------------------------------ the report
+def _stats(errs):
+    if not errs:
+        return "–", "–", "–"
+    a = [abs(e) for e in errs]
+    return f"{100 * statistics.median(a):.1f} %", f"{100 * max(a):.1f} %", f"{100 * statistics.median(errs):+.1f} %"
+
+
+def report(cs, skipped, stacks, before, table, calibration) -> str:
+    got = {c.label: predict(c, stacks) for c in cs}
+    old = {c.label: predict(c, before) for c in cs}
+    unit = {"kernel": "µs/call", "static": "ms/token", "itl": "ms/step", "tpot": "ms/token",
+            "hostgap": "ms/step"}
+    lines = ["# Fidelity: the baseline against published H100 decode measurements", "",
+             f"Written by `{COMMAND}` (reads `{calibration}`); do not edit by hand. "
+             "What the stacks are and how each enters the step time: `docs/system-model.md`; "
+             "the stack parameters and their sources are at the end of this page.", "",
+             "## Summary (|error| median, worst, and signed median)", "",
+             "| stack | rows | fitted: median | worst | held out: median | worst | signed median (held out) |",
+             "|---|---|---|---|---|---|---|"]
+    for s in sorted({c.stack for c in cs}):
+        fe = [got[c.label] / c.published - 1 for c in cs if c.stack == s and c.fit]
+        he = [got[c.label] / c.published - 1 for c in cs if c.stack == s and not c.fit]
+        f_med, f_max, _ = _stats(fe)
+        h_med, h_max, h_sig = _stats(he)
+        lines.append(f"| {s} | {len(fe) + len(he)} | {f_med} | {f_max} | {h_med} | {h_max} | {h_sig} |")
+    allh = [got[c.label] / c.published - 1 for c in cs if not c.fit]
+    h_med, h_max, h_sig = _stats(allh)
+    lines += [f"| **all held out** | {len(allh)} | | | {h_med} | {h_max} | {h_sig} |", "",
+              "Before stack profiles the model had one fixed set of constants (host 250 µs + 2 µs "
+              "per request per step, 4 µs per layer, 5 µs per all-reduce, attention at 70 % of HBM "
+              "bandwidth with no cost per call). With those constants, and prefill and jitter "
+              "treated as on this page, the same rows had: " + _before_line(cs, old), "",
+              "The `kernel` line is table B's attention calls (µs per call); every other line is a "
+              "serving stack. Signed errors are predicted / published − 1: negative = the model is "
+              "too fast.", "",
+              "## Fit and held-out rows", "",
+              "* **kernel** (`attn_call_s`, `attn_bw_efficiency`, shared by the vLLM and TensorRT-LLM "
+              "stacks): fitted on table B's timed calls (FlashAttention-2 nvbench, FlashAttention-3 "
+              "user measurement). KV bytes of a call = batch × context × KV heads × head_dim × 2 × 2 B.",
+              f"* **per stack** ({', '.join(PER_STACK)}) for `vllm-v0` and `trtllm`, and the shared "
+              f"`{SHARED[0]}`: fitted on table A1's static batches at ISL = OSL = 1024 of that stack "
+              "(vLLM and TensorRT-LLM rows of LLM-Inference-Bench), and for `vllm-v0` also table C's "
+              "measured gap between decode steps at batch 256 (vLLM issue #10634, 5–6 ms, taken as "
+              "5.5 ms = `host_step_s + 256 × host_per_request_s`). `vllm-v1` has no rows of its own "
+              "to fit: it takes `vllm-v0`'s values (its sources say so).",
+              "* **`trtllm-2023`** (TensorRT-LLM 0.5–0.9, the A3 rows) is `trtllm` with two cited "
+              "differences: GQA decode before the Hopper XQA kernels read K/V once per query head, "
+              "and the static-batch runs streamed a contiguous KV cache (taken at the `ideal` "
+              "kernel efficiency). Nothing was fitted on A3, but this profile was added after "
+              "seeing A3's errors under `trtllm` (+16 % to −46 %), so A3 is not a blind test of "
+              "it; the held-out rows of A1 and C are.",
+              "* **held out**: A1 at ISL = OSL = 128 and 2048 and its pure-decode ITL rows (same "
+              "source, other shapes), every A3 row (another source: TensorRT-LLM's performance tables, "
+              "FP8 weights and KV, Llama-2 models, batches to 480) and table C's vLLM V1 TPOT row.",
+              "", "## Every row", "",
+              "| row | fit? | stack | unit | published | predicted | error | before |",
+              "|---|---|---|---|---|---|---|---|"]
+    for c in cs:
+        e = got[c.label] / c.published - 1
+        b = old[c.label] / c.published - 1
+        lines.append(f"| {c.label} | {'fit' if c.fit else 'held out'} | {c.stack} | {unit[c.kind]} | "
+                     f"{c.published:.2f} | {got[c.label]:.2f} | {100 * e:+.1f} % | {100 * b:+.1f} % |")
+    lines += ["", "## Rows the model does not express", "", "| row | missing |", "|---|---|"]
+    lines += [f"| {lab} | {why} |" for lab, why in skipped]
+    lines += ["", "## Stack parameters (`sim/fast/stacks.json`)", "",
+              "| stack | parameter | value | source |", "|---|---|---|---|"]
+    for name, p in stacks.items():
+        for f in p.__dataclass_fields__:
+            if f == "name":
+                continue
+            lines.append(f"| {name} | `{f}` | {_fmt(getattr(p, f))} | {table.sources[name][f]} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v):
+    if isinstance(v, bool) or isinstance(v, str) or isinstance(v, int):
+        return str(v)
+    if v == 0:
+        return "0"
+    return f"{v * 1e6:.2f} µs" if v < 0.1 else f"{v:.3f}"
+
+
+def _before_line(cs, old):
+    he = [old[c.label] / c.published - 1 for c in cs if not c.fit and c.kind != "kernel"]
+    al = [old[c.label] / c.published - 1 for c in cs if c.kind != "kernel"]
+    m1, w1, s1 = _stats(al)
+    m2, w2, s2 = _stats(he)
+    return (f"median |error| {m1}, worst {w1}, signed median {s1} over the {len(al)} serving rows "
+            f"({m2}, {w2}, {s2} on the held-out ones).")
+
+
+def previous_model(stacks: dict) -> dict:
+    """The constants the model had before stack profiles, as profiles (for the 'before' column)."""
+    return {k: v.with_values(host_step_s=250e-6, host_per_request_s=2e-6, host_jitter_s=0.0,
+                             sched_overlap=0.0, graph_layer_gap_s=4e-6, eager_extra_gap_s=0.0,
+                             attn_call_s=0.0, attn_bw_efficiency=0.70, allreduce_latency_s=5e-6)
+            for k, v in stacks.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calibration", type=Path, default=DEFAULT_CALIBRATION,
+                    help="the published measurements (default: ../shared/calibration/published-h100-decode.md)")
+    ap.add_argument("--write", action="store_true",
+                    help=f"write the fitted values into sim/fast/{STACKS_FILE} and the report into docs/fidelity.md")
+    args = ap.parse_args(argv)
+    try:
+        text = args.calibration.read_text(encoding="utf-8")
+    except OSError as e:
+        print(f"fidelity: cannot read {args.calibration}: {e.strerror}", file=sys.stderr)
+        return 2
+    cs, skipped = cases(tables(text))
+    table = load_stacks()
+    stacks = fit(cs, table.profiles, table.sources)
+    before = previous_model(table.profiles)
+    # "previous model" used prefill on a separate pool: run its rows without the colocated prefill
+    try:
+        label = str(args.calibration.resolve().relative_to(ROOT.parent))
+        label = "../" + label
+    except ValueError:
+        label = str(args.calibration)
+    text = report(cs, skipped, stacks, before, table, label)
+    print(text)
+    if args.write:
+        def source(text):
+            if not text.startswith("fit:"):
+                return text
+            what = re.search(r"\(([^()]*)\)$", text)
+            return f"fit: {COMMAND}" + (f" ({what.group(1)})" if what else "")
+        fitted = {name: {f: source(src) for f, src in table.sources[name].items()} for name in stacks}
+        out = type(table)(stacks, fitted, table.about)
+        out.save(ROOT / "sim" / "fast" / STACKS_FILE)
+        (ROOT / "docs" / "fidelity.md").write_text(text, encoding="utf-8")
+        print(f"wrote sim/fast/{STACKS_FILE} and docs/fidelity.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""Stack profiles as data (sim/fast/stacks.json) and the fidelity benchmark's machinery
+(benchmarks/fidelity.py): the file is checked on load, the docs quote it, the parser reads the
+calibration tables, and the fit finds known parameters."""
+
+import importlib.util
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from tricut.models.config import ConfigError
+from tricut.sim.fast.stacks import DEFAULT_STACK, StackProfile, get_stack, load_stacks, stack_names
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _fidelity():
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benchmarks" / "fidelity.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fidelity"] = mod        # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shipped_stacks_and_default():
+    assert stack_names() == ["vllm-v0", "vllm-v1", "trtllm", "trtllm-2023", "ideal"]
+    assert DEFAULT_STACK in stack_names()
+    ideal = get_stack("ideal")
+    assert ideal.host_step_s == ideal.graph_layer_gap_s == ideal.attn_call_s == 0
+    with pytest.raises(ValueError, match="unknown stack 'nope'; choose one of vllm-v0"):
+        get_stack("nope")
+
+
+def test_every_value_has_a_source_and_fits_come_from_the_script():
+    raw = json.loads((ROOT / "sim" / "fast" / "stacks.json").read_text())
+    for name, entry in raw["stacks"].items():
+        for key, item in entry.items():
+            src = item["source"]
+            assert src.strip(), (name, key)
+            if src.startswith("fit:"):
+                assert src.startswith("fit: .venv/bin/python benchmarks/fidelity.py --write"), (name, key)
+            m = re.match(r"as ([\w.-]+)", src)
+            if m:       # a copied value equals its origin's
+                assert item["value"] == raw["stacks"][m.group(1)][key]["value"], (name, key)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["stacks"]["ideal"].pop("attn_call_s"), "stack 'ideal': expected the keys"),
+    (lambda d: d["stacks"]["trtllm"]["host_step_s"].update(value=-1), "host_step_s must be a finite number >= 0"),
+    (lambda d: d["stacks"]["trtllm"]["attn_bw_efficiency"].update(value=1.5), "attn_bw_efficiency must be in"),
+    (lambda d: d["stacks"]["trtllm"]["prefill"].update(value="sometimes"), "prefill must be one of"),
+    (lambda d: d["stacks"]["trtllm"]["cuda_graphs"].update(value=1), "cuda_graphs must be true or false"),
+    (lambda d: d["stacks"]["trtllm"]["graph_max_batch"].update(value=0.5), "graph_max_batch must be an integer"),
+    (lambda d: d["stacks"]["vllm-v0"].update(host_step_s=0.1), "entry 'vllm-v0.host_step_s'"),
+    (lambda d: d.pop("stacks"), "expected an object with 'about'"),
+])
+def test_a_malformed_stacks_file_names_the_entry(tmp_path, mutate, message):
+    raw = json.loads((ROOT / "sim" / "fast" / "stacks.json").read_text())
+    mutate(raw)
+    path = tmp_path / "stacks.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_stacks(path)
+    with pytest.raises(ConfigError, match="file not found"):
+        load_stacks(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_stacks(tmp_path / "bad.json")
+
+
+def test_the_file_round_trips():
+    table = load_stacks()
+    assert json.loads(table.to_json()) == json.loads((ROOT / "sim" / "fast" / "stacks.json").read_text())
+
+
+def test_docs_quote_the_shipped_values():
+    """docs/fidelity.md's parameter table is the file's (both are written by the script)."""
+    doc = (ROOT / "docs" / "fidelity.md").read_text()
+    table = load_stacks()
+    fid = _fidelity()
+    for name, p in table.profiles.items():
+        for f in p.__dataclass_fields__:
+            if f == "name":
+                continue
+            row = f"| {name} | `{f}` | {fid._fmt(getattr(p, f))} | {table.sources[name][f]} |"
+            assert row in doc, row
+
+
+CALIBRATION = """\
+## A1. Static
+| system | model | GPU | TP | prec | bs | ISL/OSL | metric | value | derived ms/output token | source |
+|---|---|---|---|---|---|---|---|---|---|---|
+| vLLM (mid-2024) | Llama-3-8B | H100 | 1 | fp16 | 16 | 1024/1024 | batch latency | 11.025 s | 10.77 | x |
+| TRT-LLM | Llama-3-70B | H100 | 4 | fp16 | 1 | 128/128 | batch latency | 2.312 s | 18.07 | same |
+| vLLM | Llama-3-8B | H100 | 1 | fp16 | 16 | 1024 in | TTFT (run with OSL=1) vs end-to-end latency (OSL=1024) | 0.426 s / 11.025 s | x | y |
+
+## B. Kernels
+| kernel | GPU | shape | batch | context | metric | value | source |
+|---|---|---|---|---|---|---|---|
+| FA2 | H100 SXM | Llama-3-70B heads: 64 q / 8 kv, d=128, page 256 | 64 | 32 | GPU time | 21.1 µs; 496 GB/s | z |
+| same | H100 SXM | same | 64 | 64 | same | 23.0 µs; 822 GB/s | same |
+"""
+
+
+def test_the_parser_reads_rows_and_repeats_same():
+    fid = _fidelity()
+    cs, skipped = fid.cases(fid.tables(CALIBRATION))
+    by = {c.label: c for c in cs}
+    a = by["A1 vLLM (mid-2024) Llama-3-8B TP1 bs16 1024/1024"]
+    assert (a.stack, a.kind, a.published, a.batch, a.isl, a.osl, a.fit) == ("vllm-v0", "static", 10.77, 16, 1024, 1024, True)
+    t = by["A1 TRT-LLM Llama-3-70B TP4 bs1 128/128"]
+    assert (t.stack, t.tp, t.model, t.fit) == ("trtllm", 4, "llama-3-70b", False)
+    itl = by["A1 vLLM Llama-3-8B TP1 bs16 1024/1024 ITL"]
+    assert itl.published == pytest.approx((11.025 - 0.426) / 1023 * 1e3)
+    k = [c for c in cs if c.kind == "kernel"]
+    assert [c.isl for c in k] == [32, 64]        # "same" repeated the shape of the row above
+    assert k[1].kv_bytes == 64 * 64 * 8 * 128 * 2 * 2
+    assert not skipped
+
+
+def test_the_fit_recovers_known_kernel_parameters():
+    """Kernel rows made by a known curve are fitted back to it."""
+    fid = _fidelity()
+    table = load_stacks()
+    truth = table.profiles["vllm-v0"].with_values(attn_call_s=20e-6, attn_bw_efficiency=0.7)
+    rows = [fid.Case(f"k{b}", "B", "kernel", "kernel", truth.attention_s(b, 1, fid.H100.hbm_bandwidth) * 1e6,
+                     kv_bytes=b, fit=True) for b in (1e6, 1e7, 1e8, 1e9)]
+    call, eff = fid.fit_kernel(rows, table.profiles["vllm-v0"].with_values(attn_call_s=5e-6, attn_bw_efficiency=0.5))
+    assert call == pytest.approx(20e-6, rel=1e-3)
+    assert eff == pytest.approx(0.7, rel=1e-3)
+
+
+def test_stack_profile_checks_its_values():
+    p = get_stack("vllm-v0")
+    with pytest.raises(ValueError, match="sched_overlap must be in"):
+        p.with_values(sched_overlap=2)
+    with pytest.raises(ValueError, match="prefill_chunk_tokens must be an integer"):
+        p.with_values(prefill_chunk_tokens=1.5)
+    assert isinstance(p, StackProfile) and p.with_values(host_step_s=0).host_step_s == 0
+
+
+@pytest.mark.parametrize("stack, model, weights, tp, batch, isl, osl", [
+    ("vllm-v0", "llama-3-8b", "bf16", 1, 8, 1024, 48),
+    ("trtllm-2023", "llama-2-70b", "fp8", 4, 12, 512, 40),
+])
+def test_the_benchmarks_static_batch_is_what_the_simulator_runs(stack, model, weights, tp, batch, isl, osl):
+    """The benchmark's closed form (colocated prefill, then Simpson over the decode steps) equals
+    the event-driven simulation of the same static batch."""
+    from dataclasses import replace as dc_replace
+
+    from tricut.models.config import load_model
+    from tricut.sim.fast.setup import ServingSetup
+    from tricut.sim.fast.workload import synthetic
+
+    fid = _fidelity()
+    case = fid.Case("x", "A1", stack, "static", 1.0, model, weights, weights, tp, batch, isl, osl)
+    stacks = load_stacks().profiles
+    m = dc_replace(load_model(model), weight_dtype=weights)
+    setup = ServingSetup(m, fid.H100, weights, tp, n_slots=64, max_batch=batch, stack=stacks[stack])
+    res = setup.run(synthetic(batch, math.inf, isl, osl), ())
+    assert res.summary["prefill_mode"] == "colocated" and res.summary["mean_batch"] == batch
+    last = max(r.token_times_s[-1] for r in res.request_times)
+    assert last / osl * 1e3 == pytest.approx(fid.predict(case, stacks), rel=1e-3)
