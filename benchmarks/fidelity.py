@@ -127,8 +127,7 @@ def cases(rows: dict[str, list[dict]]) -> tuple[list[Case], list[tuple[str, str]
         m = re.match(r"([\d.]+) µs", r["value"])
         shape = re.search(r"(\d+) q / (\d+) kv, d=(\d+)|MHA (\d+)/(\d+), d=(\d+)", r["shape"])
         if not m or not shape or "Hopper" in r["GPU"] and "H100" not in r["GPU"]:
-            skipped.append((f"B {r['kernel']} ctx {r['context']}",
-                            "no single kernel time on H100 with a stated shape"))
+            skipped.append((f"B {r['kernel']} ({r['GPU']}, context {r['context']})", _why_not(r)))
             continue
         kv_heads, d = (int(shape.group(2)), int(shape.group(3))) if shape.group(1) else \
             (int(shape.group(5)), int(shape.group(6)))
@@ -146,10 +145,35 @@ def cases(rows: dict[str, list[dict]]) -> tuple[list[Case], list[tuple[str, str]
                             _num(r["value"].split(";")[1].replace("ms before", "")), "llama-3-8b",
                             batch=1, isl=512, osl=256))
         else:
-            skipped.append((f"C {r['system']} {r['model']}: {r['metric']}",
-                            "an overhead share or a non-Hopper/unstated setup, used as a citation "
-                            "for stack parameters, not as a row"))
+            skipped.append((f"C {r['system']}, {r['model']}: {r['metric']}", _why_not(r)))
     return out, skipped
+
+
+#: why a row is not expressed, by a phrase of its system or kernel cell
+WHY_NOT = (
+    ("FA3 (vLLM fork)", "neither the GPU nor the model's heads are stated (\"qwen32b-tp2\")"),
+    ("FlashMLA", "MLA attention (DeepSeek), which no shipped model has; a peak bandwidth, not a timed call"),
+    ("FlashInfer single-request", "the numbers are only in a figure"),
+    ("FlashInfer vs vLLM", "a speed-up ratio between two kernels over A100 and H100, not a time"),
+    ("vLLM ≤0.5.3", "shares of serving time including the HTTP API server, which the model does not run"),
+    ("vLLM ≤0.5.x", "light load through the API server; batch and prompt lengths not stated"),
+    ("vLLM 0.6.0", "a gain between two vLLM versions (multi-step scheduling), not a time"),
+    ("vLLM V1", "GPU execution time only (\"as low as ~5 ms\"), batch not stated"),
+    ("RFC #6854", "model, GPU and batch not stated; cited for vllm-v0's synchronous scheduling"),
+    ("SGLang (-omni)", "SGLang and Qwen3-Omni: no stack profile or model config for them"),
+    ("SGLang v0.4", "a speed-up ratio between SGLang versions on a 3B model"),
+    ("analysis blog", "a share without a setup"),
+    ("CUDA graph (early PR)", "vLLM of 2023, no shipped stack; its eager/graph difference is the source "
+                              "of eager_extra_gap_s"),
+    ("gpt-fast", "A100 and eager PyTorch, no stack profile"),
+    ("secondary blog", "method unknown (low confidence), stack not stated"),
+    ("TRT-LLM v1.3.0rc8", "GB200, not Hopper; graph memory and capture time, not a step time"),
+)
+
+
+def _why_not(row: dict) -> str:
+    text = " ".join(row.values())
+    return next((why for key, why in WHY_NOT if key in text), "no single time for a stated H100 setup")
 
 
 # ------------------------------------------------------------------------------ the model
@@ -326,7 +350,12 @@ def report(cs, skipped, stacks, before, table, calibration) -> str:
               "## Fit and held-out rows", "",
               "* **kernel** (`attn_call_s`, `attn_bw_efficiency`, shared by the vLLM and TensorRT-LLM "
               "stacks): fitted on table B's timed calls (FlashAttention-2 nvbench, FlashAttention-3 "
-              "user measurement). KV bytes of a call = batch × context × KV heads × head_dim × 2 × 2 B.",
+              "user measurement). KV bytes of a call = batch × context × KV heads × head_dim × 2 × 2 B. "
+              "A call costs `attn_call_s + bytes / (HBM bw × attn_bw_efficiency)`, so the bandwidth "
+              "it reaches, `bytes / time`, rises with the KV bytes per call (batch × context × heads) "
+              "towards `attn_bw_efficiency`: the fixed cost dominates short contexts. Page size is "
+              "not a parameter: table B's FlashInfer row finds it has little effect, and the FA2 "
+              "(page 256) and FA3 (page 8) rows sit on one curve within the errors below.",
               f"* **per stack** ({', '.join(PER_STACK)}) for `vllm-v0` and `trtllm`, and the shared "
               f"`{SHARED[0]}`: fitted on table A1's static batches at ISL = OSL = 1024 of that stack "
               "(vLLM and TensorRT-LLM rows of LLM-Inference-Bench), and for `vllm-v0` also table C's "
