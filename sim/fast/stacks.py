@@ -16,10 +16,11 @@ import json
 import math
 import re
 from dataclasses import dataclass, fields, replace
-from importlib import resources
 from pathlib import Path
 
 from tricut.models.config import ConfigError
+
+from .datafile import read_data_json
 
 __all__ = ["PREFILL_MODES", "STACKS_FILE", "DEFAULT_STACK", "StackProfile", "StackTable",
            "load_stacks", "stack_names", "get_stack"]
@@ -168,18 +169,7 @@ def _parse(raw, label: str) -> StackTable:
 def load_stacks(path: str | Path | None = None) -> StackTable:
     """The shipped table (``path=None``) or another copy of the file; a missing or malformed
     file raises :class:`ConfigError` naming the file and the entry."""
-    if path is None:
-        label, res = f"sim/fast/{STACKS_FILE}", resources.files(__package__).joinpath(STACKS_FILE)
-    else:
-        label, res = str(path), Path(path)
-    try:
-        raw = json.loads(res.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{label}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{label}: cannot read: {e}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{label}: not valid JSON: {e}") from None
+    raw, label = read_data_json(STACKS_FILE, path)
     return _parse(raw, label)
 
 

@@ -12,7 +12,6 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from tricut.models.cdu import BLOCK_TOKENS, POLICIES
@@ -21,6 +20,7 @@ from tricut.models.dsu import PROFILES
 from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
+from .datafile import read_data_json
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
 __all__ = ["CUTS", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
@@ -92,18 +92,7 @@ class UnitCosts:
         """The shipped tables (``path=None``) or those of another copy of the file. A file that
         is missing, not JSON or not of this shape raises :class:`ConfigError` naming the file
         and the entry."""
-        if path is None:
-            label, res = f"sim/fast/{COSTS_FILE}", resources.files(__package__).joinpath(COSTS_FILE)
-        else:
-            label, res = str(path), Path(path)
-        try:
-            raw = json.loads(res.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{label}: file not found") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{label}: cannot read: {e}") from None
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{label}: not valid JSON: {e}") from None
+        raw, label = read_data_json(COSTS_FILE, path)
         return cls._parse(raw, label)
 
     @classmethod
