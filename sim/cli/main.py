@@ -17,7 +17,7 @@ from tricut.models.roofline import roofline
 
 from . import simulate as cli_simulate
 from . import units as cli_units
-from .units import InputError
+from .errors import InputError
 
 __all__ = ["main"]
 

@@ -1,0 +1,7 @@
+"""The CLI's error for bad input files and flags."""
+
+__all__ = ["InputError"]
+
+
+class InputError(ValueError):
+    """Bad input file or flag; printed as one line."""
