@@ -139,6 +139,44 @@ _GPU_KEYS = {  # file key -> (field, type, unit or None)
     "dsu_clock_ghz": ("dsu_clock_hz", float, "GHz"),
 }
 _MODEL_KEYS = {f.name: (f.name, f.type, None) for f in fields(ModelConfig)}
+
+#: The range every numeric field must lie in, in the file's own units (inclusive). Beyond it a
+#: number is a typo or a unit slip (GB/s typed as TB/s), and the arithmetic downstream would
+#: overflow or underflow (a 1e300 TB/s HBM, a 1e-300 GHz clock). docs/system-model.md
+#: ("Bad input") lists them.
+_GPU_LIMITS = {
+    "sm_count": (1, 100_000),
+    "sm_clock_ghz": (0.01, 100.0),
+    "l1_kib_per_sm": (1, 1 << 20),
+    "l2_mib": (1, 1 << 20),
+    "hbm_gib": (1, 1 << 20),
+    "hbm_bandwidth_tb_s": (0.001, 1000.0),
+    "l1_latency_ns": (0.001, 1e6),
+    "l2_latency_ns": (0.001, 1e6),
+    "hbm_latency_ns": (0.001, 1e6),
+    "bf16_tflops": (0.001, 1e6),
+    "fp8_tflops": (0.001, 1e6),
+    "nvlink_gb_s": (0.001, 1e6),
+    "te_engines_per_sm": (1, 1024),
+    "te_clock_ghz": (0.01, 100.0),
+    "cdu_clock_ghz": (0.01, 100.0),
+    "dsu_cores": (1, 1024),
+    "dsu_clock_ghz": (0.01, 100.0),
+}
+_MODEL_LIMITS = {
+    "num_layers": (1, 10_000),
+    "hidden_size": (1, 1 << 20),
+    "num_heads": (1, 1 << 16),
+    "num_kv_heads": (1, 1 << 16),
+    "head_dim": (1, 1 << 16),
+    "ffn_size": (1, 1 << 22),
+    "vocab_size": (1, 1 << 24),
+    "rope_theta": (1.0, 1e12),
+    "rms_norm_eps": (1e-12, 1.0),
+    "max_context": (1, 1 << 24),
+}
+#: a config's ``name`` is printed in tables and one-line messages
+_NAME_MAX = 64
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool}
 _MODEL_FAMILIES = ("llama", "qwen2")
 
@@ -181,14 +219,23 @@ def _read(kind: str, name_or_path: str | Path, ids: list[str]) -> tuple[str, dic
             raise ConfigError(f"{label}: cannot read: {e}") from None
     try:
         return label, tomllib.loads(data)
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:     # TOMLDecodeError, or an integer too long to convert
         raise ConfigError(f"{label}: not valid TOML: {e}") from None
 
 
-def _check(label: str, raw: dict, keys: dict) -> dict:
+def _show(value) -> str:
+    """``repr`` of a value from a file, short: a huge integer by its size (Python refuses to
+    print integers of more than 4300 digits), a long string cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**18:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check(label: str, raw: dict, keys: dict, limits: dict) -> dict:
     unknown = sorted(set(raw) - set(keys))
     if unknown:
-        raise ConfigError(f"{label}: unknown field {unknown[0]!r}")
+        raise ConfigError(f"{label}: unknown field {_show(unknown[0])}")
     out = {}
     for key, (field, typ, unit) in keys.items():
         if isinstance(typ, str):
@@ -201,13 +248,23 @@ def _check(label: str, raw: dict, keys: dict) -> dict:
         # TOML distinguishes 3 from 3.0; accept an integer where a float is wanted, never a
         # bool where a number is wanted (bool is an int subclass in Python).
         if typ is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf        # refused below as out of range
         if not isinstance(value, typ) or (typ is not bool and isinstance(value, bool)):
             raise ConfigError(
-                f"{label}: field {key!r}: expected {typ.__name__}, got {type(value).__name__} {value!r}")
+                f"{label}: field {key!r}: expected {typ.__name__}, got {type(value).__name__} {_show(value)}")
         if typ in (int, float):
             if not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{label}: field {key!r}: must be a positive number, got {value!r}")
+                raise ConfigError(f"{label}: field {key!r}: must be a positive number, got {_show(value)}")
+            lo, hi = limits[key]
+            if not lo <= value <= hi:
+                raise ConfigError(f"{label}: field {key!r}: must be between {lo:g} and {hi:g}"
+                                  f"{' ' + unit if unit else ''}, got {_show(value)}")
+        if typ is str and key == "name" and not (0 < len(value) <= _NAME_MAX and value.isprintable()):
+            raise ConfigError(f"{label}: field 'name': expected 1 to {_NAME_MAX} printable characters "
+                              f"on one line, got {value[:80]!r}")
         if unit is not None:
             value = value * _UNITS[unit]
             if typ is int:
@@ -219,10 +276,10 @@ def _check(label: str, raw: dict, keys: dict) -> dict:
 def load_model(name_or_path: str | Path) -> ModelConfig:
     """Load a model config by id (see :func:`model_ids`) or from a TOML file."""
     label, raw = _read("models", name_or_path, model_ids())
-    values = _check(label, raw, _MODEL_KEYS)
+    values = _check(label, raw, _MODEL_KEYS, _MODEL_LIMITS)
     if values["family"] not in _MODEL_FAMILIES:
         raise ConfigError(f"{label}: field 'family': expected one of {', '.join(_MODEL_FAMILIES)}, "
-                          f"got {values['family']!r}")
+                          f"got {_show(values['family'])}")
     if values["num_heads"] % values["num_kv_heads"]:
         raise ConfigError(f"{label}: field 'num_kv_heads': {values['num_kv_heads']} does not divide "
                           f"num_heads = {values['num_heads']}")
@@ -230,14 +287,14 @@ def load_model(name_or_path: str | Path) -> ModelConfig:
         raise ConfigError(f"{label}: field 'head_dim': RoPE needs an even head_dim, got {values['head_dim']}")
     if values.get("weight_dtype", "bf16") not in WEIGHT_DTYPE_BITS:
         raise ConfigError(f"{label}: field 'weight_dtype': expected one of "
-                          f"{', '.join(WEIGHT_DTYPE_BITS)}, got {values['weight_dtype']!r}")
+                          f"{', '.join(WEIGHT_DTYPE_BITS)}, got {_show(values['weight_dtype'])}")
     return ModelConfig(**values)
 
 
 def load_gpu(name_or_path: str | Path) -> GpuConfig:
     """Load a GPU config by id (see :func:`gpu_ids`) or from a TOML file."""
     label, raw = _read("gpus", name_or_path, gpu_ids())
-    return GpuConfig(**_check(label, raw, _GPU_KEYS))
+    return GpuConfig(**_check(label, raw, _GPU_KEYS, _GPU_LIMITS))
 
 
 def replace(cfg, **changes):

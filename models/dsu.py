@@ -149,15 +149,49 @@ class DsuModel:
         self.pending: list[Descriptor] = []
         self.rollbacks = 0
         self.timeouts = 0
+        #: ids in the intake FIFO or in a slot: the duplicate check is O(1) (a request that
+        #: ended is in ``outcomes``)
+        self._live: set[int] = set()
+
+    @classmethod
+    def resume(cls, params: DsuParams, round: int, slots: dict[int, Slot],
+               outcomes: dict[int, Outcome] | None = None, arrivals: int | None = None,
+               rollbacks: int = 0, timeouts: int = 0) -> "DsuModel":
+        """A model that continues from a state read out of the hardware between rounds (the
+        host takeover after the heartbeat watchdog fired, ``docs/dsu.md``): ``round`` is the
+        next round, ``slots`` the occupied slot records by index (their KV reservation is
+        ``reserved``), ``outcomes`` the requests that already ended, ``arrivals`` the
+        admissions so far (default: the requests in ``slots`` and ``outcomes`` that were
+        admitted, i.e. not failed "too large"). Requests still to come are ``submit()``-ed as
+        usual. ``resume(params, 0, {})`` is a fresh model: a firmware that hangs before it
+        schedules anything (even before it has armed its own heartbeat limit: the watchdog
+        is armed from reset) hands the whole run to the host, and the schedule is the golden
+        one from round 0."""
+        m = cls(params)
+        m.round = round
+        m.outcomes = dict(outcomes or {})
+        for i, s in slots.items():
+            if not 0 <= i < params.n_slots:
+                raise ValueError(f"slot {i} out of range (n_slots {params.n_slots})")
+            if s.request in m._live or s.request in m.outcomes:
+                raise ValueError(f"request {s.request} held twice")
+            m.slots[i] = s
+            m.kv_used += s.reserved
+            m._live.add(s.request)
+        if arrivals is None:
+            arrivals = len(slots) + sum(1 for o in m.outcomes.values() if o.reason != "too large")
+        m.arrivals = arrivals
+        m.rollbacks, m.timeouts = rollbacks, timeouts
+        return m
 
     # -- intake ------------------------------------------------------------------------------
     def submit(self, req: RequestSpec) -> None:
         if req.prompt_tokens < 1 or req.max_new_tokens < 1:
             raise ValueError(f"request {req.id}: prompt_tokens and max_new_tokens must be >= 1")
-        if req.id in self.outcomes or any(s and s.request == req.id for s in self.slots) \
-                or any(r.id == req.id for r in self.intake):
+        if req.id in self.outcomes or req.id in self._live:
             raise ValueError(f"request {req.id} submitted twice")
         self.intake.append(req)
+        self._live.add(req.id)
 
     def _admit(self) -> None:
         p = self.params
@@ -166,6 +200,7 @@ class DsuModel:
             need = head.prompt_tokens + head.max_new_tokens
             if need > p.kv_capacity_tokens:
                 self.intake.popleft()
+                self._live.discard(head.id)
                 self.outcomes[head.id] = Outcome(head.id, "failed", 0, "too large", self.round)
                 continue
             free = next((i for i, s in enumerate(self.slots) if s is None), None)
@@ -206,9 +241,10 @@ class DsuModel:
         self.pending = [Descriptor(self.round, i, s.request, s.seq_len + 1, s.priority,
                                    residency_bit(s.seq_len + 1, lc))
                         for i in chosen for s in [self.slots[i]]]
+        chosen_set = set(chosen)
         for i, s in enumerate(self.slots):
             if s is not None:
-                s.wait = 0 if i in chosen else s.wait + 1
+                s.wait = 0 if i in chosen_set else s.wait + 1
         return Round(self.round, list(self.pending), self.occupied_slots,
                      self.arrivals - arrivals, bool(self.intake))
 
@@ -248,6 +284,7 @@ class DsuModel:
         s = self.slots[slot]
         out = Outcome(s.request, status, s.generated, reason, self.round)
         self.outcomes[s.request] = out
+        self._live.discard(s.request)
         self.kv_used -= s.reserved
         self.slots[slot] = None
         return out

@@ -3,6 +3,9 @@
 Decode reads every weight once per step and every cached K/V byte of every request in the
 batch once per step, so no step can be faster than ``(weight bytes + KV bytes read) / HBM
 bandwidth``. With tensor parallelism over ``tp`` GPUs each GPU reads ``1/tp`` of both.
+``tp`` must divide the query heads; with more GPUs than KV heads the KV heads are replicated
+(``tp`` a multiple of them), else ``tp`` must divide them. A batch whose KV does not fit beside
+the weights is reported (``batch_fits``): its ceiling cannot be reached.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .config import ConfigError, GpuConfig, ModelConfig, kv_dtype_bytes
+from .config import ConfigError, GpuConfig, ModelConfig
 
 __all__ = ["Roofline", "roofline"]
 
@@ -31,6 +34,9 @@ class Roofline:
     request_tokens_per_s_ceiling: float  # 1 / step_floor_s: what one request sees
     kv_tokens_fit: int          # tokens of KV that fit beside the resident weights, all GPUs
     weights_fit: bool
+    kv_tokens_needed: int       # batch x context: the KV this batch holds, all GPUs
+    batch_fits: bool            # kv_tokens_needed <= kv_tokens_fit: else the ceiling is not reachable
+    max_batch_fit: int          # floor(kv_tokens_fit / context): requests of this context that fit
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -44,6 +50,9 @@ def roofline(model: ModelConfig, gpu: GpuConfig, kv_dtype: str, context: int, ba
             raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     if context > model.max_context:
         raise ConfigError(f"context {context} exceeds {model.name}'s max_context {model.max_context}")
+    if model.num_heads % tp:
+        raise ConfigError(f"tp {tp} must divide {model.name}'s num_heads {model.num_heads} "
+                          "(each GPU computes whole query heads)")
     if model.num_kv_heads % tp and tp % model.num_kv_heads:
         raise ConfigError(f"tp {tp} must divide or be a multiple of {model.name}'s "
                           f"num_kv_heads {model.num_kv_heads}")
@@ -60,4 +69,6 @@ def roofline(model: ModelConfig, gpu: GpuConfig, kv_dtype: str, context: int, ba
         weight_bytes=weight_bytes, kv_bytes_per_token=kv_per_token, kv_bytes_per_step=kv_step,
         step_floor_s=floor, tokens_per_s_ceiling=batch / floor,
         request_tokens_per_s_ceiling=1.0 / floor, kv_tokens_fit=fit, weights_fit=free > 0,
+        kv_tokens_needed=batch * context, batch_fits=batch * context <= fit,
+        max_batch_fit=fit // context,
     )

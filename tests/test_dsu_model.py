@@ -191,3 +191,100 @@ def test_round_record_counts_admissions_occupancy_and_a_blocked_head():
     r = m.step()
     assert (r.active, r.admitted, r.blocked) == (1, 1, False)
     assert [d.request for d in r.batch] == [2]
+
+
+# -- duplicate check at scale, and the host takeover (resume) ------------------------------------
+def test_duplicate_check_is_constant_time_and_behaviour_unchanged():
+    """A set of the ids in the intake or a slot: 60,000 submissions take well under a second
+    (the scan over the intake took minutes), and every kind of duplicate is still refused:
+    waiting in the intake, admitted into a slot, already ended (completed or too large)."""
+    import time
+    m = DsuModel(DsuParams("throughput-opt", n_slots=4, kv_capacity_tokens=1000))
+    t = time.perf_counter()
+    for i in range(60_000):
+        m.submit(RequestSpec(i, 10, 2))
+    assert time.perf_counter() - t < 2.0
+    m.submit(RequestSpec(60_000, 5000, 1))               # too large: fails at admission
+    m2 = DsuModel(DsuParams("throughput-opt", n_slots=2, kv_capacity_tokens=1000))
+    for i in range(4):
+        m2.submit(RequestSpec(i, 10, 1))
+    m2.submit(RequestSpec(9, 5000, 1))
+    m2.step()                                            # 0, 1 in slots; 2, 3, 9 waiting
+    for rid in (0, 1, 2, 3, 9):
+        with pytest.raises(ValueError, match="submitted twice"):
+            m2.submit(RequestSpec(rid, 10, 1))
+    m2.complete()                                        # 0, 1 completed
+    m2.step()                                            # 2, 3 admitted, 9 too large
+    for rid in (0, 1, 2, 3, 9):
+        with pytest.raises(ValueError, match="submitted twice"):
+            m2.submit(RequestSpec(rid, 10, 1))
+    assert m2.outcomes[9].reason == "too large"
+    m2.complete()
+    assert m2.idle
+    m2.submit(RequestSpec(4, 10, 1))                     # a new id is still accepted
+
+
+def _records(model):
+    """What the host reads over MMIO at a takeover: the occupied slots' records (the KV
+    reservation is seq_len + tokens_left) and the outcomes so far."""
+    from tricut.models.dsu import Slot
+    return {i: Slot(s.request, s.seq_len, s.tokens_left, s.priority, s.arrival_seq,
+                    s.checkpoint, s.seq_len + s.tokens_left, s.generated, s.retries, s.wait)
+            for i, s in enumerate(model.slots) if s is not None}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_takeover_at_any_round_continues_the_golden_schedule(profile):
+    """The degraded-mode semantics: the firmware stops between two rounds (round 0 included:
+    a firmware that never starts, caught by the heartbeat watchdog armed from reset); the
+    host rebuilds the model from the slot records and the outcomes (``DsuModel.resume``) and
+    schedules the rest. For every takeover round the concatenated schedule and the outcomes
+    equal the golden run's."""
+    rng = random.Random(7)
+    p = DsuParams(profile, n_slots=4, max_batch=3, latency_batch=2, kv_capacity_tokens=300,
+                  max_retries=1)
+    reqs = [RequestSpec(i, rng.choice([5, 30, 90, 400]), rng.randint(1, 5), rng.randint(0, 8),
+                        rng.randint(0, 3)) for i in range(14)]
+    faults = {(rng.randint(0, 20), rng.randrange(4)): rng.choice([ERROR, TIMEOUT])
+              for _ in range(8)}
+    golden, golden_out = run_schedule(reqs, p, faults)
+    todo = sorted(reqs, key=lambda r: (r.arrival_step, r.id))
+    assert len(golden) > 10
+    for stop in range(len(golden) + 1):
+        model, k, batches = DsuModel(p), 0, []
+        while model.round < stop:                       # the firmware's rounds
+            while k < len(todo) and todo[k].arrival_step <= model.round:
+                model.submit(todo[k]); k += 1
+            batches.append(model.step().batch)
+            model.complete({d.slot: faults[(model.round, d.slot)] for d in batches[-1]
+                            if (model.round, d.slot) in faults})
+        host = DsuModel.resume(p, model.round, _records(model), model.outcomes)
+        assert host.arrivals == model.arrivals and host.kv_used == model.kv_used
+        taken = {s.request for s in model.slots if s} | set(model.outcomes)
+        rest = [r for r in todo if r.id not in taken]   # still in the intake or to come
+        k = 0
+        while k < len(rest) or not host.idle:
+            while k < len(rest) and rest[k].arrival_step <= host.round:
+                host.submit(rest[k]); k += 1
+            batches.append(host.step().batch)
+            host.complete({d.slot: faults[(host.round, d.slot)] for d in batches[-1]
+                           if (host.round, d.slot) in faults})
+        assert batches == golden, f"takeover at round {stop}"
+        assert host.outcomes == golden_out, f"takeover at round {stop}"
+    fresh = DsuModel.resume(p, 0, {})
+    assert fresh.round == 0 and fresh.idle and fresh.arrivals == 0
+
+
+def test_resume_rejects_inconsistent_records():
+    from tricut.models.dsu import Outcome, Slot
+    p = DsuParams(n_slots=2)
+    s = Slot(1, 10, 2, 0, 0, 10, 12)
+    with pytest.raises(ValueError, match="slot 5 out of range"):
+        DsuModel.resume(p, 3, {5: s})
+    with pytest.raises(ValueError, match="request 1 held twice"):
+        DsuModel.resume(p, 3, {0: s, 1: s})
+    with pytest.raises(ValueError, match="request 1 held twice"):
+        DsuModel.resume(p, 3, {0: s}, {1: Outcome(1, "completed", 2)})
+    m = DsuModel.resume(p, 3, {1: s})
+    with pytest.raises(ValueError, match="submitted twice"):
+        m.submit(RequestSpec(1, 4, 1))

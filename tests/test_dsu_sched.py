@@ -82,6 +82,11 @@ def test_parse_faults():
         Fault("error", slot=3, step=5), Fault("timeout", slot=7, step=2),
         Fault("hang", cycle=20000)]
     assert parse_faults("") == []
+    got = parse_faults("badcomp:step=4:slot=1,mmio:cycle=7000,mmio:cycle=9000")
+    assert got == [Fault("badcomp", slot=1, step=4), Fault("mmio", cycle=7000),
+                   Fault("mmio", cycle=9000)]
+    assert [str(f) for f in got] == ["badcomp:slot=1:step=4", "mmio:cycle=7000",
+                                     "mmio:cycle=9000"]
 
 
 @pytest.mark.parametrize("text, part", [
@@ -106,7 +111,7 @@ def test_run_dsu_rejects_bad_arguments():
         run_dsu(reqs, sim="iverilog")
     with pytest.raises(ValueError, match="request 9"):
         run_dsu([RequestSpec(9, 4, 2, priority=4)], sim="amaranth")
-    with pytest.raises(ValueError, match="fault slot 9"):
+    with pytest.raises(ValueError, match="fault error:slot=9:step=0: slot 9 >= n_slots 4"):
         run_dsu(reqs, faults="error:slot=9:step=0", sim="amaranth", n_slots=4)
     with pytest.raises(ValueError, match="n_slots"):
         SlotArbiter(n_slots=0)
@@ -289,6 +294,9 @@ def test_arbiter_rejects_bad_accesses_and_counts():
     async def body(b, ctx, dut, seen):
         assert await b.access(OFF["ID"]) == DSU_ID
         assert await b.access(OFF["N_SLOTS"]) == 4
+        for name in ("PROFILE", "MAX_RETRIES", "WATCHDOG_LIMIT", "LONG_CTX", "HEARTBEAT_LIMIT",
+                     "ADMIT_SEQ"):       # reset values: regmap's (HEARTBEAT_LIMIT: armed)
+            assert await b.access(OFF[name]) == BY_NAME[name].reset, name
         await b.write("PROFILE", 3, Status.BAD_PROFILE)
         assert await b.access(OFF["PROFILE"]) == 0            # unchanged
         await b.write("PROFILE", 2)
@@ -517,3 +525,174 @@ def test_mmio_interconnect_round_robin_and_routing():
         for j in waiting:
             assert j in order[k + 1:nxt + 1] or nxt == len(order), \
                 f"initiator {j} waited while {i} was served twice (services {k}, {nxt})"
+
+
+# -- the heartbeat watchdog is armed from reset ---------------------------------------------------
+def test_heartbeat_limit_reset_covers_the_boot_of_both_firmware_builds():
+    """HEARTBEAT_LIMIT's reset value (regmap: the RTL's init, the header, docs) is at least
+    three times the boot of both firmware builds (15x and 3.98x). Boot = the cores' release
+    to the firmware's first HEARTBEAT_LIMIT write: crt0 clears .bss at 9 cycles a word, then
+    main needs 75 cycles (measured on the RTL: ``fw_boot_cycles``, asserted in the Verilator
+    test below)."""
+    from tricut.rtl.dsu.regmap import HEARTBEAT_LIMIT_RESET
+    from tricut.sim.harness.dsu import BOOT_CYCLES
+    assert BY_NAME["HEARTBEAT_LIMIT"].reset == HEARTBEAT_LIMIT_RESET == 1 << 16
+    assert f"#define DSU_HEARTBEAT_LIMIT_RESET {HEARTBEAT_LIMIT_RESET}u" in regmap.c_header()
+    assert "Reset: 65,536." in regmap.markdown_table()
+    for slots in (64, 256):
+        fw = build_dsu_firmware("scheduler", max_slots=slots)
+        words = (fw.symbols["__bss_end"] - fw.symbols["__bss_start"]) // 4
+        assert 9 * words + 75 == BOOT_CYCLES[slots], (slots, words)
+        assert 3 * BOOT_CYCLES[slots] <= HEARTBEAT_LIMIT_RESET
+
+
+@pytest.mark.parametrize("where", ["before_start", "after_boot"])
+def test_firmware_hang_before_it_arms_its_limit_degrades_verilator(where):
+    """``hang:cycle=0``: the firmware never runs an instruction; ``after_boot``: it has run crt0
+    and recorded its boot time but hangs before it writes HEARTBEAT_LIMIT. Either way the
+    watchdog, armed from reset, degrades the unit after the reset limit, the host takes over
+    from round 0 and the schedule is the golden one (before: the run ended after 2 M cycles,
+    ~400 s, as a difference with no outcomes)."""
+    from tricut.rtl.dsu.regmap import HEARTBEAT_LIMIT_RESET
+    from tricut.sim.harness.dsu import BOOT_CYCLES
+    rng = random.Random(21)
+    reqs = _requests(rng, 10, arrival_span=6)
+    hang = 0 if where == "before_start" else BOOT_CYCLES[64] + 9
+    res = run_dsu(reqs, "fairness-opt", cores=1, sim="verilator", n_slots=8, max_batch=3,
+                  kv_capacity_tokens=400, faults=f"hang:cycle={hang}", seed=21)
+    assert res.differences == [], res.differences[:5]
+    assert res.faults_fired == [f"hang:cycle={hang}"] and res.faults_not_fired == []
+    assert res.hang_cycle == hang
+    assert res.boot_cycles == (0 if hang == 0 else BOOT_CYCLES[64])
+    assert res.counters["heartbeat_limit"] == HEARTBEAT_LIMIT_RESET     # never written
+    assert HEARTBEAT_LIMIT_RESET < res.degraded_cycle < HEARTBEAT_LIMIT_RESET + hang + 2_000
+    assert res.rounds_rtl == 0 and len(res.batches) == len(res.golden_batches)
+    assert set(res.outcomes) == {r.id for r in reqs}
+    assert all(o.status == "completed" and o.tokens == r.max_new_tokens
+               for r in reqs for o in [res.outcomes[r.id]])
+
+
+# -- plans: golden schedule, faults that cannot fire, budgets --------------------------------------
+def test_plan_golden_equals_the_model_and_reports_faults_that_cannot_fire():
+    from tricut.models.dsu import run_schedule
+    from tricut.sim.harness.dsu import plan_dsu
+    rng = random.Random(3)
+    reqs = _requests(rng, 12, arrival_span=5)
+    spec = "error:slot=0:step=0,error:slot=3:step=0,timeout:slot=1:step=400,hang:cycle=9"
+    plan = plan_dsu(reqs, "latency-opt", n_slots=4, faults=spec)
+    assert (plan.golden_batches, plan.golden_outcomes) == run_schedule(
+        reqs, plan.params, plan.step_faults)
+    assert [d.slot for d in plan.golden_batches[0]] == [0]        # latency-opt, cap 1
+    assert [(str(f), why) for f, why in plan.faults_not_fired] == [
+        ("error:slot=3:step=0", "round 0 has no descriptor for slot 3"),
+        ("timeout:slot=1:step=400", f"the schedule has {plan.rounds} rounds")]
+    with pytest.raises(ValueError, match=r"^fault error:slot=3:step=0 cannot fire: round 0 "
+                                         r"has no descriptor for slot 3 \(\+1 more: "
+                                         r"timeout:slot=1:step=400\) \[--faults-strict\]$"):
+        plan_dsu(reqs, "latency-opt", n_slots=4, faults=spec, faults_strict=True)
+    assert 0.5 < plan.estimate_cycles / (BOOT_CYCLES_64 + 400 * plan.rounds) < 4
+    assert plan.max_cycles == 2 * plan.estimate_cycles + 200_000
+
+
+BOOT_CYCLES_64 = 4_359
+
+
+def _cli_run(argv, capsys):
+    import tricut.sim.cli as cli
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr()
+
+
+def test_cli_reports_faults_that_did_not_fire_verilator(capsys):
+    """A step fault on a (step, slot) that is never scheduled and a hang after the run's end
+    are reported (text and --json); with --faults-strict the unfired hang fails the run (exit
+    1, one line) -- a step fault that cannot fire is refused before the run (bad input)."""
+    import json as _json
+    faults = ("error:slot=0:step=1,error:slot=7:step=3,timeout:slot=1:step=2,hang:cycle=900000,"
+              "badcomp:slot=2:step=3,mmio:cycle=8000")
+    code, cap = _cli_run(["dsu", "run", "--faults", faults, "--json"], capsys)
+    assert code == 0, cap.err
+    data = _json.loads(cap.out)
+    assert data["differences"] == []
+    assert data["faults_requested"] == faults.split(",")
+    assert data["faults_fired"] == ["error:slot=0:step=1", "timeout:slot=1:step=2",
+                                    "badcomp:slot=2:step=3", "mmio:cycle=8000"]
+    assert [x["fault"] for x in data["faults_not_fired"]] == ["error:slot=7:step=3",
+                                                              "hang:cycle=900000"]
+    assert data["faults_not_fired"][0]["why"] == "round 3 has no descriptor for slot 7"
+    assert data["faults_not_fired"][1]["why"].startswith("the run ended at cycle ")
+    assert data["counters"]["rollbacks"] == 2 and data["counters"]["timeouts"] == 1
+    # the duplicate completion was counted and ignored; the host's 10 bad accesses were each
+    # rejected with its own CMD_STATUS while the firmware kept scheduling (one CMD_STATUS
+    # per initiator: with a shared one the firmware read the host's rejection and stopped)
+    assert data["counters"]["bad_completions"] == 1 and data["counters"]["bad_accesses"] == 10
+    assert data["degraded_cycle"] is None and data["fw_error"] == 0
+    code, cap = _cli_run(["dsu", "run", "--faults", "error:slot=0:step=1,hang:cycle=900000",
+                          "--faults-strict"], capsys)
+    assert code == 1
+    assert "faults: 2 requested, 1 fired (error:slot=0:step=1)" in cap.out
+    assert "faults not fired (1): hang:cycle=900000: the run ended at cycle" in cap.out
+    lines = cap.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "tricut: error: fault hang:cycle=900000 did not fire: the run ended at cycle"), cap.err
+
+
+def test_cli_cycle_budget_stops_the_run_with_one_line_verilator(capsys):
+    code, cap = _cli_run(["dsu", "run", "--max-cycles", "10000"], capsys)
+    assert code == 1
+    lines = cap.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "tricut: error: stopped at the cycle budget (10,000 cycles, --max-cycles)"), cap.err
+    assert "raise --max-cycles" in lines[0]
+
+
+def test_cli_waves_window_and_progress_amaranth(tmp_path, capsys, monkeypatch):
+    """--wave FILE.vcd --wave-window START:END on the Amaranth simulator: the file has the
+    cluster's signals and only the window's times (the state at START first); on a terminal
+    the progress line is drawn on stderr."""
+    reqs = tmp_path / "r.jsonl"
+    reqs.write_text('{"prompt_tokens": 10, "max_new_tokens": 2}\n'
+                    '{"prompt_tokens": 20, "max_new_tokens": 1, "arrival_step": 1}\n')
+    vcd = tmp_path / "run.vcd"
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, cap = _cli_run(["dsu", "run", "--sim", "amaranth", "--requests", str(reqs),
+                          "--wave", str(vcd), "--wave-window", "4000:4600"], capsys)
+    assert code == 0, cap.err
+    assert f"waves: {vcd}" in cap.out
+    assert "[dsu amaranth]" in cap.err and "cycle " in cap.err and "\r" in cap.err
+    text = vcd.read_text()
+    head, body = text.split("$enddefinitions", 1)
+    names = re.findall(r"\$var\s+\S+\s+\d+\s+\S+\s+(\S+)", head)
+    assert len(names) > 200 and {"run", "degraded", "round"} <= set(names)
+    scale = re.search(r"\$timescale\s+1\s*(\w+)", head).group(1)
+    unit = {"ps": 1000, "ns": 1, "fs": 10 ** 6}[scale]            # per ns; clock 1 ns
+    times = [int(t) for t in re.findall(r"^#(\d+)", body, re.M)]
+    assert times and times == sorted(times)
+    assert times[0] == round((4000 - 0.5) * unit) and times[-1] <= round((4600 - 0.5) * unit)
+    assert len(times) > 500                                        # both clock edges per cycle
+    assert not list(tmp_path.glob(".run.vcd*"))                    # no temporary left behind
+
+
+def test_cli_waves_fst_window_verilator(tmp_path, capsys):
+    """--wave FILE.fst --wave-window on Verilator (a --trace build, converted by pylibfst):
+    the file spans exactly the window's cycles (the cocotb clock is 1 ns) and has the
+    cluster's ports."""
+    pylibfst = pytest.importorskip("pylibfst")
+    from pylibfst import lib
+    wave = tmp_path / "run.fst"
+    code, cap = _cli_run(["dsu", "run", "--wave", str(wave), "--wave-window", "5000:5400"], capsys)
+    assert code == 0, cap.err
+    fst = lib.fstReaderOpen(str(wave).encode())
+    try:
+        scale = 10.0 ** lib.fstReaderGetTimescale(fst)
+        t_first, t_last = lib.fstReaderGetStartTime(fst), lib.fstReaderGetEndTime(fst)
+        _, signals = pylibfst.get_scopes_signals2(fst)
+        names = {n.rsplit(".", 1)[-1].split(" ")[0] for n in signals.by_name}
+    finally:
+        lib.fstReaderClose(fst)
+    assert {"clk", "run", "degraded", "round", "intake__valid"} <= names
+    assert t_last - t_first == 400 * round(1e-9 / scale)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["run.fst"]

@@ -130,13 +130,18 @@ class SlotArbiter(wiring.Component):
         assert set(fields) == set(SLOT_FIELD)
 
         # -- configuration and status registers -------------------------------------------
-        profile = Signal(2)
-        max_retries = Signal(4, init=2)
-        wd_limit = Signal(24, init=(1 << 24) - 1)
-        long_ctx = Signal(24, init=4096)
-        hb_limit = Signal(24, init=(1 << 24) - 1)
-        cmd_status = Signal(8)
-        admit_seq = Signal(24)
+        reset = lambda name: BY_NAME[name].reset  # noqa: E731 (regmap: one source of truth)
+        profile = Signal(2, init=reset("PROFILE"))
+        max_retries = Signal(4, init=reset("MAX_RETRIES"))
+        wd_limit = Signal(24, init=reset("WATCHDOG_LIMIT"))
+        long_ctx = Signal(24, init=reset("LONG_CTX"))
+        # armed from reset: counts from the cores' release (count_en) with this limit until the
+        # firmware writes its own, so a firmware that never starts is caught too
+        hb_limit = Signal(24, init=reset("HEARTBEAT_LIMIT"))
+        # one CMD_STATUS per initiator (harts 0..MAX_HARTS-1, the host MAX_HARTS): a host
+        # access between a hart's write and its CMD_STATUS read cannot change what it reads
+        cmd_status = Array(Signal(8, name=f"cmd_status{h}") for h in range(MAX_HARTS + 1))
+        admit_seq = Signal(24, init=reset("ADMIT_SEQ"))
         batch = Signal(N)
         ended = Signal(N)
         rolled_back = Signal(N)
@@ -303,7 +308,10 @@ class SlotArbiter(wiring.Component):
         a.hb_restart = wr & (status == Status.OK) & (
             (off == _off("HEARTBEAT")) | (off == _off("HEARTBEAT_LIMIT")))   # a new limit too
         with m.If(bus.valid & set_status & (wr | (status != Status.OK))):
-            m.d.sync += a.cmd_status.eq(status)
+            with m.Switch(bus.hart):
+                for h in range(MAX_HARTS + 1):
+                    with m.Case(h):
+                        m.d.sync += a.cmd_status[h].eq(status)
             with m.If(status != Status.OK):
                 m.d.sync += a.cnt["BAD_ACCESSES"].eq(a.cnt["BAD_ACCESSES"] + 1)
 
@@ -332,7 +340,7 @@ class SlotArbiter(wiring.Component):
         ro("ID", DSU_ID)
         ro("STATUS", Cat(mm.busy_round, a.degraded, ififo.r_rdy, self.intake_end,
                          ~a.ofifo.w_rdy))
-        ro("CMD_STATUS", a.cmd_status)
+        ro("CMD_STATUS", a.cmd_status[self.bus.hart])
         ro("N_SLOTS", N)
         ro("ROUND", a.round_)
         for name, sig in a.cnt.items():

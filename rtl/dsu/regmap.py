@@ -13,8 +13,8 @@ its magic and its defaults (``DSU_CONFIG_DEFAULTS``), the host loader
 
 Access rules (enforced by the arbiter, reported in ``CMD_STATUS``):
 
-* every **write** sets ``CMD_STATUS`` (``OK`` or the reason it was rejected; a rejected write
-  changes nothing);
+* every **write** sets the writer's ``CMD_STATUS`` (``OK`` or the reason it was rejected; a
+  rejected write changes nothing); each initiator (hart 0..3, the host) has its own;
 * a **read** of an unknown offset or of a slot ``>= N_SLOTS`` returns 0 and sets
   ``CMD_STATUS`` to ``BAD_ADDR`` / ``BAD_SLOT``; other reads have no side effect;
 * every rejected access also increments ``BAD_ACCESSES``.
@@ -32,7 +32,7 @@ from tricut.models.dsu import PROFILES
 
 __all__ = ["MMIO_BASE", "MMIO_SIZE", "SLOT_BASE", "SLOT_STRIDE", "Status", "Profile",
            "PROFILE_CODE", "SlotState", "Result", "Reason", "Field", "Register", "REGISTERS",
-           "SLOT_FIELDS", "BY_NAME", "SLOT_FIELD", "MAX_HARTS", "ConfigField", "CONFIG_MAGIC",
+           "SLOT_FIELDS", "BY_NAME", "SLOT_FIELD", "MAX_HARTS", "HEARTBEAT_LIMIT_RESET", "ConfigField", "CONFIG_MAGIC",
            "CONFIG_STRUCT", "c_header", "markdown_table", "config_markdown_table", "DOC_TABLES"]
 
 #: where the cores (and the host port) see the arbiter
@@ -43,6 +43,13 @@ SLOT_BASE = 0x1000
 SLOT_STRIDE = 0x40
 #: busy-cycle counters exist for harts 0 .. MAX_HARTS-1 (hart MAX_HARTS is the host port)
 MAX_HARTS = 4
+#: HEARTBEAT_LIMIT after reset: the heartbeat watchdog is armed from the cores' release, so a
+#: firmware that never starts (or stops before it writes its own limit) is caught too. The
+#: scheduler firmware writes HEARTBEAT_LIMIT first thing after crt0; measured boot (cores'
+#: release to that write, ``fw_boot_cycles``): 4,359 cycles for the MAX_SLOTS=64 build, 16,455
+#: for MAX_SLOTS=256 (crt0 clears .bss at 9 cycles a word). 2^16 is 15x the first, 3.98x the
+#: second.
+HEARTBEAT_LIMIT_RESET = 1 << 16
 
 
 class Status(IntEnum):
@@ -114,6 +121,7 @@ class Register:
     doc: str
     fields: tuple = field(default_factory=tuple)
     count: int = 1       #: > 1: an array of ``count`` registers, 4 bytes apart
+    reset: int | None = None   #: value after reset (RW configuration registers)
 
     def __post_init__(self):
         if self.access not in ("RO", "RW", "WO"):
@@ -133,8 +141,9 @@ REGISTERS: tuple[Register, ...] = (
         Field("INTAKE_END", 3, 1, "the request source will push nothing more"),
         Field("OUTCOME_FULL", 4, 1, "the outcome FIFO is full"),
     )),
-    Register("CMD_STATUS", 0x008, "RO", "Result of the last write (and of a rejected read): "
-             "a Status code."),
+    Register("CMD_STATUS", 0x008, "RO", "Result of the reader's own last write (and of its "
+             "last rejected read): a Status code. One per initiator (each hart, the host), so "
+             "another initiator's access in between cannot change it."),
     Register("N_SLOTS", 0x00C, "RO", "Number of decode slots (constructor parameter)."),
     Register("ROUND", 0x010, "RO", "Scheduling rounds completed; the round in flight or being "
              "prepared has this number. Descriptors carry it as `step`."),
@@ -143,15 +152,19 @@ REGISTERS: tuple[Register, ...] = (
              "BUSY_CYCLES counter stops), 0: working."),
     Register("PROFILE", 0x020, "RW", "Scheduling profile (Profile: "
              + ", ".join(f"{code} {name}" for name, code in PROFILE_CODE.items())
-             + "), published for the host and CDU; other values: BAD_PROFILE."),
+             + "), published for the host and CDU; other values: BAD_PROFILE.", reset=0),
     Register("MAX_RETRIES", 0x024, "RW", "Failed attempts of one step allowed before the request "
-             "fails (0..15, else BAD_VALUE)."),
+             "fails (0..15, else BAD_VALUE).", reset=2),
     Register("WATCHDOG_LIMIT", 0x028, "RW", "Cycles a RUNNING slot may wait for its completion "
-             "before the watchdog completes it as `timeout` (1..2^24-1, else BAD_VALUE)."),
+             "before the watchdog completes it as `timeout` (1..2^24-1, else BAD_VALUE).",
+             reset=(1 << 24) - 1),
     Register("LONG_CTX", 0x02C, "RW", "Residency threshold: a descriptor's `residency` is 1 when "
-             "its seq_len >= LONG_CTX (1..2^24-1)."),
+             "its seq_len >= LONG_CTX (1..2^24-1).", reset=4096),
     Register("HEARTBEAT_LIMIT", 0x030, "RW", "Cycles without a HEARTBEAT write after which "
-             "STATUS.DEGRADED is set (1..2^24-1); a write also restarts the count."),
+             "STATUS.DEGRADED is set (1..2^24-1); a write also restarts the count. The watchdog "
+             "counts from the cores' release with the reset value, so a firmware that never "
+             "starts, or stops before writing its own limit, degrades the unit too.",
+             reset=HEARTBEAT_LIMIT_RESET),
     Register("INTAKE_REQUEST", 0x040, "RO", "Intake FIFO head: request id."),
     Register("INTAKE_PROMPT", 0x044, "RO", "Intake FIFO head: prompt tokens."),
     Register("INTAKE_MAX_NEW", 0x048, "RO", "Intake FIFO head: max_new_tokens."),
@@ -159,7 +172,7 @@ REGISTERS: tuple[Register, ...] = (
     Register("INTAKE_ARRIVAL", 0x050, "RO", "Intake FIFO head: arrival round (the request is "
              "visible to the scheduler from that round on)."),
     Register("ADMIT_SEQ", 0x060, "RW", "Argument of ADMIT: the request's arrival sequence "
-             "number (admission order, the profiles' tie-breaker)."),
+             "number (admission order, the profiles' tie-breaker).", reset=0),
     Register("ADMIT", 0x064, "WO", "Write a slot number: the intake head moves into that slot "
              "(ACTIVE, seq_len = checkpoint = prompt, tokens_left = max_new, wait = retries = "
              "generated = 0) and is popped. BAD_SLOT, SLOT_BUSY, INTAKE_EMPTY, BUSY."),
@@ -276,6 +289,8 @@ def c_header() -> str:
             out.append(f"#define DSU_{r.name}(i) DSU_REG(0x{r.offset:03x}u + 4u * (i))")
         else:
             out.append(f"#define DSU_{r.name} DSU_REG(0x{r.offset:03x}u)")
+        if r.reset is not None:
+            out.append(f"#define DSU_{r.name}_RESET {r.reset}u")
         for f in r.fields:
             out.append(f"#define DSU_{r.name}_{f.name} 0x{f.mask:08x}u /* {f.doc} */")
     out += ["", f"#define DSU_SLOT_BASE 0x{SLOT_BASE:04x}u",
@@ -310,6 +325,8 @@ def markdown_table() -> str:
         doc = r.doc.replace("|", "\\|")
         if r.fields:
             doc += " " + "; ".join(f"bit {f.lsb} `{f.name}`: {f.doc}" for f in r.fields)
+        if r.reset is not None:
+            doc += f" Reset: {r.reset:,}."
         rows.append(f"| {off} | `{name}` | {r.access} | {doc} |")
     end = SLOT_BASE + 256 * SLOT_STRIDE - 1
     rows.append(f"| 0x{SLOT_BASE:04x}–0x{end:04x} | `SLOT[s].*` | RO | per-slot record, "

@@ -1,82 +1,218 @@
-"""`tricut cdu replay`: access patterns through the CDU policy model or RTL."""
+"""`tricut cdu replay`: access patterns through the CDU policy model or RTL.
+
+Every bad input -- a flag, a combination of flags, a size beyond a stated limit, a malformed
+access trace -- is refused before any work with one line ``tricut: error: ...`` and exit 2
+(argparse's own errors included: this module's parsers print one line, not the usage)."""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
 from tricut.models.cdu import PATTERNS, POLICIES
 from tricut.models.config import KV_DTYPES
+from .errors import one_line_argparse
 
 __all__ = ["add_commands"]
 
+#: replay() / replay_rtl() argument names -> this command's flags (for messages)
+FLAGS = {"l2_mb": "--l2-mb", "steps": "--steps", "batch": "--batch", "context": "--context",
+         "seed": "--seed", "reserve": "--reserve", "engine": "--engine", "rtl": "--rtl",
+         "hints": "--dsu-hints"}
+#: defaults of the flags that a trace or --rtl makes meaningless (None = not given)
+DEFAULTS = {"l2_mb": 50.0, "steps": 8, "batch": 1, "context": 4096, "engine": "fast"}
+#: ways per set of the model replay and of the --rtl instance
+MODEL_WAYS = 16
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _fail(msg):
+    raise _Bad(msg)
+
+
+def _parse_hbm_errors(text):
+    """``RATE`` or ``RATE:persistent`` (RATE a number in [0, 1]) -> (rate, persistent)."""
+    s = str(text).strip()
+    rate_text, _, mode = s.partition(":")
+    if mode not in ("", "persistent", "transient"):
+        _fail(f"--hbm-errors {text!r}: the mode after ':' must be 'persistent' (or "
+              "'transient', the default), got " + repr(mode))
+    try:
+        rate = float(rate_text)
+    except ValueError:
+        _fail(f"--hbm-errors {text!r}: expected RATE[:persistent] with RATE a number in [0, 1] "
+              "(the fraction of HBM reads that fail)")
+    if not math.isfinite(rate) or not 0 <= rate <= 1:
+        _fail(f"--hbm-errors {text!r}: RATE must be a number in [0, 1], got {rate_text}")
+    return rate, mode == "persistent"
+
+
+def _check_args(args, given):
+    """Flag values and combinations, before anything is loaded or run (``_Bad``)."""
+    rtl = args.rtl
+    if args.trace is not None:
+        for k in ("steps", "batch", "context"):
+            if k in given:
+                _fail(f"--{k} does not apply to --trace (the trace gives the steps, requests "
+                      "and their seq_len)")
+    if rtl:
+        for k in ("l2_mb", "engine"):
+            if k in given:
+                _fail(f"{FLAGS[k]} does not apply to --rtl (the RTL instance is 4 sets x 2 ways, "
+                      "compared with the golden policy model)")
+    else:
+        for flag, v in (("--hbm-errors", args.hbm_errors), ("--wave", args.wave),
+                        ("--wave-window", args.wave_window)):
+            if v is not None:
+                _fail(f"{flag} needs --rtl (HBM errors and waveforms are of the RTL replay)")
+    if args.l2_mb is not None and (not math.isfinite(args.l2_mb) or args.l2_mb <= 0):
+        _fail(f"--l2-mb {args.l2_mb:g}: l2_mb must be a positive number of MiB")
+    for k in ("steps", "batch", "context"):
+        v = getattr(args, k)
+        if v is not None and v < 1:
+            _fail(f"--{k} {v}: {k} must be a positive integer")
+    if not 0 <= args.seed <= 2**63 - 1:
+        _fail(f"--seed {args.seed}: seed must be an integer in 0..2**63-1")
+    if args.reserve is not None:
+        ways = 2 if rtl else MODEL_WAYS
+        if not 0 <= args.reserve < ways:
+            _fail(f"--reserve {args.reserve}: reserve must be an integer in [0, ways) = "
+                  f"0..{ways - 1} ({ways} ways per set{' in the --rtl instance' if rtl else ''})")
+    return _parse_hbm_errors(args.hbm_errors) if args.hbm_errors is not None else None
+
 
 def cmd_cdu_replay(args) -> int:
-    from ..fast.cdu_replay import COUNTER_KEYS, replay
-    from ..harness.cdu import RtlMismatch, replay_rtl
+    from tricut.models.config import load_model
 
+    from ..fast.cdu_replay import COUNTER_KEYS, replay
+    from ..harness.cdu import HbmFaults, RtlMismatch, replay_rtl
+
+    given = {k for k in DEFAULTS if getattr(args, k) is not None}
+    try:
+        hbm = _check_args(args, given)
+    except _Bad as e:
+        print(f"tricut: error: {e}", file=sys.stderr)
+        return 2
+    wave = None
+    if args.rtl and (args.wave is not None or args.wave_window is not None):
+        from ..harness.waves import parse_wave_args
+        wave = parse_wave_args(args.wave, args.wave_window)      # WaveError: exit 2
+    for k, v in DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    model = load_model(args.model)                                # ConfigError: exit 2
+    if args.trace is None and args.context + args.steps > model.max_context:
+        print(f"tricut: error: --context {args.context} + --steps {args.steps} = "
+              f"{args.context + args.steps:,} tokens exceeds {model.name}'s max_context "
+              f"{model.max_context:,}", file=sys.stderr)
+        return 2
     source = args.trace if args.trace is not None else args.pattern
+    hints = "dsu" if args.dsu_hints else "auto"
     if args.rtl:
+        faults = HbmFaults(hbm[0], hbm[1], args.seed) if hbm is not None else None
         try:
-            counters = replay_rtl(args.model, source, args.policy, steps=args.steps,
+            counters = replay_rtl(model, source, args.policy, steps=args.steps,
                                   batch=args.batch, kv_dtype=args.kv_dtype, seed=args.seed,
-                                  context=args.context, reserve=args.reserve)
+                                  context=args.context, reserve=args.reserve, hints=hints,
+                                  hbm_errors=faults, wave=wave, names=FLAGS)
         except RtlMismatch as e:
             print(f"tricut: error: CDU RTL differs from the policy model: {e}", file=sys.stderr)
             return 1
     else:
-        counters = replay(args.model, source, args.policy, args.l2_mb, args.steps, args.batch,
-                          args.kv_dtype, args.seed, context=args.context,
-                          hints="dsu" if args.dsu_hints else "auto", engine=args.engine,
-                          reserve=args.reserve)
+        counters = replay(model, source, args.policy, args.l2_mb, args.steps, args.batch,
+                          args.kv_dtype, args.seed, context=args.context, hints=hints,
+                          engine=args.engine, reserve=args.reserve, names=FLAGS)
     if args.json:
         print(json.dumps(counters, indent=2))
         return 0
-    where = "RTL (small instance) == policy model" if args.rtl else f"policy model, {args.l2_mb} MB of L2"
-    print(f"CDU {args.policy} on {args.model}, {args.trace or args.pattern}, {args.batch} x {args.context} "
-          f"tokens, {args.steps} steps, {args.kv_dtype} KV: {where}")
-    keys = list(COUNTER_KEYS) + [k for k in ("hit_rate", "reuse_hit_rate", "accuracy", "coverage",
-                                             "occupancy_peak", "frames", "rtl_cycles") if k in counters]
+    if args.rtl:
+        where = (f"RTL (4 sets x 2 ways, 8 predictor entries, {counters['layers_simulated']} of "
+                 f"{model.num_layers} layers) == policy model")
+        if hbm is not None:
+            where += f", HBM errors {faults.describe()}"
+    else:
+        where = f"policy model, {args.l2_mb:g} MB of L2"
+    if args.trace is not None:
+        what = (f"trace {args.trace} ({counters.get('requests', '?')} requests)"
+                if args.rtl else f"trace {args.trace}")
+    else:
+        what = f"{args.pattern}, {args.batch} x {args.context} tokens"
+    print(f"CDU {args.policy} on {model.name}, {what}, {counters['steps']} steps, "
+          f"{args.kv_dtype} KV: {where}")
+    extra = ("hit_rate", "reuse_hit_rate", "accuracy", "coverage", "occupancy_peak", "frames",
+             "rtl_cycles", "hbm_reads", "hbm_retries", "hbm_failures", "status_beats",
+             "ready_err")
+    keys = list(COUNTER_KEYS) + [k for k in extra if k in counters]
     width = max(len(k) for k in keys)
     for k in keys:
         v = counters[k]
         text = f"{100 * v:.2f} %" if k in ("hit_rate", "reuse_hit_rate", "accuracy", "coverage") \
             else f"{v:,.0f}"
         print(f"  {k.ljust(width)}  {text}")
+    if hbm is not None:
+        print(f"  HBM errors {faults.describe()}: {counters['reads_faulty']:,} of "
+              f"{counters['hbm_reads']:,} reads faulty ({counters['hbm_error_answers']:,} error "
+              f"answers): {counters['reads_recovered']:,} recovered by retry, "
+              f"{counters['reads_failed']:,} failed after all retries "
+              f"({counters['frames_invalidated']:,} frames invalidated, "
+              f"{counters['ready_err']:,} ready beats with err); RTL == model")
+    if wave is not None:
+        print(f"  waves: {wave.describe()}")
     return 0
-
 
 
 def add_commands(sub) -> None:
     cdu = sub.add_parser("cdu", help="Cache Director Unit: replay access patterns through its policy model or RTL",
                          description="Cache Director Unit (docs/cdu.md).")
+    one_line_argparse(cdu)
     cdu_sub = cdu.add_subparsers(dest="cdu_command", metavar="SUBCOMMAND", required=True)
-    p = cdu_sub.add_parser(
+    p = one_line_argparse(cdu_sub.add_parser(
         "replay", help="counters of a CDU policy on an access pattern or an access trace",
-        description="Replays a batch decoding --steps tokens through the CDU policy model and prints its "
-                    "counters (definitions in docs/cdu.md). --rtl runs the same kind of replay through the "
-                    "RTL on a small instance (few sets and ways, --l2-mb ignored) and exits 1 if any "
-                    "transaction or counter differs from the model.")
+        description="Replays a batch decoding --steps tokens (or an access trace) through the CDU "
+                    "policy model and prints its counters (definitions in docs/cdu.md). --rtl runs "
+                    "the same replay through the whole CDU RTL on a small instance (4 sets x 2 ways, "
+                    "at most 8 layers, 16 requests, 16K tokens, 40,000 block operations) in "
+                    "Amaranth's simulator and exits 1 if any transaction or counter differs from "
+                    "the model; --hbm-errors injects HBM read errors there. Limits and every "
+                    "refusal: docs/cdu.md."))
     p.add_argument("--model", default="llama-3-8b", help="model id or .toml (default: %(default)s)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--pattern", choices=PATTERNS, help="access pattern")
-    src.add_argument("--trace", type=Path, help="access trace, JSONL: step, request, layer, blocks")
+    src.add_argument("--trace", type=Path, help="access trace, JSONL: step, request, layer, blocks "
+                                                "[, seq_len]")
     p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive")
-    p.add_argument("--l2-mb", type=float, default=50.0, help="L2 the CDU owns, MiB (default: 50)")
-    p.add_argument("--steps", type=int, default=8, help="decode steps (default: 8)")
-    p.add_argument("--batch", type=int, default=1, help="requests (default: 1)")
-    p.add_argument("--context", type=int, default=4096, help="tokens per request at the start (default: 4096)")
+    p.add_argument("--l2-mb", type=float, default=None,
+                   help="L2 the CDU owns, MiB (default: 50; at most 2^20 frames)")
+    p.add_argument("--steps", type=int, default=None, help="decode steps (default: 8)")
+    p.add_argument("--batch", type=int, default=None, help="requests (default: 1)")
+    p.add_argument("--context", type=int, default=None,
+                   help="tokens per request at the start (default: 4096; context + steps <= the "
+                        "model's max_context)")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--dsu-hints", action="store_true",
                    help="apply the DSU's residency hints (contexts < 4096 tokens streamed, the others "
                         "left to the policy)")
     p.add_argument("--reserve", type=int, default=None,
                    help="ways per set kept from the keep class for the prefetch stream (default: ways // 8)")
-    p.add_argument("--engine", choices=("fast", "golden"), default="fast",
+    p.add_argument("--engine", choices=("fast", "golden"), default=None,
                    help="fast: the policy model's exact compiled twin (default; same transactions, "
                         "tests/test_cdu_fast.py); golden: models/cdu.py itself, ~100x slower")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="pattern and HBM-error seed, 0..2^63-1")
     p.add_argument("--rtl", action="store_true", help="run through the RTL and compare with the model")
+    p.add_argument("--hbm-errors", metavar="RATE[:persistent]", default=None,
+                   help="--rtl: the fraction RATE in [0, 1] of HBM reads that fail; transient "
+                        "(default): a failing read fails 1, 2, ... attempts with probability 1/2, "
+                        "1/4, ... and then succeeds (exhausting the CDU's 2 retries in 1/4 of the "
+                        "cases); persistent: it fails every attempt (reported on status, err on "
+                        "ready). Compared with the model read by read. Default: no errors")
+    p.add_argument("--wave", metavar="FILE.vcd|FILE.fst", default=None,
+                   help="--rtl: write the Amaranth simulation's waveforms")
+    p.add_argument("--wave-window", metavar="START:END", default=None,
+                   help="with --wave: keep only cycles START..END (START: or :END open)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_cdu_replay)

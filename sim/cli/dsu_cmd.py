@@ -1,43 +1,91 @@
-"""`tricut dsu run`: the scheduler firmware on the DSU RTL cluster against its golden model."""
+"""`tricut dsu run`: the scheduler firmware on the DSU RTL cluster against its golden model.
+
+Every bad input (flags, the requests file, the fault spec, a run that cannot fit its budget)
+ends as one line ``tricut: error: ...`` and exit status 2 before any simulation. Exit 1: the
+run did not verify (the RTL differs from the golden model, the run hit its cycle budget, or
+with ``--faults-strict`` an injected hang did not fire); the one line says which.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
+import time
 from pathlib import Path
 
 from tricut.models.dsu import PROFILES
 from tricut.models.jsonl import iter_jsonl_objects
 
-from .errors import InputError
+from .errors import InputError, one_line_argparse
 
-__all__ = ["add_commands", "read_dsu_requests"]
+__all__ = ["add_commands", "read_dsu_requests", "MAX_REQUESTS_FILE_BYTES", "LONG_RUN_S"]
 
+#: a requests file larger than this is refused (65,536 requests of ~100 bytes fit easily)
+MAX_REQUESTS_FILE_BYTES = 64 << 20
+#: runs whose estimated simulation time is longer are refused unless --allow-long
+LONG_RUN_S = 3600
 
-_REQUEST_FIELDS = {"id": 0, "prompt_tokens": None, "max_new_tokens": None, "arrival_step": 0, "priority": 0}
+_REQUEST_FIELDS = {"id": 0, "prompt_tokens": None, "max_new_tokens": None, "arrival_step": 0,
+                   "priority": 0}
 
 
 def read_dsu_requests(path: Path):
     """JSONL, one request a line: ``prompt_tokens``, ``max_new_tokens`` (required), ``id``
     (default: the line's index), ``arrival_step`` (scheduling round, default 0), ``priority``
-    (0..3, default 0)."""
+    (0..3, default 0). Every value must fit the hardware's field (``REQUEST_LIMITS`` in
+    ``sim/harness/dsu.py``); errors name the file and line."""
     from tricut.models.dsu import RequestSpec
 
+    from ..harness.dsu import MAX_REQUESTS, REQUEST_LIMITS
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a directory, not a requests file")
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+        raise InputError(f"{path}: not a regular file or a pipe")
+    if stat.S_ISREG(st.st_mode) and st.st_size > MAX_REQUESTS_FILE_BYTES:
+        raise InputError(f"{path}: {st.st_size:,} bytes, more than the "
+                         f"{MAX_REQUESTS_FILE_BYTES >> 20} MiB a requests file may have "
+                         f"(at most {MAX_REQUESTS:,} requests)")
     out, ids = [], set()
-    for label, row in iter_jsonl_objects(path, InputError):
+    rows = iter_jsonl_objects(path, InputError)
+    while True:
+        try:
+            label, row = next(rows)
+        except StopIteration:
+            break
+        except InputError:
+            raise
+        except (ValueError, RecursionError) as e:     # e.g. an integer of > 4,300 digits
+            raise InputError(f"{path}: not valid JSON ({type(e).__name__}: "
+                             f"{' '.join(str(e).split())[:120]})") from None
         unknown = set(row) - set(_REQUEST_FIELDS)
         if unknown:
-            raise InputError(f"{label}: unknown field {sorted(unknown)[0]!r}")
+            raise InputError(f"{label}: unknown field {sorted(unknown)[0]!r} (fields: "
+                             f"{', '.join(_REQUEST_FIELDS)})")
+        if len(out) >= MAX_REQUESTS:
+            raise InputError(f"{label}: more than {MAX_REQUESTS:,} requests (request ids are "
+                             f"16 bits)")
         values = {}
         for key, default in _REQUEST_FIELDS.items():
             value = row.get(key, len(out) if key == "id" else default)
             if value is None:
                 raise InputError(f"{label}: missing field {key!r}")
             if isinstance(value, bool) or not isinstance(value, int):
-                raise InputError(f"{label}: {key} must be an integer, got {value!r}")
-            low = 1 if key in ("prompt_tokens", "max_new_tokens") else 0
-            if value < low or (key == "priority" and value > 3):
-                raise InputError(f"{label}: {key} out of range: {value}")
+                raise InputError(f"{label}: {key} must be an integer, got "
+                                 f"{_short(json.dumps(value))}")
+            lo, hi = REQUEST_LIMITS[key]
+            if not lo <= value < hi:
+                raise InputError(f"{label}: {key} out of range: {_short(str(value))} (must be "
+                                 f"{lo}..{hi - 1:,}, the hardware's field)")
             values[key] = value
         if values["id"] in ids:
             raise InputError(f"{label}: request id {values['id']} appears twice")
@@ -49,42 +97,148 @@ def read_dsu_requests(path: Path):
     return out
 
 
-def cmd_dsu_run(args) -> int:
+def _short(text, limit=40):
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _synthetic(n, seed):
     import random
 
     from tricut.models.dsu import RequestSpec
+    rng = random.Random(seed)
+    return [RequestSpec(i, rng.randint(1, 8192), rng.randint(1, 12), rng.randint(0, 8),
+                        rng.randint(0, 3)) for i in range(n)]
 
-    from ..harness.dsu import parse_faults, run_dsu
 
+def _dur(seconds):
+    seconds = max(0, int(round(seconds)))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Progress:
+    """One status line on a terminal (``\\r``, rewritten in place): cycles, simulation rate,
+    rounds against the golden schedule's, outcomes, and an ETA from the rounds' rate."""
+
+    def __init__(self, stream, plan, label):
+        self.stream, self.plan, self.label = stream, plan, label
+        self.t0 = time.monotonic()
+        self.first = None            # (time, cycle, round) of the first report
+        self.shown = False
+
+    def start(self, text):
+        self._show(f"[{self.label}] {text}")
+
+    def __call__(self, st):
+        now = time.monotonic()
+        if self.first is None:
+            self.first = (now, st["cycle"], st["round"])
+        t1, c1, r1 = self.first
+        dt = now - t1
+        rate = (st["cycle"] - c1) / dt if dt > 0.2 else None
+        rounds = self.plan.rounds
+        eta = None
+        if dt > 1 and st["round"] > r1 and not st.get("degraded"):
+            eta = (rounds - st["round"]) * dt / (st["round"] - r1)
+        elif rate and self.plan.estimate_cycles > st["cycle"]:
+            eta = (self.plan.estimate_cycles - st["cycle"]) / rate
+        parts = [f"cycle {st['cycle']:,}" + (f" ({rate:,.0f}/s)" if rate else ""),
+                 f"round {st['round']:,}/{rounds:,}",
+                 f"outcomes {st['outcomes']:,}/{st['requests']:,}"]
+        if st.get("degraded"):
+            parts.append("degraded: the host is taking over")
+        if eta is not None:
+            parts.append(f"ETA {_dur(eta)}")
+        self._show(f"[{self.label}] " + ", ".join(parts))
+
+    def _show(self, text):
+        self.stream.write("\r\x1b[K" + text[:200])
+        self.stream.flush()
+        self.shown = True
+
+    def close(self):
+        if self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def cmd_dsu_run(args) -> int:
+    from ..harness.dsu import MAX_REQUESTS, parse_faults, plan_dsu, run_plan
+    from ..harness.waves import WaveError, parse_wave_args
+
+    # -- everything checked before any work ----------------------------------------------
+    wave = parse_wave_args(args.wave, args.wave_window)
+    if wave is not None and args.sim == "verilator":
+        from ..harness.dsu import verilator_waves_supported
+        if not verilator_waves_supported():
+            raise InputError("--wave with --sim verilator: run_cocotb in this checkout cannot "
+                             "record waves yet; use --sim amaranth")
+    if args.max_cycles is not None and args.max_cycles < 1:
+        raise InputError(f"--max-cycles must be at least 1, not {args.max_cycles}")
     if args.requests is not None:
         reqs = read_dsu_requests(args.requests)
     else:
-        rng = random.Random(args.seed)
-        reqs = [RequestSpec(i, rng.randint(1, 8192), rng.randint(1, 12), rng.randint(0, 8), rng.randint(0, 3))
-                for i in range(args.synthetic or 8)]
+        n = 8 if args.synthetic is None else args.synthetic
+        if not 1 <= n <= MAX_REQUESTS:
+            raise InputError(f"--synthetic must be 1..{MAX_REQUESTS:,} (request ids are 16 "
+                             f"bits), not {n}")
+        reqs = _synthetic(n, args.seed)
     faults = parse_faults(args.faults) if args.faults else None
-    result = run_dsu(reqs, args.profile, cores=args.cores, faults=faults, sim=args.sim,
-                     n_slots=args.slots, seed=args.seed)
+    try:
+        plan = plan_dsu(reqs, args.profile, cores=args.cores, faults=faults, sim=args.sim,
+                        n_slots=args.slots, seed=args.seed, max_cycles=args.max_cycles,
+                        faults_strict=args.faults_strict,
+                        max_seconds=None if args.allow_long else LONG_RUN_S)
+    except ValueError as e:
+        msg = str(e)
+        if args.allow_long or "allowed" not in msg:
+            raise InputError(_flags(msg)) from None
+        raise InputError(msg + " (--allow-long runs it anyway"
+                         + ("; --sim verilator is faster" if args.sim == "amaranth" else "")
+                         + ")") from None
+    if wave is not None and wave.start >= plan.max_cycles:
+        raise WaveError(f"--wave-window {wave.start}:{'' if wave.end is None else wave.end}: "
+                        f"starts after the run's cycle budget ({plan.max_cycles:,} cycles)")
+
+    # -- the run ---------------------------------------------------------------------------
+    progress = None
+    if sys.stderr.isatty():
+        progress = Progress(sys.stderr, plan, f"dsu {args.sim}")
+        progress.start(f"{len(reqs):,} requests, {plan.rounds:,} rounds in the golden "
+                       f"schedule, about {plan.estimate_cycles:,} cycles "
+                       f"(≈{_dur(plan.estimate_seconds())}); starting the simulator"
+                       + (" (a first Verilator build takes 1-3 min)"
+                          if args.sim == "verilator" else ""))
+    try:
+        result = run_plan(plan, progress=progress, wave=wave)
+    finally:
+        if progress is not None:
+            progress.close()
+
+    # -- report ----------------------------------------------------------------------------
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        out = result.to_json()
+        out["faults_requested"] = [str(f) for f in plan.faults]
+        print(json.dumps(out, indent=2))
     else:
-        for rnd, batch in enumerate(result.batches):
-            if batch:
-                print(f"round {rnd:4d}: " + "  ".join(f"s{d.slot}:r{d.request}@{d.seq_len}" for d in batch))
-        print("outcomes:")
-        for rid, o in sorted(result.outcomes.items()):
-            print(f"  request {rid}: {o.status}, {o.tokens} tokens" + (f" ({o.reason})" if o.reason else ""))
-        lat = [x["cycles"] for x in result.latencies]
-        if lat:
-            lat.sort()
-            print(f"scheduler latency per round: median {lat[len(lat) // 2]} cycles "
-                  f"({lat[len(lat) // 2] / 1.2:.0f} ns at 1.2 GHz), max {lat[-1]} cycles")
-        print(f"firmware {result.firmware_bytes} bytes, {result.cycles} cycles, "
-              f"{result.rounds_rtl} rounds scheduled by the firmware"
-              + (f", degraded at cycle {result.degraded_cycle}" if result.degraded_cycle is not None else ""))
+        _print_text(result, plan)
+    if result.budget_exhausted:
+        print(f"tricut: error: stopped at the cycle budget ({result.max_cycles:,} cycles, "
+              f"--max-cycles) in round {result.counters.get('round', '?')} of "
+              f"{plan.rounds:,}, {len(result.outcomes):,} of {len(reqs):,} outcomes: the run "
+              f"is incomplete, not compared; raise --max-cycles", file=sys.stderr)
+        return 1
     if result.differences:
         print(f"tricut: error: DSU RTL differs from the golden model: {result.differences[0]}"
-              + (f" (+{len(result.differences) - 1} more)" if len(result.differences) > 1 else ""),
+              + (f" (+{len(result.differences) - 1} more)" if len(result.differences) > 1
+                 else ""), file=sys.stderr)
+        return 1
+    if args.faults_strict and result.faults_not_fired:
+        f, why = result.faults_not_fired[0]
+        print(f"tricut: error: fault {f} did not fire: {why} [--faults-strict]",
               file=sys.stderr)
         return 1
     if not args.json:
@@ -92,10 +246,49 @@ def cmd_dsu_run(args) -> int:
     return 0
 
 
+def _flags(msg):
+    """Name the CLI flags in the harness's messages."""
+    for name, flag in (("n_slots", "--slots"), ("seed", "--seed"), ("cores", "--cores"),
+                       ("max_cycles", "--max-cycles")):
+        if msg.startswith(name + " "):
+            return flag + msg[len(name):]
+    return msg
+
+
+def _print_text(result, plan):
+    for rnd, batch in enumerate(result.batches):
+        if batch:
+            print(f"round {rnd:4d}: " + "  ".join(f"s{d.slot}:r{d.request}@{d.seq_len}"
+                                                  for d in batch))
+    print("outcomes:")
+    for rid, o in sorted(result.outcomes.items()):
+        print(f"  request {rid}: {o.status}, {o.tokens} tokens"
+              + (f" ({o.reason})" if o.reason else ""))
+    lat = sorted(x["cycles"] for x in result.latencies)
+    if lat:
+        print(f"scheduler latency per round: median {lat[len(lat) // 2]} cycles "
+              f"({lat[len(lat) // 2] / 1.2:.0f} ns at 1.2 GHz), max {lat[-1]} cycles")
+    if plan.faults:
+        print(f"faults: {len(plan.faults)} requested, {len(result.faults_fired)} fired"
+              + (f" ({', '.join(result.faults_fired)})" if result.faults_fired else ""))
+        if result.faults_not_fired:
+            print(f"faults not fired ({len(result.faults_not_fired)}): "
+                  + "; ".join(f"{f}: {why}" for f, why in result.faults_not_fired))
+    c = result.counters
+    print(f"firmware {result.firmware_bytes} bytes, boot {result.boot_cycles:,} cycles, "
+          f"{result.cycles:,} cycles, {result.rounds_rtl} rounds scheduled by the firmware"
+          + (f", degraded at cycle {result.degraded_cycle:,} (the host scheduled the rest)"
+             if result.degraded_cycle is not None else "")
+          + (f"; rollbacks {c.get('rollbacks', 0)}, timeouts {c.get('timeouts', 0)}"
+             if plan.faults else ""))
+    if result.wave:
+        print(f"waves: {result.wave}")
+
 
 def add_commands(sub) -> None:
     dsu = sub.add_parser("dsu", help="DSU: the scheduler firmware on the RTL cluster, checked against its golden model",
                          description="Decoding Scheduler Unit (docs/dsu.md, docs/dsu-scheduler.md).")
+    one_line_argparse(dsu)
     dsu_sub = dsu.add_subparsers(dest="dsu_command", metavar="SUBCOMMAND", required=True)
     p = dsu_sub.add_parser(
         "run", help="run the firmware + arbiter on requests and compare with the golden model",
@@ -104,15 +297,34 @@ def add_commands(sub) -> None:
                     "and the scheduler latency, and exits 1 on any difference from models/dsu.py. "
                     "--requests: JSONL with prompt_tokens, max_new_tokens and optional id, arrival_step "
                     "(round), priority (0..3). --faults: e.g. error:slot=3:step=5,timeout:slot=7:step=2,"
-                    "hang:cycle=20000.")
+                    "hang:cycle=20000 (a fault that does not fire is reported; --faults-strict makes it an "
+                    "error). Exit status: 0 RTL == golden model; 1 the run did not verify (a difference, "
+                    "the cycle budget ran out, or a --faults-strict hang did not fire); 2 bad input, "
+                    "refused before any simulation.")
+    one_line_argparse(p)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--requests", type=Path, metavar="FILE")
-    src.add_argument("--synthetic", type=int, metavar="N", help="N random small requests (default: 8)")
+    src.add_argument("--synthetic", type=int, metavar="N",
+                     help="N random small requests, 1..65,536 (default: 8)")
     p.add_argument("--profile", choices=PROFILES, default="throughput-opt")
     p.add_argument("--cores", type=int, choices=(1, 2, 3, 4), default=1)
-    p.add_argument("--slots", type=int, default=8, help="decode slots (default: 8; the Verilator build grows with it)")
+    p.add_argument("--slots", type=int, default=8,
+                   help="decode slots, 1..256 (default: 8; the Verilator build grows with it)")
     p.add_argument("--faults", help="fault spec (see above)")
+    p.add_argument("--faults-strict", action="store_true",
+                   help="a fault that cannot fire is an error: a step fault on a (step, slot) the "
+                        "golden schedule never issues is refused before the run (exit 2), a hang "
+                        "after the run's end fails it (exit 1)")
     p.add_argument("--sim", choices=("verilator", "amaranth"), default="verilator")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="0..2^32-1 (default: 0)")
+    p.add_argument("--max-cycles", type=int, metavar="N",
+                   help="cycle budget of the simulation (default: about twice the estimate from "
+                        "the golden schedule); a run that certainly needs more is refused up front")
+    p.add_argument("--allow-long", action="store_true",
+                   help=f"run even when the estimate exceeds {LONG_RUN_S // 60} minutes of "
+                        "simulation")
+    p.add_argument("--wave", metavar="FILE.vcd|FILE.fst", help="write the waveforms of the run")
+    p.add_argument("--wave-window", metavar="START:END",
+                   help="only cycles START..END in --wave (cycles from reset)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_dsu_run)

@@ -17,7 +17,7 @@ from tricut.models.roofline import roofline
 
 from . import simulate as cli_simulate
 from . import units as cli_units
-from .errors import InputError
+from .errors import InputError, one_line_argparse
 
 __all__ = ["main"]
 
@@ -60,14 +60,28 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+def _roofline_notes(results, model, gpu, tp: int) -> list[str]:
+    """One note per combination whose batch's KV does not fit beside the weights (its ceiling
+    cannot be reached), or one note when the weights alone do not fit."""
+    if not results[0].weights_fit:
+        return [f"note: {model.name} weights do not fit in {gpu.name} HBM at tp={tp}: no room for any KV"]
+    return [f"note: {r.kv_dtype}, context {r.context:,}, batch {r.batch:,}: the batch needs "
+            f"{r.kv_tokens_needed:,} tokens of KV but {r.kv_tokens_fit:,} fit beside the weights "
+            f"(at most {r.max_batch_fit:,} such requests): its {r.tokens_per_s_ceiling:,.0f} tok/s "
+            "ceiling is not reachable" for r in results if not r.batch_fits]
+
+
 def cmd_roofline(args) -> int:
     model = load_model(args.model)
     gpu = load_gpu(args.gpu)
     results = [roofline(model, gpu, d, c, b, tp=args.tp)
                for d in args.kv_dtype for c in args.context for b in args.batch]
+    notes = _roofline_notes(results, model, gpu, args.tp)
     if args.json:
         out = [r.as_dict() for r in results]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        for note in notes:
+            print(note, file=sys.stderr)
         return 0
     print(f"{model.name} on {gpu.name}" + (f" x{args.tp} (tensor parallel)" if args.tp > 1 else "")
           + f": HBM {gpu.hbm_bandwidth / 1e12:.2f} TB/s, {gpu.hbm_bytes / 2**30:.0f} GiB per GPU;"
@@ -75,12 +89,11 @@ def cmd_roofline(args) -> int:
     rows = [[r.kv_dtype, str(r.context), str(r.batch), _si(r.kv_bytes_per_token, "B"),
              _si(r.kv_bytes_per_step, "B"), f"{r.step_floor_s * 1e3:.3f}",
              f"{r.request_tokens_per_s_ceiling:.1f}", f"{r.tokens_per_s_ceiling:.1f}",
-             f"{r.kv_tokens_fit:,}"] for r in results]
+             f"{r.kv_tokens_fit:,}", "yes" if r.batch_fits else "NO"] for r in results]
     print(_table(["kv", "context", "batch", "KV/token", "KV/step", "floor ms",
-                  "tok/s/req", "tok/s", "KV tokens fit"], rows))
-    if not results[0].weights_fit:
-        print(f"note: {model.name} weights do not fit in {gpu.name} HBM at tp={args.tp}: "
-              "no room for any KV", file=sys.stderr)
+                  "tok/s/req", "tok/s", "KV tokens fit", "batch fits"], rows))
+    for note in notes:
+        print(note, file=sys.stderr)
     return 0
 
 
@@ -89,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tricut",
         description="Cycle-approximate model of a GPU that splits LLM decode three ways: "
                     "TE decode datapath, Cache Director Unit (CDU), Decoding Scheduler Unit (DSU).")
+    one_line_argparse(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -108,27 +122,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tokens of KV per request (default: 8192)")
     p.add_argument("--batch", type=_positive_int_list, default=[1],
                    help="requests decoded together (default: 1)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default: 1)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor-parallel GPUs: must divide the query heads, and divide or be a "
+                        "multiple of the KV heads (default: 1)")
     p.add_argument("--json", action="store_true",
                    help="JSON (bytes, seconds): one object, or a list for a sweep")
+    one_line_argparse(p)
     p.set_defaults(func=cmd_roofline)
     cli_simulate.add_commands(sub)
     cli_units.add_commands(sub)
     return parser
 
 
+def _error(message) -> int:
+    """``tricut: error: MESSAGE`` as one line (a message from a file may hold a newline)."""
+    print("tricut: error: " + " ".join(str(message).splitlines()), file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()      # reads the shipped config and stack lists
     except ConfigError as e:
-        print(f"tricut: error: {e}", file=sys.stderr)
-        return 2
+        return _error(e)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, UsageError, TraceError, InputError, ValueError) as e:
-        print(f"tricut: error: {e}", file=sys.stderr)
-        return 2
+        return _error(e)
+    except MemoryError:
+        return _error("out of memory: the workload is too large for this machine "
+                      "(fewer requests, --limit, or shorter requests)")
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

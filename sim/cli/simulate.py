@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tricut.models.cdu import POLICIES
@@ -18,9 +20,19 @@ from tricut.models.roofline import roofline
 from ..fast.setup import ServingSetup
 from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
 from ..fast.timing import CUTS, Assumptions
-from ..fast.workload import TRACE_FORMATS, read_trace, scale_rate, synthetic
+from ..fast.workload import TRACE_FORMATS, TraceError, check_lengths, read_trace, scale_rate, synthetic
+from .errors import InputError, one_line_argparse
+from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
 
 __all__ = ["add_commands"]
+
+#: Upper limits of the size flags (docs/system-model.md, "Bad input"): beyond them a run needs
+#: more memory than a workstation has (every token time is kept) or is a typo.
+MAX_SYNTHETIC = 1_000_000
+MAX_SLOTS = 65_536
+#: --assume on a stack parameter: seconds at most this, token budgets and batch sizes at most that
+MAX_STACK_SECONDS = 10.0
+MAX_STACK_INT = 10**9
 
 KEY_COLUMNS = ("requests", "output_tokens", "duration_s", "tokens_per_s", "ttft_p50_s", "ttft_p99_s",
                "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "hbm_gbps_mean", "hbm_gbps_peak",
@@ -41,31 +53,58 @@ def _cuts(text: str) -> tuple[str, ...]:
     return parts
 
 
-def _lengths(text: str):
-    """``1024``, ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``."""
-    try:
-        if ":" not in text:
-            return int(text)
-        kind, a, b = text.split(":")
-        if kind == "uniform":
-            return ("uniform", int(a), int(b))
-        if kind == "lognormal":
-            return ("lognormal", float(a), float(b))
-    except ValueError:
-        pass
-    raise argparse.ArgumentTypeError(f"{text!r}: expected N, uniform:LO:HI or lognormal:MEDIAN:SIGMA")
+def _lengths(what: str):
+    """``1024``, ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``, checked at once
+    (:func:`check_lengths`: finite, in range) so that the message names the flag."""
+    def parse(text: str):
+        spec = None
+        try:
+            if ":" not in text:
+                spec = int(text)
+            else:
+                kind, a, b = text.split(":")
+                if kind == "uniform":
+                    spec = ("uniform", int(a), int(b))
+                elif kind == "lognormal":
+                    spec = ("lognormal", float(a), float(b))
+        except ValueError:
+            pass
+        if spec is None:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected N, uniform:LO:HI or lognormal:MEDIAN:SIGMA")
+        try:
+            check_lengths(spec, what)
+        except TraceError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+        return spec
+    return parse
 
 
-def _positive(kind):
+def _positive(kind, maximum=None, allow_inf: bool = False):
+    """A parser of a number > 0 (and <= ``maximum``); a float must be finite unless
+    ``allow_inf`` (then ``inf`` is accepted)."""
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
-        if not value > 0 or (kind is float and not math.isfinite(value) and text not in ("inf",)):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not value > 0:
             raise argparse.ArgumentTypeError(f"{text} must be > 0")
+        if kind is float and not math.isfinite(value) and not allow_inf:
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text} must be at most {maximum:,}")
         return value
     return parse
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be an integer >= 0")
+    return value
 
 
 def _non_negative(text: str) -> float:
@@ -98,44 +137,57 @@ def _assumption(text: str) -> tuple[str, float]:
             get_stack(DEFAULT_STACK).with_values(**{name: number})
     except (ValueError, OverflowError) as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    if name not in assumed:
+        # the stack's own check wants finite numbers >= 0; here also a sane upper limit
+        if name.endswith("_s") and number > MAX_STACK_SECONDS:
+            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be at most {MAX_STACK_SECONDS:g} s")
+        if name in ("graph_max_batch", "prefill_batch_tokens", "prefill_chunk_tokens") \
+                and number > MAX_STACK_INT:
+            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be at most {MAX_STACK_INT:,}")
+        if name == "attn_bw_efficiency" and number < 0.01:
+            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be at least 0.01")
     return name, number
 
 
-def _one_line_errors(p: argparse.ArgumentParser) -> None:
-    """Bad flags of this command end as one line ``tricut: error: ...`` (exit 2), as every
-    other user error does (sim/cli/main.py), not argparse's usage block."""
-    p.error = lambda message: p.exit(2, f"tricut: error: {message}\n")
 
 
-def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = False) -> None:
+    """The flags of simulate, compare and bench. ``bench``: the trace and arrival-rate flags
+    exist but default to None, so that :func:`cmd_bench` can refuse them (its rounds are
+    synthetic with their own rates)."""
     p.add_argument("--model", default="llama-3-8b", help=f"model id ({', '.join(model_ids())}) or .toml (default: %(default)s)")
     p.add_argument("--gpu", default="h100-sxm5", help=f"GPU id ({', '.join(gpu_ids())}) or .toml (default: %(default)s)")
     p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel GPUs (default: 1)")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16", help="KV cache format (default: bf16)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="trace file: Mooncake .jsonl, Azure or Vidur .csv")
-    src.add_argument("--synthetic", type=_positive(int), metavar="N", help="N synthetic requests (default: 200)")
+    src.add_argument("--synthetic", type=_positive(int, MAX_SYNTHETIC), metavar="N",
+                     help=f"N synthetic requests, at most {MAX_SYNTHETIC:,} (default: 200)")
     p.add_argument("--trace-format", choices=tuple(TRACE_FORMATS), help="trace format (default: guessed)")
     p.add_argument("--limit", type=_positive(int), help="use only the first N requests of the trace")
-    p.add_argument("--rate", type=_positive(float), default=10.0,
+    p.add_argument("--rate", type=_positive(float, allow_inf=True), default=None if bench else 10.0,
                    help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0; ignored with "
                         "--concurrency (default: 10)")
-    p.add_argument("--rate-scale", type=_positive(float), default=1.0, help="speed arrivals up by this factor")
-    p.add_argument("--prompt-tokens", type=_lengths, default=1024,
+    p.add_argument("--rate-scale", type=_positive(float), default=None if bench else 1.0,
+                   help="speed arrivals up by this factor")
+    p.add_argument("--prompt-tokens", type=_lengths("prompt"), default=1024,
                    help="synthetic prompt lengths: N, uniform:LO:HI, lognormal:MEDIAN:SIGMA (default: 1024)")
-    p.add_argument("--output-tokens", type=_lengths, default=128, help="synthetic output lengths (same forms; default: 128)")
+    p.add_argument("--output-tokens", type=_lengths("output"), default=128,
+                   help="synthetic output lengths (same forms; default: 128)")
     if with_cuts:
         p.add_argument("--cuts", type=_cuts, default=CUTS,
                        help="which cuts are on: none, all, or a list of te,cdu,dsu (default: all)")
     # choices listed adaptive (the default) first, as before
     p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive", help="CDU policy (default: adaptive)")
     p.add_argument("--profile", choices=PROFILES, default="throughput-opt", help="DSU profile (default: throughput-opt)")
-    p.add_argument("--slots", type=_positive(int), default=64, help="decode slots (default: 64)")
-    p.add_argument("--max-batch", type=_positive(int), default=64, help="batch cap (default: 64)")
-    p.add_argument("--ttft-slo", type=_positive(float), help="TTFT SLO in seconds, for goodput")
-    p.add_argument("--tpot-slo", type=_positive(float), help="TPOT SLO in seconds, for goodput")
-    p.add_argument("--degraded-at", type=float, metavar="SECONDS",
-                   help="DSU degrades to host scheduling from this simulated time on")
+    p.add_argument("--slots", type=_positive(int, MAX_SLOTS), default=64,
+                   help=f"decode slots, at most {MAX_SLOTS:,} (default: 64)")
+    p.add_argument("--max-batch", type=_positive(int, MAX_SLOTS), default=64,
+                   help=f"batch cap, at most {MAX_SLOTS:,} (default: 64)")
+    p.add_argument("--ttft-slo", type=_positive(float, allow_inf=True), help="TTFT SLO in seconds, for goodput")
+    p.add_argument("--tpot-slo", type=_positive(float, allow_inf=True), help="TPOT SLO in seconds, for goodput")
+    p.add_argument("--degraded-at", type=_non_negative, metavar="SECONDS",
+                   help="DSU degrades to host scheduling from this simulated time on (a finite number >= 0)")
     p.add_argument("--stack", choices=stack_names(), default=DEFAULT_STACK,
                    help="software-stack profile: what a serving stack adds to the GPU's physics (host "
                         "time per step, its overlap with the GPU, CUDA-graph and launch gaps, the attention "
@@ -155,10 +207,14 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True) -> None:
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
                         "names and defaults: docs/system-model.md, docs/fidelity.md")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument("--csv", action="store_true", help="print CSV instead of a table")
-    p.add_argument("--plot", type=Path, metavar="DIR", help="write PNG figures into DIR")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed, an integer >= 0 (default: 0)")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true",
+                     help="print JSON instead of a table (an undefined metric is null)")
+    fmt.add_argument("--csv", action="store_true",
+                     help="print CSV instead of a table (an undefined metric is an empty cell)")
+    p.add_argument("--plot", type=Path, metavar="DIR",
+                   help="write PNG figures into DIR (created if missing; checked before the run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -168,6 +224,9 @@ def _workload(args):
         if args.limit:
             reqs = reqs[: args.limit]
     else:
+        for flag, value in (("--limit", args.limit), ("--trace-format", args.trace_format)):
+            if value is not None:
+                raise InputError(f"{flag} applies to a --trace, and there is none")
         reqs = synthetic(args.synthetic or 200, args.rate, args.prompt_tokens, args.output_tokens, args.seed)
     return scale_rate(reqs, args.rate_scale) if args.rate_scale != 1.0 else reqs
 
@@ -180,6 +239,29 @@ def _setup(args) -> ServingSetup:
                         assumptions=Assumptions(**assumed),
                         stack=get_stack(args.stack).with_values(**stacked),
                         prefill=args.prefill, concurrency=args.concurrency, think_s=args.think_time)
+
+
+def _prepare(args, cut_sets):
+    """Every check of the input before any simulation runs (docs/system-model.md, "Bad
+    input"): the configs, the stack and its overrides, the workload, each cut set's step model
+    and the DSU's KV budget against the requests. Returns the setup and the requests."""
+    setup = _setup(args)
+    reqs = _workload(args)
+    for cuts in cut_sets:
+        setup.check(reqs, cuts)
+    return setup, reqs
+
+
+@contextlib.contextmanager
+def _plot_dir(path: Path | None, figures: tuple[str, ...]):
+    """The --plot directory, checked and created (with a probe file written and removed)
+    after every other check and before the run; removed again if the run then fails."""
+    created = prepare_out_dir(path, figures) if path is not None else []
+    try:
+        yield
+    except BaseException:
+        remove_created(created)
+        raise
 
 
 def _progress(enabled: bool, label: str):
@@ -198,10 +280,22 @@ def _progress(enabled: bool, label: str):
     return show
 
 
-def _run(args, cuts, label):
-    return _setup(args).run(_workload(args), cuts, seed=args.seed, degraded_at_s=args.degraded_at,
-                            progress=_progress(not args.no_progress, label),
-                            ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
+def _run(args, setup: ServingSetup, reqs, cuts, label):
+    return setup.run(reqs, cuts, seed=args.seed, degraded_at_s=args.degraded_at,
+                     progress=_progress(not args.no_progress, label),
+                     ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
+
+
+def _defined(value):
+    """An undefined metric (NaN: TPOT of one-token requests; inf: a rate over no time) is
+    None: null in JSON, an empty cell in CSV, '-' in the table (docs/metrics.md)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _defined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_defined(v) for v in value]
+    return value
 
 
 def _fmt(key: str, value) -> str:
@@ -217,19 +311,21 @@ def _fmt(key: str, value) -> str:
 
 
 def _emit(args, rows: dict[str, dict]) -> None:
+    rows = _defined(rows)
     if args.json:
-        print(json.dumps(next(iter(rows.values())) if len(rows) == 1 else rows, indent=2))
+        print(json.dumps(next(iter(rows.values())) if len(rows) == 1 else rows, indent=2, allow_nan=False))
     elif args.csv:
         buf = io.StringIO()
         keys = list(next(iter(rows.values())).keys())
         w = csv.writer(buf)
         w.writerow(["config"] + keys)
         for label, row in rows.items():
-            w.writerow([label] + [row[k] for k in keys])
+            w.writerow([label] + ["" if row[k] is None else row[k] for k in keys])
         print(buf.getvalue(), end="")
     else:
         labels = list(rows)
-        keys = list(KEY_COLUMNS) + ["l2_reuse_rate", "sm_utilisation", "te_utilisation", "cdu_utilisation",
+        keys = list(KEY_COLUMNS) + ["decode_queue_p50_s", "decode_queue_p99_s", "l2_reuse_rate",
+                                    "sm_utilisation", "te_utilisation", "cdu_utilisation",
                                     "dsu_utilisation", "mean_batch", "failed", "stack", "prefill_mode",
                                     "prefill_s_total", "concurrency"]
         width = max(len(k) for k in keys)
@@ -240,67 +336,128 @@ def _emit(args, rows: dict[str, dict]) -> None:
             print(k.ljust(width) + "  " + "  ".join(col[i].rjust(w) for col, w in zip(cols, cw)))
 
 
+def _failure_notes(results: dict) -> None:
+    """A note on stderr per run in which some requests failed (they are not in the latency
+    metrics): how many, and why."""
+    for label, r in results.items():
+        reasons: dict[str, int] = {}
+        for o in r.outcomes.values():
+            if o.status == "failed":
+                reasons[o.reason] = reasons.get(o.reason, 0) + 1
+        if reasons:
+            why = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+            print(f"note: {label}: {sum(reasons.values())} of {r.summary['requests']} requests failed "
+                  f"({why}) and are left out of the latency metrics", file=sys.stderr)
+
+
+def _plot_runs(results: dict, out_dir: Path) -> None:
+    from .plots import plot_run
+    for path in plot_run(results, out_dir):
+        print(f"wrote {path}", file=sys.stderr)
+
+
 def cmd_simulate(args) -> int:
     label = "+".join(args.cuts) if args.cuts else "baseline"
-    result = _run(args, args.cuts, label)
-    _emit(args, {label: result.summary})
-    if args.plot:
-        from .plots import plot_run
-        for path in plot_run({label: result}, args.plot):
-            print(f"wrote {path}", file=sys.stderr)
+    setup, reqs = _prepare(args, [args.cuts])
+    with _plot_dir(args.plot, RUN_FIGURES):
+        result = _run(args, setup, reqs, args.cuts, label)
+        _emit(args, {label: result.summary})
+        _failure_notes({label: result})
+        if args.plot:
+            _plot_runs({label: result}, args.plot)
     return 0
 
 
-def cmd_compare(args) -> int:
-    gpu = load_gpu(args.gpu)
-    results = {}
+def _ablation(gpu) -> list[tuple[str, tuple]]:
+    """compare's runs: without a CDU the cdu run is left out and the others say so."""
+    runs = []
     for label, cuts in ABLATION:
         if "cdu" in cuts and not gpu.has_cdu:
             cuts = tuple(c for c in cuts if c != "cdu")
             label = label + " (no CDU)" if cuts else label
             if not cuts:
                 continue
-        results[label] = _run(args, cuts, label)
-    _emit(args, {k: v.summary for k, v in results.items()})
-    if args.plot:
-        from .plots import plot_run
-        for path in plot_run(results, args.plot):
-            print(f"wrote {path}", file=sys.stderr)
+        runs.append((label, cuts))
+    return runs
+
+
+def cmd_compare(args) -> int:
+    runs = _ablation(load_gpu(args.gpu))
+    setup, reqs = _prepare(args, [cuts for _, cuts in runs])
+    with _plot_dir(args.plot, RUN_FIGURES):
+        results = {label: _run(args, setup, reqs, cuts, label) for label, cuts in runs}
+        _emit(args, {k: v.summary for k, v in results.items()})
+        _failure_notes(results)
+        if args.plot:
+            _plot_runs(results, args.plot)
     return 0
 
 
+def _bench_check(args) -> None:
+    """bench's own refusals: it replays no trace and sets its own arrival rates, and every
+    round measures TPOT, which needs two output tokens."""
+    for flag, value in (("--trace", args.trace), ("--trace-format", args.trace_format),
+                        ("--limit", args.limit), ("--rate", args.rate), ("--rate-scale", args.rate_scale)):
+        if value is not None:
+            raise InputError(f"bench does not take {flag}: its three rounds are synthetic requests "
+                             "(--prompt-tokens, --output-tokens) with arrivals of their own "
+                             "(docs/system-model.md); replay a trace with simulate or compare")
+    spec = args.output_tokens
+    low = spec if isinstance(spec, int) else spec[1]     # N, uniform's LO or lognormal's MEDIAN
+    if low < 2:
+        raise InputError(f"bench needs --output-tokens of at least 2 (N, uniform LO or lognormal MEDIAN): "
+                         f"its rounds measure TPOT, the time per output token after the first; got {low:g}")
+    args.rate, args.rate_scale = math.inf, 1.0       # each round sets its own
+
+
 def cmd_bench(args) -> int:
-    """The source's three-round method."""
-    model, gpu = load_model(args.model), load_gpu(args.gpu)
-    cuts = args.cuts
+    """The source's three-round method (docs/system-model.md)."""
+    _bench_check(args)
+    model, gpu, cuts, seed = load_model(args.model), load_gpu(args.gpu), args.cuts, args.seed
+    setup = _setup(args)
+    lengths = lambda n: synthetic(n, math.inf, args.prompt_tokens, args.output_tokens, seed)  # noqa: E731
+    # every round's requests (their lengths) are checked before the first round runs
+    single = lengths(1)
+    if single[0].output_tokens < 2:
+        raise InputError(f"bench's round-1 request drew 1 output token (--seed {seed}); TPOT needs 2: "
+                         "use another --seed or a larger --output-tokens")
+    sizes = [2**k for k in range((2 * args.slots).bit_length())]          # 1, 2, 4, ... <= 2 slots
+    n_long = max(4 * args.slots, args.synthetic or 0)
+    rounds = {n: lengths(n) for n in sorted({*sizes, n_long})}
+    for reqs in [single, *rounds.values()]:
+        setup.check(reqs, cuts)
+    with _plot_dir(args.plot, BENCH_FIGURES):
+        return _bench_rounds(args, setup, model, gpu, single, sizes, rounds, n_long)
+
+
+def _bench_rounds(args, setup, model, gpu, single, sizes, rounds, n_long) -> int:
+    cuts, seed = args.cuts, args.seed
     out = {}
     # Round 1: single request vs the roofline ceiling at its mean context.
-    one = _sub(args, synthetic=1, rate=math.inf)
-    r1 = _run(one, cuts, "single")
-    ctx = args.prompt_tokens if isinstance(args.prompt_tokens, int) else 1024
-    mean_ctx = ctx + (args.output_tokens if isinstance(args.output_tokens, int) else 128) // 2
-    ceiling = roofline(model, gpu, args.kv_dtype, mean_ctx, 1, tp=args.tp).request_tokens_per_s_ceiling
-    tpot = r1.summary["tpot_p50_s"]
-    out["single_request"] = {"tokens_per_s": 1 / tpot, "ceiling_tokens_per_s": ceiling,
-                             "fraction_of_ceiling": (1 / tpot) / ceiling}
+    r1 = _run(_sub(args), setup, single, cuts, "single")
+    req = single[0]
+    ceiling = roofline(model, gpu, args.kv_dtype, req.prompt_tokens + req.output_tokens // 2, 1,
+                       tp=args.tp).request_tokens_per_s_ceiling
+    tps = 1 / r1.summary["tpot_p50_s"]
+    out["single_request"] = {"tokens_per_s": tps, "ceiling_tokens_per_s": ceiling,
+                             "fraction_of_ceiling": tps / ceiling}
     # Round 2: concurrency sweep, all requests at t=0.
     sweep = []
-    n = 1
-    while n <= args.slots * 2:
-        r = _run(_sub(args, synthetic=n, rate=math.inf), cuts, f"c{n}")
+    for n in sizes:
+        r = _run(_sub(args), setup, rounds[n], cuts, f"c{n}")
         sweep.append({"concurrency": n, "tokens_per_s": r.summary["tokens_per_s"],
-                      "tpot_p99_s": r.summary["tpot_p99_s"]})
-        n *= 2
+                      "tpot_p99_s": r.summary["tpot_p99_s"],
+                      "mean_output_tokens": r.summary["output_tokens"] / r.summary["requests"]})
     best = max(s["tokens_per_s"] for s in sweep)
-    sweet = next(s["concurrency"] for s in sweep if s["tokens_per_s"] >= 0.9 * best)
+    sweet = next(s for s in sweep if s["tokens_per_s"] >= 0.9 * best)
     out["concurrency_sweep"] = sweep
-    out["sweet_spot"] = sweet
-    # Round 3: long stability run at 80 % of the sweet spot's request rate.
-    per_req = sweep[[s["concurrency"] for s in sweep].index(sweet)]
-    out_tokens = args.output_tokens if isinstance(args.output_tokens, int) else 128
-    rate = 0.8 * per_req["tokens_per_s"] / out_tokens
-    n_long = max(4 * args.slots, args.synthetic or 0)
-    r3 = _run(_sub(args, synthetic=n_long, rate=rate), cuts, "stability")
+    out["sweet_spot"] = sweet["concurrency"]
+    # Round 3: long stability run at 80 % of the sweet spot's request rate: the lengths checked
+    # above, Poisson arrivals at that rate (seeded as a synthetic workload's).
+    rate = 0.8 * sweet["tokens_per_s"] / sweet["mean_output_tokens"]
+    arrivals = synthetic(n_long, rate, 1, 2, seed)
+    long = [replace(r, arrival_s=a.arrival_s) for r, a in zip(rounds[n_long], arrivals)]
+    r3 = _run(_sub(args), setup, long, cuts, "stability")
     ends = r3.step_end_s
     half = ends[-1] / 2 if len(ends) else 0
     batch = r3.batch_sizes
@@ -317,17 +474,17 @@ def cmd_bench(args) -> int:
         from .plots import plot_sweep
         p = plot_sweep([s["concurrency"] for s in sweep], {"+".join(cuts) or "baseline":
                                                           [s["tokens_per_s"] for s in sweep]},
-                       args.plot / "throughput_vs_concurrency.png", sweet)
+                       args.plot / BENCH_FIGURES[0], sweet["concurrency"])
         print(f"wrote {p}", file=sys.stderr)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(_defined(out), indent=2, allow_nan=False))
         return 0
     s1 = out["single_request"]
     print(f"round 1  single request: {s1['tokens_per_s']:.1f} tokens/s = "
           f"{100 * s1['fraction_of_ceiling']:.1f} % of the roofline ceiling {s1['ceiling_tokens_per_s']:.1f}")
     print("round 2  concurrency sweep:")
     for s in sweep:
-        mark = "  <- sweet spot" if s["concurrency"] == sweet else ""
+        mark = "  <- sweet spot" if s is sweet else ""
         print(f"         {s['concurrency']:5d} requests  {s['tokens_per_s']:10.1f} tokens/s  "
               f"TPOT p99 {s['tpot_p99_s'] * 1e3:8.3f} ms{mark}")
     st = out["stability"]
@@ -353,13 +510,13 @@ def add_commands(sub) -> None:
                                    "separate pool, colocated batches or chunks), batched by the DSU golden model "
                                    "and decoded step by step; prints latency, throughput, HBM and L2 figures. "
                                    "Definitions: docs/metrics.md; the model: docs/system-model.md.")
-    _one_line_errors(p)
+    one_line_argparse(p)
     _common(p)
     p.set_defaults(func=cmd_simulate)
     p = sub.add_parser("compare", help="ablation: baseline, each cut alone, all three",
                        description="Runs the same workload five times (baseline, te, cdu, dsu, all three) "
                                    "and prints one column each.")
-    _one_line_errors(p)
+    one_line_argparse(p)
     _common(p, with_cuts=False)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("bench", help="the source's three-round benchmark method",
@@ -367,7 +524,9 @@ def add_commands(sub) -> None:
                                    "sweep with the sweet spot marked (first concurrency within 90 %% of the "
                                    "best throughput); round 3: a long Poisson run at 80 %% of that rate, "
                                    "checking throughput drift and KV accounting leaks. With --concurrency "
-                                   "every round runs that many closed-loop clients.")
-    _one_line_errors(p)
-    _common(p)
+                                   "every round runs that many closed-loop clients. The rounds are synthetic "
+                                   "(--prompt-tokens, --output-tokens of at least 2) with arrivals of their "
+                                   "own: --trace, --limit, --rate and --rate-scale are refused.")
+    one_line_argparse(p)
+    _common(p, bench=True)
     p.set_defaults(func=cmd_bench)

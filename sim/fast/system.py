@@ -25,9 +25,9 @@ from tricut.models.dsu import DsuModel, DsuParams, RequestSpec, TIMEOUT
 from .metrics import RequestTimes, summarise
 from .stacks import PREFILL_MODES
 from .timing import StepModel
-from .workload import Request
+from .workload import TIME_HORIZON_S, Request, arrival_span_s
 
-__all__ = ["SimResult", "simulate", "check_run_options"]
+__all__ = ["SimResult", "simulate", "check_run_options", "check_horizon"]
 
 
 @dataclass
@@ -57,6 +57,24 @@ def check_run_options(prefill: str | None, concurrency: int | None, think_s: flo
         raise ValueError(f"think time must be a finite number >= 0, got {think_s!r}")
 
 
+def check_horizon(requests: list[Request], concurrency: int | None, think_s: float) -> None:
+    """A ``ValueError`` when the workload would carry the simulated clock past
+    :data:`TIME_HORIZON_S`, where float64 seconds no longer resolve a decode step: open loop,
+    arrivals spanning more; closed loop, each client's think time summed over its requests."""
+    if concurrency is None:
+        span = arrival_span_s(requests)
+        if span > TIME_HORIZON_S:
+            raise ValueError(f"the arrivals span {span:.3g} s, beyond the simulator's horizon of "
+                             f"{TIME_HORIZON_S:g} s (about 3 years; past it float64 seconds lose the "
+                             "resolution of a decode step): use a higher rate or a shorter trace")
+    else:
+        think_total = think_s * -(-len(requests) // concurrency)
+        if think_total > TIME_HORIZON_S:
+            raise ValueError(f"think time {think_s:g} s x {-(-len(requests) // concurrency)} requests per "
+                             f"client = {think_total:.3g} s, beyond the simulator's horizon of "
+                             f"{TIME_HORIZON_S:g} s: use a shorter think time")
+
+
 def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, seed: int = 0,
              degraded_at_s: float | None = None, faults: dict[tuple[int, int], str] | None = None,
              progress=None, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
@@ -68,8 +86,17 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
     ``prefill``: one of :data:`PREFILL_MODES` (None: the step model's stack's own mode).
     ``concurrency``: closed loop; ``requests`` is then a pool sent in list order (their arrival
     times ignored) by that many clients, each sending its next request ``think_s`` after its
-    previous one finished (last token emitted, or failed)."""
+    previous one finished (last token emitted, or failed).
+
+    A ``ValueError`` before any work for a workload past :data:`TIME_HORIZON_S`
+    (:func:`check_horizon`); after the run when no request finished (the reasons given)."""
     check_run_options(prefill, concurrency, think_s)
+    if not requests:
+        raise ValueError("no requests to simulate")
+    if degraded_at_s is not None and (isinstance(degraded_at_s, bool) or not isinstance(degraded_at_s, (int, float))
+                                      or not math.isfinite(degraded_at_s) or degraded_at_s < 0):
+        raise ValueError(f"degraded_at_s must be a finite number >= 0 or None, got {degraded_at_s!r}")
+    check_horizon(requests, concurrency, think_s)
     run = _Run(requests, step_model, dsu, seed, prefill or step_model.stack.prefill, concurrency,
                think_s, degraded_at_s, faults or {}, progress)
     run.loop()
@@ -96,6 +123,8 @@ class _Run:
         self.ready: list[tuple[float, int]] = []          # disaggregated: (first token time, id)
         self.arrivals: list[tuple[float, int, int]] = []  # colocated/chunked: (sent, order, id)
         self.waiting: deque[list[int]] = deque()          # [id, prompt tokens prefilled], arrival order
+        self.intake: deque[int] = deque()       # ids submitted to the DSU, not yet admitted or refused
+        self.admitted: dict[int, float] = {}    # id -> the round it entered a decode slot
         self.retired = 0        # requests whose slots the previous round's completions freed
         self.prefill_s = 0.0    # GPU time of colocated prefill batches / chunks
         self.rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
@@ -105,7 +134,8 @@ class _Run:
             for r in requests:
                 self._send(r, r.arrival_s)
         else:
-            self.pool, self.free_at = deque(requests), deque([0.0] * concurrency)
+            # clients beyond the pool's size would never send anything
+            self.pool, self.free_at = deque(requests), deque([0.0] * min(concurrency, len(requests)))
 
     # -- request life --------------------------------------------------------------------------
     def _send(self, r: Request, at: float) -> None:
@@ -129,7 +159,12 @@ class _Run:
         elif self.mode == "disaggregated":
             heapq.heappush(self.ready, (at, rid))
         else:           # prefilled on these GPUs between rounds: the DSU takes it now
-            self.model.submit(RequestSpec(rid, r.prompt_tokens + 1, r.output_tokens - 1))
+            self._submit(r)
+
+    def _submit(self, r: Request) -> None:
+        """Into the DSU's intake: its prompt and first token are in the KV cache."""
+        self.model.submit(RequestSpec(r.id, r.prompt_tokens + 1, r.output_tokens - 1))
+        self.intake.append(r.id)
 
     def _finished(self, rid: int, at: float) -> None:
         self.finish[rid] = at
@@ -142,8 +177,7 @@ class _Run:
         while self.arrivals and self.arrivals[0][0] <= self.t:
             self.waiting.append([heapq.heappop(self.arrivals)[2], 0])
         while self.ready and self.ready[0][0] <= self.t:
-            r = self.by_id[heapq.heappop(self.ready)[1]]
-            self.model.submit(RequestSpec(r.id, r.prompt_tokens + 1, r.output_tokens - 1))
+            self._submit(self.by_id[heapq.heappop(self.ready)[1]])
 
     def _next_event(self) -> float | None:
         times = [q[0][0] for q in (self.ready, self.arrivals) if q]
@@ -152,6 +186,9 @@ class _Run:
     # -- the GPUs ------------------------------------------------------------------------------
     def loop(self) -> None:
         while True:
+            if self.t > TIME_HORIZON_S:     # a guard: check_horizon refuses the known causes
+                raise ValueError(f"the simulated clock passed the horizon of {TIME_HORIZON_S:g} s, "
+                                 "where float64 seconds no longer resolve a decode step")
             self._send_due()
             self._arrive_due()
             if self.mode == "colocated" and self.waiting:
@@ -206,8 +243,14 @@ class _Run:
         there was nothing to run."""
         n_outcomes = len(self.model.outcomes)
         rnd = self.model.step()
-        for rid in islice(reversed(self.model.outcomes), len(self.model.outcomes) - n_outcomes):
+        refused = list(islice(reversed(self.model.outcomes), len(self.model.outcomes) - n_outcomes))
+        for rid in refused:
             self._finished(rid, self.t)          # refused at admission (too large)
+        # the intake is strict FIFO: this round took its first admitted + refused requests
+        for _ in range(rnd.admitted + len(refused)):
+            rid = self.intake.popleft()
+            if rid not in refused:
+                self.admitted[rid] = self.t
         chunk = self._take_chunk() if self.mode == "chunked" else []
         batch = rnd.batch
         if not batch and not chunk:
@@ -217,7 +260,7 @@ class _Run:
         st = self._timed_step(rnd, chunk)
         self.t += st.time_s
         results = {d.slot: self.faults[(rnd.number, d.slot)] for d in batch
-                   if (rnd.number, d.slot) in self.faults}
+                   if (rnd.number, d.slot) in self.faults} if self.faults else {}
         if any(v == TIMEOUT for v in results.values()):
             self.t += self.sm.stack.host_step_s  # the watchdog fires after a host step's worth
         ended = self.model.complete(results)
@@ -270,8 +313,18 @@ class _Run:
     # -- the result ----------------------------------------------------------------------------
     def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
         model, busy = self.model, self.busy
-        done = [RequestTimes(self.arrival[rid], tuple(ts)) for rid, ts in self.times.items()
+        done = [RequestTimes(self.arrival[rid], tuple(ts), self.admitted.get(rid))
+                for rid, ts in self.times.items()
                 if rid not in model.outcomes or model.outcomes[rid].status == "completed"]
+        if not done:
+            reasons: dict[str, int] = {}
+            for o in model.outcomes.values():
+                reasons[o.reason] = reasons.get(o.reason, 0) + 1
+            why = "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+            raise ValueError(f"no request finished: all {len(self.requests)} failed ({why})"
+                             + (f"; a request is too large when prompt + output tokens exceed the "
+                                f"DSU's KV budget of {self.dsu.kv_capacity_tokens:,} tokens"
+                                if "too large" in reasons else ""))
         summary = summarise(done, ttft_slo_s, tpot_slo_s).as_dict()
         dt, hbm, floor = (np.array(self.rows[k]) for k in ("dt", "hbm", "floor"))
         batches = np.array(self.rows["batch"], dtype=int)

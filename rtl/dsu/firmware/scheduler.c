@@ -31,6 +31,9 @@
 __attribute__((used)) volatile struct dsu_config dsu_config = DSU_CONFIG_DEFAULTS;
 __attribute__((used)) volatile uint32_t fw_error = 0;
 __attribute__((used)) volatile uint32_t fw_rounds = 0;
+/* mcycle (cycles since the cores' release) just before HEARTBEAT_LIMIT is written: the boot
+ * time the arbiter's reset value of HEARTBEAT_LIMIT must cover (docs/dsu.md) */
+__attribute__((used)) volatile uint32_t fw_boot_cycles = 0;
 
 static uint32_t n_slots, profile, cap, kv_capacity, kv_used, arrivals, round_no, n_active;
 /* act[0..n_active) = the active slots in slot order; sel[0..n_sel) = this round's batch */
@@ -248,8 +251,11 @@ static int schedule(void) {
     if (c->magic != DSU_CONFIG_MAGIC) return failed(E_CONFIG, 0);
     n_slots = DSU_N_SLOTS;
     if (n_slots == 0 || n_slots > MAX_SLOTS) return failed(E_SLOTS, 0);
-    uint32_t st;
-    /* the heartbeat limit first: any later failure then degrades the unit within it */
+    uint32_t st, now;
+    __asm__ volatile("csrr %0, mcycle" : "=r"(now));
+    fw_boot_cycles = now;
+    /* the heartbeat limit first: any later failure then degrades the unit within it (until
+     * this write the watchdog runs with the arbiter's reset limit, which covers the boot) */
     if ((st = write_reg(&DSU_HEARTBEAT_LIMIT, c->heartbeat_limit)) != DSU_ST_OK)
         return failed(E_HEARTBEAT, st);
     if ((st = write_reg(&DSU_PROFILE, c->profile)) != DSU_ST_OK) return failed(E_PROFILE, st);
