@@ -8,15 +8,36 @@ readers (``models/cdu.read_access_trace``, ``sim/fast/workload``) raise :class:`
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["TraceError", "iter_jsonl_objects"]
+__all__ = ["TraceError", "iter_jsonl_objects", "stat_input_file"]
 
 
 class TraceError(ValueError):
     """A malformed trace file (serving trace, CDU access trace) or a bad workload generator
     parameter; ``str()`` is one line, naming the file and line where there is one."""
+
+
+def stat_input_file(path: str | Path, what: str, error: type[Exception], *, label: str | None = None,
+                    pipe_ok: bool = False) -> os.stat_result:
+    """The ``os.stat`` of an input file, or ``error`` with one line naming it (``label``,
+    default the path) when it is missing, unreadable, a directory (not ``what``, e.g. "an .npz
+    file") or anything but a regular file (or a pipe, with ``pipe_ok``)."""
+    label = str(path) if label is None else label
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise error(f"{label}: file not found") from None
+    except OSError as e:
+        raise error(f"{label}: cannot read: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{label}: is a directory, not {what}")
+    if not (stat.S_ISREG(st.st_mode) or (pipe_ok and stat.S_ISFIFO(st.st_mode))):
+        raise error(f"{label}: not a regular file" + (" or a pipe" if pipe_ok else ""))
+    return st
 
 
 def iter_jsonl_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, dict]]:

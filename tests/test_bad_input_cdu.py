@@ -9,8 +9,8 @@ would show as ``internal error``, exit 3).
 import json
 
 import pytest
+from conftest import assert_one_line_error, expand_argv, run_cli
 
-import tricut.sim.cli as cli
 
 # access-trace files: name -> content (bytes); "@name" in a case's argv is its path
 _ROW = {"step": 0, "request": 0, "layer": 0, "blocks": [0, 1]}
@@ -211,46 +211,11 @@ def no_work(monkeypatch):
     monkeypatch.setattr(h, "frontend_reference_lookahead", boom)
 
 
-def _argv(argv, tmp_path):
-    d = tmp_path / "d"
-    d.mkdir(exist_ok=True)
-    out = []
-    for a in argv:
-        if a.startswith("@dir"):
-            out.append(str(d) + a[4:])
-        elif a == "@big":
-            big = d / "big.jsonl"
-            with open(big, "wb") as f:          # sparse: 129 MiB of nothing, no disk used
-                f.truncate((128 << 20) + 1)
-            out.append(str(big))
-        elif a.startswith("@"):
-            f = d / f"{a[1:]}.jsonl"
-            body = TRACES[a[1:]]
-            f.write_bytes(body if isinstance(body, bytes) else body.encode())
-            out.append(str(f))
-        else:
-            out.append(a)
-    return out
-
-
-def _run(argv, capsys):
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:                      # argparse's own errors exit from parse_args
-        code = e.code
-    return code, capsys.readouterr()
-
-
 @pytest.mark.parametrize("argv,needle", [(a, n) for a, _, n in CASES],
                          ids=[c for _, c, _ in CASES])
 def test_bad_input_is_one_line_exit_2(argv, needle, tmp_path, capsys, no_work):
-    code, cap = _run(_argv(argv, tmp_path), capsys)
-    lines = cap.err.splitlines()
-    assert code == 2, (code, cap.err)
-    assert len(lines) == 1 and lines[0].startswith("tricut: error: "), cap.err
-    assert "Traceback" not in cap.err and "internal error" not in cap.err
-    assert needle in lines[0], lines[0]
-    assert cap.out == ""
+    code, cap = run_cli(expand_argv(argv, tmp_path, TRACES, (128 << 20) + 1), capsys)
+    assert_one_line_error(code, cap, needle)
 
 
 def test_case_ids_unique_and_counted():
@@ -261,7 +226,7 @@ def test_case_ids_unique_and_counted():
 def test_good_inputs_still_run(tmp_path, capsys):
     """The stubs are the only thing between these cases and a run: the same commands with
     valid values succeed (so the refusals above are about the values)."""
-    code, cap = _run(P + ["--steps", "2", "--context", "100", "--l2-mb", "2"], capsys)
+    code, cap = run_cli(P + ["--steps", "2", "--context", "100", "--l2-mb", "2"], capsys)
     assert code == 0 and "accesses" in cap.out, cap.err
-    code, cap = _run(R + ["--trace", _argv(["@ok"], tmp_path)[0], "--json"], capsys)
+    code, cap = run_cli(R + ["--trace", expand_argv(["@ok"], tmp_path, TRACES, (128 << 20) + 1)[0], "--json"], capsys)
     assert code == 0 and json.loads(cap.out)["accesses"] == 5, cap.err

@@ -8,8 +8,8 @@ the test if they are reached.
 import json
 
 import pytest
+from conftest import assert_one_line_error, expand_argv, run_cli
 
-import tricut.sim.cli as cli
 
 R = ["dsu", "run"]
 
@@ -219,46 +219,11 @@ def no_work(monkeypatch):
     monkeypatch.setattr(h, "execute", boom)
 
 
-def _argv(argv, tmp_path):
-    d = tmp_path / "d"
-    d.mkdir(exist_ok=True)
-    out = []
-    for a in argv:
-        if a.startswith("@dir"):
-            out.append(str(d) + a[4:])
-        elif a == "@big":
-            big = d / "big.jsonl"
-            with open(big, "wb") as f:          # sparse: 64 MiB + 1 of nothing, no disk used
-                f.truncate((64 << 20) + 1)
-            out.append(str(big))
-        elif a.startswith("@"):
-            f = d / f"{a[1:]}.jsonl"
-            body = FILES[a[1:]]
-            f.write_bytes(body if isinstance(body, bytes) else body.encode())
-            out.append(str(f))
-        else:
-            out.append(a)
-    return out
-
-
-def _run(argv, capsys):
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:                      # argparse's own errors exit from parse_args
-        code = e.code
-    return code, capsys.readouterr()
-
-
 @pytest.mark.parametrize("argv,needle", [(a, n) for a, _, n in CASES],
                          ids=[c for _, c, _ in CASES])
 def test_bad_input_is_one_line_exit_2(argv, needle, tmp_path, capsys, no_work):
-    code, cap = _run(_argv(argv, tmp_path), capsys)
-    lines = cap.err.splitlines()
-    assert code == 2, (code, cap.err)
-    assert len(lines) == 1 and lines[0].startswith("tricut: error: "), cap.err
-    assert "Traceback" not in cap.err and "internal error" not in cap.err
-    assert needle in lines[0], lines[0]
-    assert cap.out == ""
+    code, cap = run_cli(expand_argv(argv, tmp_path, FILES, (64 << 20) + 1), capsys)
+    assert_one_line_error(code, cap, needle)
 
 
 def test_case_ids_unique_and_counted():
@@ -281,7 +246,7 @@ def test_good_inputs_reach_the_simulation(tmp_path, capsys, monkeypatch):
                  R + ["--requests", "@arrival_20k", "--sim", "amaranth", "--allow-long"],
                  R + ["--requests", "@long_ok", "--max-cycles", "1000000"],
                  R + ["--synthetic", "40", "--max-cycles", "60000"]):
-        code, cap = _run(_argv(argv, tmp_path), capsys)
+        code, cap = run_cli(expand_argv(argv, tmp_path, FILES, (64 << 20) + 1), capsys)
         assert code == 130, (argv, cap.err)
     assert len(reached) == 6
     assert reached[2].faults_not_fired == []

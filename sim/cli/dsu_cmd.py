@@ -9,14 +9,13 @@ with ``--faults-strict`` an injected hang did not fire); the one line says which
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 import time
 from pathlib import Path
 
 from tricut.models.dsu import PROFILES
-from tricut.models.jsonl import iter_jsonl_objects
+from tricut.models.jsonl import iter_jsonl_objects, stat_input_file
 
 from .errors import InputError, one_line_argparse
 
@@ -41,16 +40,7 @@ def read_dsu_requests(path: Path):
     from ..harness.dsu import MAX_REQUESTS, REQUEST_LIMITS
 
     path = Path(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a directory, not a requests file")
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
-        raise InputError(f"{path}: not a regular file or a pipe")
+    st = stat_input_file(path, "a requests file", InputError, pipe_ok=True)
     if stat.S_ISREG(st.st_mode) and st.st_size > MAX_REQUESTS_FILE_BYTES:
         raise InputError(f"{path}: {st.st_size:,} bytes, more than the "
                          f"{MAX_REQUESTS_FILE_BYTES >> 20} MiB a requests file may have "

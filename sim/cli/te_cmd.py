@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
 import time
 import zipfile
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tricut.models.config import KV_DTYPES
+from tricut.models.jsonl import stat_input_file
 from tricut.sim.harness.waves import (WaveError, add_wave_arguments, atomic_output,
                                       check_output_file, check_window, one_line, parse_wave_args)
 
@@ -116,16 +116,7 @@ def _check_vector_file(path: Path) -> dict:
     n in 0..2^20-1; optional scale, one real number. Returns the headers
     (``{name: (shape, dtype)}``); raises InputError (one line)."""
     p = _show(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise InputError(f"{p}: file not found") from None
-    except OSError as e:
-        raise InputError(f"{p}: cannot read ({e.strerror})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{p}: is a directory, not an .npz file")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{p}: not a regular file")
+    stat_input_file(path, "an .npz file", InputError, label=p)
     try:
         headers = _npz_headers(path)
     except _ZIP_ERRORS as e:

@@ -34,14 +34,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from pathlib import Path
 
 from tricut.models.cdu import (
     BLOCK_TOKENS, HINTS, PATTERNS, POLICIES, Pattern, SlotDesc, StepDesc,
     dsu_hints, read_access_trace, run, default_reserve, geometry)
 from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_model
-from tricut.models.jsonl import TraceError
+from tricut.models.jsonl import TraceError, stat_input_file
 
 __all__ = ["replay", "COUNTER_KEYS", "check_access_trace", "trace_size", "check_size",
            "MAX_FRAMES", "MAX_UNITS", "MAX_BLOCK_OPS", "MAX_TRACE_BYTES", "MAX_TRACE_BLOCKS",
@@ -109,16 +108,7 @@ def check_access_trace(path, model=None, *, names=None, max_layers=None, max_seq
     (or ``max_seq_len``). Streams the file line by line; returns ``None``."""
     label = str(path)
     p = Path(path)
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise TraceError(f"{label}: file not found") from None
-    except OSError as e:
-        raise TraceError(f"{label}: cannot read: {e.strerror}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TraceError(f"{label}: is a directory, not an access-trace file")
-    if not stat.S_ISREG(st.st_mode):
-        raise TraceError(f"{label}: not a regular file")
+    st = stat_input_file(p, "an access-trace file", TraceError)
     if st.st_size > MAX_TRACE_BYTES:
         raise TraceError(f"{label}: {st.st_size:,} bytes exceeds the access-trace limit of "
                          f"{MAX_TRACE_BYTES:,} bytes ({MAX_TRACE_BYTES >> 20} MiB)")
