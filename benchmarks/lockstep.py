@@ -78,50 +78,10 @@ def csr_program(rng, n_items):
 
 # -- the cocotb side -----------------------------------------------------------------------------
 async def _run_image(dut, img, halt_pc, rng, waits, expected_traps=None):
-    from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
-
-    from tricut.sim.harness.lockstep import BusPort, Lockstep, MemoryMap, Region, SimTimeout
+    from tricut.sim.harness.lockstep import Lockstep, Region, run_cocotb
     region = Region(0, img)
     ref = Lockstep([region], 0, expected_traps=expected_traps, trap_vector=HANDLER)
-    mem = MemoryMap([region])
-    iport = BusPort(mem, rng, waits, "ibus", read_only=True)
-    dport = BusPort(mem, rng, waits, "dbus")
-    await RisingEdge(dut.clk)
-    dut.rst.value = 1
-    for sig in (dut.ibus__ready, dut.ibus__err, dut.dbus__ready, dut.dbus__err):
-        sig.value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    cycles = 0
-    while True:
-        await FallingEdge(dut.clk)
-        cycles += 1
-        if cycles > 2_000_000:
-            raise SimTimeout(f"no halt within {cycles} cycles")
-        if int(dut.ibus__valid.value):
-            r = iport.cycle(1, int(dut.ibus__addr.value), 0, 0, 0xF)
-        else:
-            r = iport.cycle(0, 0, 0, 0, 0)
-        dut.ibus__ready.value, dut.ibus__rdata.value, dut.ibus__err.value = r
-        if int(dut.dbus__valid.value):
-            r = dport.cycle(1, int(dut.dbus__addr.value), int(dut.dbus__we.value),
-                            int(dut.dbus__wdata.value), int(dut.dbus__mask.value))
-        else:
-            r = dport.cycle(0, 0, 0, 0, 0)
-        dut.dbus__ready.value, dut.dbus__rdata.value, dut.dbus__err.value = r
-        await ReadOnly()
-        if int(dut.trap__valid.value):
-            ref.trap(int(dut.trap__cause.value), int(dut.trap__pc.value),
-                     int(dut.trap__tval.value))
-        if int(dut.trace__valid.value):
-            pc = int(dut.trace__pc.value)
-            ref.retire(pc, int(dut.trace__insn.value), int(dut.trace__rd.value),
-                       int(dut.trace__rd_data.value), int(dut.trace__store_addr.value),
-                       int(dut.trace__store_data.value), int(dut.trace__store_mask.value))
-            if pc == halt_pc:
-                break
-    ref.compare_memory([region])
+    cycles = await run_cocotb(dut, ref, region, rng, waits, halt_pc, 2_000_000, "stream")
     return ref, cycles
 
 

@@ -217,7 +217,7 @@ VERILOG_CASES = [
     # --top
     ("top-bad-name", _v("dsu-core", "--top", "bad name!"), "not a Verilog identifier"),
     ("top-path-escape", _v("dsu-core", "--top", "../escaped"), "not a Verilog identifier"),
-    ("top-absolute-path", _v("dsu-core", "--top", "/tmp/x"), "not a Verilog identifier"),
+    ("top-absolute-path", _v("dsu-core", "--top", os.sep + "x"), "not a Verilog identifier"),
     ("top-leading-digit", _v("dsu-core", "--top", "1core"), "not a Verilog identifier"),
     ("top-empty", _v("dsu-core", "--top", ""), "not a Verilog identifier"),
     ("top-newline", _v("dsu-core", "--top", "a\nb"), "not a Verilog identifier"),

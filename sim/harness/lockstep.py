@@ -384,3 +384,52 @@ def run_amaranth(core, mem, *, rng=None, waits=WAITS_NONE, lockstep=None, halt_p
     res.ibus_wait_cycles = iport.wait_cycles
     res.dbus_wait_cycles = dport.wait_cycles
     return res
+
+
+async def run_cocotb(dut, ref, region, rng, waits, halt_pc, max_cycles, label="run"):
+    """Under cocotb (Verilator): reset the core ``dut``, serve its buses from ``region`` with
+    random ``waits``, and check every retired instruction and trap against ``ref`` (a
+    :class:`Lockstep`) until ``halt_pc`` retires; then compare the memory. Returns the cycles.
+    Raises :class:`SimTimeout` after ``max_cycles``."""
+    from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
+
+    mem = MemoryMap([region])
+    iport = BusPort(mem, rng, waits, "ibus", read_only=True)
+    dport = BusPort(mem, rng, waits, "dbus")
+    await RisingEdge(dut.clk)          # leave a previous run's read-only phase
+    dut.rst.value = 1
+    for sig in (dut.ibus__ready, dut.ibus__err, dut.dbus__ready, dut.dbus__err):
+        sig.value = 0
+    for _ in range(2):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    cycles = 0
+    while True:
+        await FallingEdge(dut.clk)
+        cycles += 1
+        if cycles > max_cycles:
+            raise SimTimeout(f"{label}: no halt within {max_cycles} cycles")
+        if int(dut.ibus__valid.value):
+            r = iport.cycle(1, int(dut.ibus__addr.value), 0, 0, 0xF)
+        else:
+            r = iport.cycle(0, 0, 0, 0, 0)
+        dut.ibus__ready.value, dut.ibus__rdata.value, dut.ibus__err.value = r
+        if int(dut.dbus__valid.value):
+            r = dport.cycle(1, int(dut.dbus__addr.value), int(dut.dbus__we.value),
+                            int(dut.dbus__wdata.value), int(dut.dbus__mask.value))
+        else:
+            r = dport.cycle(0, 0, 0, 0, 0)
+        dut.dbus__ready.value, dut.dbus__rdata.value, dut.dbus__err.value = r
+        await ReadOnly()
+        if int(dut.trap__valid.value):
+            ref.trap(int(dut.trap__cause.value), int(dut.trap__pc.value),
+                     int(dut.trap__tval.value))
+        if int(dut.trace__valid.value):
+            pc = int(dut.trace__pc.value)
+            ref.retire(pc, int(dut.trace__insn.value), int(dut.trace__rd.value),
+                       int(dut.trace__rd_data.value), int(dut.trace__store_addr.value),
+                       int(dut.trace__store_data.value), int(dut.trace__store_mask.value))
+            if pc == halt_pc:
+                break
+    ref.compare_memory([region])
+    return cycles

@@ -18,11 +18,9 @@ from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from tricut.sim.harness.asm import encode, random_program, random_trap_program, trap_handler
-from tricut.sim.harness.lockstep import (WAITS_RANDOM, BusPort, Lockstep, MemoryMap, Region,
-                                     SimTimeout)
+from tricut.sim.harness.lockstep import WAITS_RANDOM, Lockstep, Region, run_cocotb
 from tricut.sim.harness.firmware import FIRMWARE_DIR, build_firmware
 
 DATA_BASE = 0x8000
@@ -37,48 +35,7 @@ async def run_image(dut, img, halt_pc, rng, label, corrupt=False, expected_traps
     if corrupt:
         # Unicorn's copy of one early instruction differs from the core's
         ref.uc.mem_write(4 * 5, struct.pack("<I", encode("addi", 3, 3, 1)))
-    mem = MemoryMap([region])
-    iport = BusPort(mem, rng, WAITS_RANDOM, "ibus", read_only=True)
-    dport = BusPort(mem, rng, WAITS_RANDOM, "dbus")
-
-    await RisingEdge(dut.clk)          # leave a previous run's read-only phase
-    dut.rst.value = 1
-    for sig in (dut.ibus__ready, dut.ibus__err, dut.dbus__ready, dut.dbus__err):
-        sig.value = 0
-    for _ in range(2):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-
-    cycles = 0
-    max_cycles = 200_000
-    while True:
-        await FallingEdge(dut.clk)
-        cycles += 1
-        if cycles > max_cycles:
-            raise SimTimeout(f"{label}: no halt within {max_cycles} cycles")
-        if int(dut.ibus__valid.value):
-            r = iport.cycle(1, int(dut.ibus__addr.value), 0, 0, 0xF)
-        else:
-            r = iport.cycle(0, 0, 0, 0, 0)
-        dut.ibus__ready.value, dut.ibus__rdata.value, dut.ibus__err.value = r
-        if int(dut.dbus__valid.value):
-            r = dport.cycle(1, int(dut.dbus__addr.value), int(dut.dbus__we.value),
-                            int(dut.dbus__wdata.value), int(dut.dbus__mask.value))
-        else:
-            r = dport.cycle(0, 0, 0, 0, 0)
-        dut.dbus__ready.value, dut.dbus__rdata.value, dut.dbus__err.value = r
-        await ReadOnly()
-        if int(dut.trap__valid.value):
-            ref.trap(int(dut.trap__cause.value), int(dut.trap__pc.value),
-                     int(dut.trap__tval.value))
-        if int(dut.trace__valid.value):
-            pc = int(dut.trace__pc.value)
-            ref.retire(pc, int(dut.trace__insn.value), int(dut.trace__rd.value),
-                       int(dut.trace__rd_data.value), int(dut.trace__store_addr.value),
-                       int(dut.trace__store_data.value), int(dut.trace__store_mask.value))
-            if pc == halt_pc:
-                break
-    ref.compare_memory([region])
+    cycles = await run_cocotb(dut, ref, region, rng, WAITS_RANDOM, halt_pc, 200_000, label)
     dut._log.info(f"{label}: {ref.count} instructions in lockstep, {cycles} cycles, "
                   f"{sum(ref.traps.values())} traps")
     return ref.count
