@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["TraceError", "iter_jsonl_objects", "stat_input_file"]
+__all__ = ["TraceError", "iter_jsonl_objects", "parse_json_object", "stat_input_file"]
 
 
 class TraceError(ValueError):
@@ -40,6 +40,23 @@ def stat_input_file(path: str | Path, what: str, error: type[Exception], *, labe
     return st
 
 
+def parse_json_object(line: str, where: str, error: type[Exception]) -> dict:
+    """One line of JSON that must be an object; any failure of the decoder (bad syntax, an
+    integer of more than 4300 digits, nesting deeper than the recursion limit) is ``error``
+    with one line naming ``where``."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise error(f"{where}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise error(f"{where}: not valid JSON (nested too deeply)") from None
+    except ValueError as e:
+        raise error(f"{where}: not valid JSON ({' '.join(str(e).split(';')[0].split())[:120]})") from None
+    if not isinstance(row, dict):
+        raise error(f"{where}: expected a JSON object")
+    return row
+
+
 def iter_jsonl_objects(path: str | Path, error: type[Exception]) -> Iterator[tuple[str, dict]]:
     """Yield ``("FILE:LINE", object)`` for every non-blank line; raise ``error`` with a
     one-line message naming the file (and line) when the file cannot be read, is not UTF-8,
@@ -57,10 +74,5 @@ def iter_jsonl_objects(path: str | Path, error: type[Exception]) -> Iterator[tup
         if not line.strip():
             continue
         label = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise error(f"{label}: not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict):
-            raise error(f"{label}: expected a JSON object")
+        row = parse_json_object(line, label, error)
         yield label, row

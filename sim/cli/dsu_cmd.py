@@ -46,17 +46,7 @@ def read_dsu_requests(path: Path):
                          f"{MAX_REQUESTS_FILE_BYTES >> 20} MiB a requests file may have "
                          f"(at most {MAX_REQUESTS:,} requests)")
     out, ids = [], set()
-    rows = iter_jsonl_objects(path, InputError)
-    while True:
-        try:
-            label, row = next(rows)
-        except StopIteration:
-            break
-        except InputError:
-            raise
-        except (ValueError, RecursionError) as e:     # e.g. an integer of > 4,300 digits
-            raise InputError(f"{path}: not valid JSON ({type(e).__name__}: "
-                             f"{' '.join(str(e).split())[:120]})") from None
+    for label, row in iter_jsonl_objects(path, InputError):
         unknown = set(row) - set(_REQUEST_FIELDS)
         if unknown:
             raise InputError(f"{label}: unknown field {sorted(unknown)[0]!r} (fields: "

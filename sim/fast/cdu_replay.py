@@ -31,7 +31,6 @@ seq_len <= its ``max_context``, naming ``file:line``).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -40,7 +39,7 @@ from tricut.models.cdu import (
     BLOCK_TOKENS, HINTS, PATTERNS, POLICIES, Pattern, SlotDesc, StepDesc,
     dsu_hints, read_access_trace, run, default_reserve, geometry)
 from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_model
-from tricut.models.jsonl import TraceError, stat_input_file
+from tricut.models.jsonl import TraceError, parse_json_object, stat_input_file
 
 __all__ = ["replay", "COUNTER_KEYS", "check_access_trace", "trace_size", "check_size",
            "MAX_FRAMES", "MAX_UNITS", "MAX_BLOCK_OPS", "MAX_TRACE_BYTES", "MAX_TRACE_BLOCKS",
@@ -147,17 +146,7 @@ def check_access_trace(path, model=None, *, names=None, max_layers=None, max_seq
             if not line.strip():
                 continue
             where = f"{label}:{number}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceError(f"{where}: not valid JSON ({e.msg})") from None
-            except ValueError as e:         # e.g. an integer literal of > 4300 digits
-                raise TraceError(f"{where}: not valid JSON ({' '.join(str(e).split())[:120]})") \
-                    from None
-            except RecursionError:
-                raise TraceError(f"{where}: not valid JSON (nested too deeply)") from None
-            if not isinstance(rec, dict):
-                raise TraceError(f"{where}: expected a JSON object")
+            rec = parse_json_object(line, where, TraceError)
             blocks = rec.get("blocks")
             if isinstance(blocks, list):
                 listed += len(blocks)

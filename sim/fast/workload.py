@@ -96,29 +96,11 @@ def _open(path: Path):
         raise TraceError(f"{path}: cannot read: {e.strerror}") from None
 
 
-def _jsonl_objects(path: Path):
-    """:func:`iter_jsonl_objects`, with the decoder's other failures (an integer of more than
-    4300 digits, nesting deeper than the recursion limit) as a :class:`TraceError` naming the
-    line."""
-    last = 0
-    try:
-        for label, row in iter_jsonl_objects(path, TraceError):
-            last = int(label.rsplit(":", 1)[1])
-            yield label, row
-    except (RecursionError, ValueError) as e:
-        if isinstance(e, TraceError):
-            raise
-        lines = path.read_text(encoding="utf-8").splitlines()
-        bad = next((n for n in range(last + 1, len(lines) + 1) if lines[n - 1].strip()), last + 1)
-        what = "nested too deeply" if isinstance(e, RecursionError) else str(e).split(";")[0]
-        raise TraceError(f"{path}:{bad}: not valid JSON ({what})") from None
-
-
 def read_mooncake(path: str | Path) -> list[Request]:
     """Mooncake JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
     path = Path(path)
     out = []
-    for label, row in _jsonl_objects(path):
+    for label, row in iter_jsonl_objects(path, TraceError):
         for key in ("timestamp", "input_length", "output_length"):
             if key not in row:
                 raise TraceError(f"{label}: missing field {key!r}")
