@@ -17,7 +17,7 @@ from pathlib import Path
 
 __all__ = [
     "ConfigError", "ModelConfig", "GpuConfig", "KV_DTYPES", "KV_DTYPE_BITS",
-    "load_model", "load_gpu", "model_ids", "gpu_ids",
+    "load_model", "load_gpu", "model_ids", "gpu_ids", "GPU_LIMITS",
 ]
 
 
@@ -163,6 +163,8 @@ _GPU_LIMITS = {
     "dsu_cores": (1, 1024),
     "dsu_clock_ghz": (0.01, 100.0),
 }
+#: the public name of the GPU fields' ranges (``--unit`` checks te_engines_per_sm and dsu_cores)
+GPU_LIMITS = _GPU_LIMITS
 _MODEL_LIMITS = {
     "num_layers": (1, 10_000),
     "hidden_size": (1, 1 << 20),

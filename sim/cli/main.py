@@ -16,6 +16,7 @@ from tricut.models.jsonl import TraceError
 from tricut.models.roofline import roofline
 
 from . import simulate as cli_simulate
+from . import sweep_cmd as cli_sweep
 from . import units as cli_units
 from .errors import InputError, one_line_argparse
 
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_roofline)
     cli_simulate.add_commands(sub)
     cli_units.add_commands(sub)
+    cli_sweep.add_commands(sub)
     return parser
 
 
@@ -145,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()      # reads the shipped config and stack lists
     except ConfigError as e:
         return _error(e)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) > 1 and argv[0] == "sweep" and argv[1] in cli_sweep.SUBCOMMANDS:
+        args = cli_sweep.parse_subcommand(argv[1:])
+    else:
+        args = parser.parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, UsageError, TraceError, InputError, ValueError) as e:

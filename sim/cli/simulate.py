@@ -24,7 +24,7 @@ from ..fast.workload import TRACE_FORMATS, TraceError, check_lengths, read_trace
 from .errors import InputError, one_line_argparse
 from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "simulate_parser", "prepared_run", "workload_of", "setup_of", "UNIT_FIELDS"]
 
 #: Upper limits of the size flags (docs/system-model.md, "Bad input"): beyond them a run needs
 #: more memory than a workstation has (every token time is kept) or is a typo.
@@ -120,7 +120,7 @@ def _non_negative(text: str) -> float:
 def _assumption(text: str) -> tuple[str, float]:
     """``NAME=VALUE`` for one field of :class:`Assumptions` or one numeric parameter of the
     stack (:meth:`StackProfile.numeric_fields`); checked here against the default stack, applied
-    to the chosen one in :func:`_setup`."""
+    to the chosen one in :func:`setup_of`."""
     name, sep, value = text.partition("=")
     assumed, stacked = list(Assumptions.__dataclass_fields__), list(StackProfile.numeric_fields())
     if not sep or name not in assumed + stacked:
@@ -149,6 +149,29 @@ def _assumption(text: str) -> tuple[str, float]:
     return name, number
 
 
+
+
+#: --unit NAME=VALUE: the decode units' sizes, beside the GPU config's (docs/system-model.md)
+UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's)",
+               "te_lanes": "multiplier lanes per TE engine (2, 4, 8 or 16)",
+               "dsu_cores": "DSU RISC-V cores (the GPU config's; the fast model's DSU round runs on one)"}
+
+
+def _unit(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` for one decode-unit size (:data:`UNIT_FIELDS`), an integer, range-checked
+    by :meth:`ServingSetup.with_units` when the GPU is known."""
+    name, sep, value = text.partition("=")
+    if not sep or name not in UNIT_FIELDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(UNIT_FIELDS)}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not an integer") from None
+    try:
+        ServingSetup.check_units({name: number})
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return name, number
 
 
 def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = False) -> None:
@@ -207,6 +230,9 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
                         "names and defaults: docs/system-model.md, docs/fidelity.md")
+    p.add_argument("--unit", type=_unit, action="append", default=[], metavar="NAME=VALUE",
+                   help="size one decode unit (repeatable): " + "; ".join(f"{k}: {v}" for k, v in UNIT_FIELDS.items())
+                        + " (default: the GPU config's, 16 lanes)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed, an integer >= 0 (default: 0)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true",
@@ -218,7 +244,7 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def _workload(args):
+def workload_of(args):
     if args.trace is not None:
         reqs = read_trace(args.trace, args.trace_format)
         if args.limit:
@@ -231,22 +257,23 @@ def _workload(args):
     return scale_rate(reqs, args.rate_scale) if args.rate_scale != 1.0 else reqs
 
 
-def _setup(args) -> ServingSetup:
+def setup_of(args) -> ServingSetup:
     assumed = {k: v for k, v in args.assume if k in Assumptions.__dataclass_fields__}
     stacked = {k: v for k, v in args.assume if k not in assumed}
     return ServingSetup(load_model(args.model), load_gpu(args.gpu), args.kv_dtype, args.tp, args.policy,
                         args.profile, args.slots, args.max_batch,
                         assumptions=Assumptions(**assumed),
                         stack=get_stack(args.stack).with_values(**stacked),
-                        prefill=args.prefill, concurrency=args.concurrency, think_s=args.think_time)
+                        prefill=args.prefill, concurrency=args.concurrency, think_s=args.think_time,
+                        units=dict(args.unit))
 
 
 def _prepare(args, cut_sets):
     """Every check of the input before any simulation runs (docs/system-model.md, "Bad
     input"): the configs, the stack and its overrides, the workload, each cut set's step model
     and the DSU's KV budget against the requests. Returns the setup and the requests."""
-    setup = _setup(args)
-    reqs = _workload(args)
+    setup = setup_of(args)
+    reqs = workload_of(args)
     for cuts in cut_sets:
         setup.check(reqs, cuts)
     return setup, reqs
@@ -278,6 +305,31 @@ def _progress(enabled: bool, label: str):
             if done >= total:
                 print(file=sys.stderr)
     return show
+
+
+def simulate_parser() -> argparse.ArgumentParser:
+    """A parser of ``tricut simulate``'s flags that raises :class:`InputError` on a bad one
+    (instead of printing and exiting): how ``tricut sweep`` checks and runs its points."""
+    p = argparse.ArgumentParser(prog="tricut simulate", add_help=False)
+    _common(p)
+
+    def error(message):
+        raise InputError(message)
+    p.error = error
+    return p
+
+
+def prepared_run(argv: list[str], prepare_only: bool = False):
+    """``tricut simulate ARGV`` without printing: ``(args, setup, summary)`` with the summary
+    exactly as ``--json`` prints it (undefined metrics None); ``prepare_only``: every check of
+    the input and no run (summary None). Bad input raises one-line ``ValueError``s."""
+    args = simulate_parser().parse_args(argv)
+    setup, reqs = _prepare(args, [args.cuts])
+    if prepare_only:
+        return args, setup, None
+    args.no_progress = True
+    label = "+".join(args.cuts) if args.cuts else "baseline"
+    return args, setup, _defined(_run(args, setup, reqs, args.cuts, label).summary)
 
 
 def _run(args, setup: ServingSetup, reqs, cuts, label):
@@ -414,7 +466,7 @@ def cmd_bench(args) -> int:
     """The source's three-round method (docs/system-model.md)."""
     _bench_check(args)
     model, gpu, cuts, seed = load_model(args.model), load_gpu(args.gpu), args.cuts, args.seed
-    setup = _setup(args)
+    setup = setup_of(args)
     lengths = lambda n: synthetic(n, math.inf, args.prompt_tokens, args.output_tokens, seed)  # noqa: E731
     # every round's requests (their lengths) are checked before the first round runs
     single = lengths(1)

@@ -5,15 +5,17 @@ and how requests arrive. It builds the :class:`StepModel` for a set of cuts and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tricut.models.config import ConfigError, GpuConfig, ModelConfig
+from tricut.models.config import GPU_LIMITS, ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
 
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 from .system import SimResult, check_horizon, check_run_options, simulate
-from .timing import Assumptions, StepModel
+from tricut.models.te import LANES as TE_LANES
+
+from .timing import Assumptions, StepModel, UnitTiming
 from .workload import Request, TraceError
 
 __all__ = ["ServingSetup"]
@@ -36,8 +38,33 @@ class ServingSetup:
     prefill: str | None = None            # PREFILL_MODES; None: the stack's own mode
     concurrency: int | None = None        # closed-loop clients; None: open loop (arrival times)
     think_s: float = 0.0                  # closed loop: a client's pause between its requests
+    #: decode-unit sizes over the GPU config's (``--unit``): te_engines_per_sm, dsu_cores (they
+    #: replace the GPU's fields) and te_lanes (the TE RTL parameter, default the widest)
+    units: dict = field(default_factory=dict)
+
+    UNIT_NAMES = ("te_engines_per_sm", "te_lanes", "dsu_cores")
+
+    @classmethod
+    def check_units(cls, units: dict) -> None:
+        """A one-line ``ValueError`` for an unknown unit name or a size out of range."""
+        for name, value in units.items():
+            if name not in cls.UNIT_NAMES:
+                raise ValueError(f"unknown unit size {name!r}; choose from {', '.join(cls.UNIT_NAMES)}")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"{name} must be an integer, got {value!r}")
+            if name == "te_lanes":
+                if value not in TE_LANES:
+                    raise ValueError(f"te_lanes must be one of {', '.join(map(str, TE_LANES))}, got {value}")
+            else:
+                lo, hi = GPU_LIMITS[name]
+                if not lo <= value <= hi:
+                    raise ValueError(f"{name} must be in {lo}..{hi}, got {value}")
 
     def __post_init__(self):
+        self.check_units(self.units)
+        gpu_fields = {k: v for k, v in self.units.items() if k != "te_lanes"}
+        if gpu_fields:       # the GPU this setup runs on has these unit sizes
+            object.__setattr__(self, "gpu", replace(self.gpu, **gpu_fields))
         if not isinstance(self.stack, StackProfile):
             raise ValueError(f"stack must be a StackProfile (stacks.get_stack(name)), got {self.stack!r}")
         check_run_options(self.prefill, self.concurrency, self.think_s)
@@ -45,8 +72,11 @@ class ServingSetup:
         roofline(self.model, self.gpu, self.kv_dtype, 1, 1, tp=self.tp)
 
     def step_model(self, cuts=()) -> StepModel:
+        units = UnitTiming.from_gpu(self.gpu)
+        if "te_lanes" in self.units:
+            units = replace(units, te_lanes=self.units["te_lanes"])
         return StepModel(self.model, self.gpu, self.kv_dtype, self.tp, frozenset(cuts), self.policy,
-                         self.assumptions, stack=self.stack)
+                         self.assumptions, units=units, stack=self.stack)
 
     def kv_tokens_fit(self) -> int:
         """KV tokens that fit in HBM beside the weights (``tricut roofline``); a

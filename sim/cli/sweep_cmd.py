@@ -1,0 +1,142 @@
+"""`tricut sweep GRID.toml`, `tricut sweep export` and `tricut sweep plot` (docs/sweeps.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import InputError, one_line_argparse
+
+__all__ = ["add_commands", "SUBCOMMANDS", "parse_subcommand"]
+
+DEFAULT_DB = "results.duckdb"
+#: the most local Ray workers (this is a workstation tool; a cluster is joined with --address)
+MAX_WORKERS = 256
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value <= MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{text} must be in 0..{MAX_WORKERS} (0: in this process, no Ray)")
+    return value
+
+
+def cmd_sweep(args) -> int:
+    from ..sweep.grid import load_grid
+    from ..sweep.runner import run_grid
+    from ..sweep.store import ResultStore
+    if args.address is not None and args.workers == 0:
+        raise InputError("--workers 0 runs in this process and cannot use --address")
+    grid = load_grid(args.grid)
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    with ResultStore(args.db) as store:
+        summary = run_grid(grid, store, workers=workers, address=args.address, resume=args.resume,
+                           progress=not args.no_progress and not args.json)
+    out = summary.as_dict()
+    out["db"] = str(args.db)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"sweep {summary.sweep}: {summary.total} points: {summary.done} done, {summary.failed} failed, "
+              f"{summary.skipped} skipped (already done); {summary.dropped} impossible and "
+              f"{summary.excluded} excluded combinations left out; {summary.wall_s:.1f} s on {summary.backend}"
+              f"{'' if summary.backend == 'in-process' else f' ({summary.workers} workers)'}; results in {args.db}")
+        for label, error in summary.failures[:10]:
+            print(f"  failed: {label}: {error}")
+        if len(summary.failures) > 10:
+            print(f"  ... and {len(summary.failures) - 10} more (status = 'failed' in the database)")
+    return 1 if summary.failed else 0
+
+
+def cmd_export(args) -> int:
+    from ..sweep.store import ResultStore
+    with ResultStore(args.db, read_only=True) as store:
+        if args.sweep is not None and args.sweep not in store.sweeps():
+            raise InputError(f"--sweep {args.sweep!r}: not in {args.db} (sweeps: {', '.join(store.sweeps())})")
+        n = store.export_parquet(args.parquet, args.sweep)
+    print(f"wrote {args.parquet} ({n} rows)", file=sys.stderr)
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from ..sweep.plot import plot_sweep
+    for path in plot_sweep(args.db, args.out, x=args.x, y=args.y, group=args.group, sweep=args.sweep,
+                           heat=args.heat, metric=args.metric):
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tricut sweep export",
+                                description="Write a sweep database's points table as Parquet.")
+    one_line_argparse(p)
+    p.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="the sweep database (default: %(default)s)")
+    p.add_argument("--parquet", type=Path, required=True, metavar="FILE", help="the Parquet file to write")
+    p.add_argument("--sweep", help="only this sweep's rows (default: every row)")
+    p.set_defaults(func=cmd_export)
+    return p
+
+
+def _plot_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tricut sweep plot",
+        description="Pareto fronts of a finished sweep (one per value of --group; dominated points grey) "
+                    "and a heat map of one metric over two axes. Metrics are the simulate --json names; "
+                    "a metric ending in _s (a latency) is better low, any other better high. With no "
+                    "flags: tokens_per_s against tpot_p99_s grouped by the sweep's first axis, and "
+                    "tokens_per_s over its first two axes.")
+    one_line_argparse(p)
+    p.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="the sweep database (default: %(default)s)")
+    p.add_argument("--sweep", help="which sweep in the database (default: the only one)")
+    p.add_argument("--x", help="metric on the x axis (default: tpot_p99_s, or the first metric)")
+    p.add_argument("--y", help="metric on the y axis (default: tokens_per_s, or the second metric)")
+    p.add_argument("--group", metavar="AXIS", help="one front per value of this axis (default: the first axis)")
+    p.add_argument("--heat", metavar="AXIS,AXIS", help="the heat map's two axes (default: the first two axes)")
+    p.add_argument("--metric", help="the heat map's metric (default: the --y metric)")
+    p.add_argument("-o", "--out", type=Path, required=True, metavar="DIR", help="folder for the PNGs (created)")
+    p.set_defaults(func=cmd_plot)
+    return p
+
+
+#: `tricut sweep SUBCOMMAND ...` (a grid file cannot be called export or plot)
+SUBCOMMANDS = {"export": _export_parser, "plot": _plot_parser}
+
+
+def parse_subcommand(argv: list[str]) -> argparse.Namespace:
+    """``argv`` after ``sweep``, starting with a :data:`SUBCOMMANDS` name."""
+    return SUBCOMMANDS[argv[0]]().parse_args(argv[1:])
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="run a design-space grid on Ray; results in DuckDB (also: sweep export, sweep plot)",
+        description="Run every point of a grid file (TOML: [fixed] settings, [axes] of values, "
+                    "[[exclude]] tables, [filter] drop_impossible; format in docs/sweeps.md) as one "
+                    "tricut simulate (or cdu-replay) run, each a Ray task on a local Ray cluster (default) "
+                    "or on the cluster at --address, and write one row per point to a DuckDB database. "
+                    "Every point is checked before any runs. A failed point is recorded with its error "
+                    "and the sweep goes on (exit 1 at the end); a worker that dies is retried by Ray. "
+                    "Also: 'tricut sweep export --parquet FILE' and 'tricut sweep plot -o DIR' "
+                    "(each with --help).")
+    one_line_argparse(p)
+    p.add_argument("grid", type=Path, metavar="GRID.toml", help="the grid file")
+    p.add_argument("--db", type=Path, default=Path(DEFAULT_DB),
+                   help="the DuckDB database to write (created if missing; default: %(default)s)")
+    p.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="tasks run at once: the local Ray cluster's CPUs (with --address: tasks in flight); "
+                        "0 = in this process, one after another, without Ray (default: this machine's cores)")
+    p.add_argument("--address", metavar="ADDR",
+                   help="join an existing Ray cluster (HOST:PORT of its head, ray://HOST:PORT, or auto) "
+                        "instead of starting a local one; every node needs this tricut installed")
+    p.add_argument("--resume", action="store_true",
+                   help="skip the points already done in --db (failed ones run again); without it a "
+                        "database holding some of the grid's points is refused")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or per-point lines on stderr")
+    p.set_defaults(func=cmd_sweep)

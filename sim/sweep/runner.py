@@ -1,0 +1,204 @@
+"""Run a grid's points: in this process (``workers = 0``) or as Ray tasks, on a local Ray
+cluster started for the sweep (the default) or on an existing one (``address``). Each finished
+point is written to the database at once, so an interrupted sweep keeps everything it finished.
+
+* A point whose task raises is recorded ``failed`` with the error's one line; it is not
+  retried (a deterministic failure would fail again) and the sweep goes on.
+* A Ray worker process that dies during a task is retried by Ray (``max_retries``); a point
+  whose every attempt died is recorded ``failed`` ("worker died").
+* ``resume``: points whose key is already ``done`` in the database are skipped; failed ones
+  run again. Without it, a database that already holds some of the grid's points is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+from .grid import Grid, Point
+from .store import ResultStore
+from .tasks import TASKS, code_version
+
+__all__ = ["SweepError", "SweepSummary", "run_grid", "execute_point", "MAX_RETRIES"]
+
+#: Ray re-runs a task this many times when its worker process dies
+MAX_RETRIES = 3
+
+
+class SweepError(ValueError):
+    """A sweep that cannot start (an unreachable cluster, points already stored); one line."""
+
+
+@dataclass
+class SweepSummary:
+    sweep: str
+    total: int
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0             # already done in the database (--resume)
+    dropped: int = 0             # impossible combinations drop_impossible removed
+    excluded: int = 0            # removed by [[exclude]]
+    wall_s: float = 0.0
+    workers: int = 0
+    backend: str = "in-process"
+    failures: list = field(default_factory=list)      # (label, error)
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def execute_point(task_name: str, settings: dict) -> dict:
+    """Run one point; never raises for the point's own failure: ``{"status", "error",
+    "metrics", "wall_s", "pid"}``."""
+    t0 = time.perf_counter()
+    try:
+        metrics = TASKS[task_name].run(settings)
+        status, error = "done", None
+    except Exception as e:          # the point failed: recorded, the sweep goes on
+        metrics, status = None, "failed"
+        error = " ".join(f"{type(e).__name__}: {e}".splitlines())[:500]
+    return {"status": status, "error": error, "metrics": metrics,
+            "wall_s": time.perf_counter() - t0, "pid": os.getpid()}
+
+
+class _Progress:
+    """Points done of total, failures and ETA: a bar on a TTY, else one line per point."""
+
+    def __init__(self, total: int, enabled: bool, stream=None):
+        self.total, self.enabled = total, enabled
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.count = self.failed = 0
+        self.t0 = time.perf_counter()
+
+    def point(self, point: Point, status: str) -> None:
+        self.count += 1
+        self.failed += status == "failed"
+        if not self.enabled:
+            return
+        spent = time.perf_counter() - self.t0
+        eta = spent / self.count * (self.total - self.count)
+        if self.tty:
+            pct = self.count / max(self.total, 1)
+            bar = "#" * int(25 * pct)
+            print(f"\rsweep [{bar:<25}] {self.count}/{self.total} points, {self.failed} failed, "
+                  f"ETA {eta:,.0f} s ", end="", file=self.stream, flush=True)
+            if self.count == self.total:
+                print(file=self.stream)
+        else:
+            print(f"sweep: {self.count}/{self.total} {status} {point.label()}", file=self.stream, flush=True)
+
+
+def _check_address(address: str) -> None:
+    """An unreachable ``HOST:PORT`` is refused in seconds (Ray itself would wait a minute)."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        port_n = int(port)
+    except ValueError:
+        port_n = -1
+    if not sep or not 0 < port_n < 65536:
+        raise SweepError(f"--address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        with socket.create_connection((host or "127.0.0.1", port_n), timeout=5):
+            pass
+    except OSError as e:
+        raise SweepError(f"--address {address}: cannot reach a Ray cluster there "
+                         f"({e.strerror or type(e).__name__})") from None
+
+
+@contextlib.contextmanager
+def _ray_cluster(workers: int, address: str | None):
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    import ray
+    kwargs = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
+                  configure_logging=True)
+    if address is not None:
+        _check_address(address)
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
+            raise SweepError(f"--address {address}: cannot join the Ray cluster: "
+                             f"{' '.join(str(e).splitlines())[:300]}") from None
+    else:
+        ray.init(num_cpus=workers, object_store_memory=128 * 2**20, **kwargs)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def _pending(grid: Grid, store: ResultStore, resume: bool) -> tuple[list[Point], int]:
+    stored = store.statuses(p.key for p in grid.points)
+    if stored and not resume:
+        done = sum(s == "done" for s in stored.values())
+        raise SweepError(f"database {store.path} already holds {len(stored)} of this grid's "
+                         f"{len(grid.points)} points ({done} done): --resume skips the done ones and "
+                         "re-runs the failed, or use another --db")
+    todo = [p for p in grid.points if stored.get(p.key) != "done"]
+    return todo, len(grid.points) - len(todo)
+
+
+def run_grid(grid: Grid, store: ResultStore, *, workers: int = 2, address: str | None = None,
+             resume: bool = False, progress: bool = True) -> SweepSummary:
+    """Run the grid's points not yet done, writing each row as it finishes."""
+    todo, skipped = _pending(grid, store, resume)
+    summary = SweepSummary(grid.name, len(grid.points), skipped=skipped, dropped=len(grid.dropped),
+                           excluded=grid.excluded, workers=workers)
+    bar = _Progress(len(todo), progress)
+    version = code_version()
+    t0 = time.perf_counter()
+
+    def record(point: Point, result: dict) -> None:
+        store.write(key=point.key, sweep=grid.name, task=grid.task, status=result["status"],
+                    error=result["error"], wall_s=result["wall_s"],
+                    version=version, axes=point.axes, config=point.config, metrics=result["metrics"])
+        if result["status"] == "done":
+            summary.done += 1
+        else:
+            summary.failed += 1
+            summary.failures.append((point.label(), result["error"]))
+        bar.point(point, result["status"])
+
+    if not todo:
+        summary.backend = "nothing to run"
+    elif workers == 0 and address is None:
+        summary.backend = "in-process"
+        for point in todo:
+            record(point, execute_point(grid.task, point.settings))
+    else:
+        with _ray_cluster(workers, address) as ray:
+            summary.backend = "ray " + (address or "local")
+            _run_ray(ray, grid, todo, workers, record)
+    summary.wall_s = time.perf_counter() - t0
+    return summary
+
+
+def _run_ray(ray, grid: Grid, todo: list[Point], workers: int, record) -> None:
+    remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(execute_point)
+    limit = max(1, 2 * (workers or int(ray.cluster_resources().get("CPU", 1))))
+    queue = list(reversed(todo))
+    running = {}
+    while queue or running:
+        while queue and len(running) < limit:
+            point = queue.pop()
+            running[remote.remote(grid.task, point.settings)] = point
+        ready, _ = ray.wait(list(running), num_returns=1)
+        for ref in ready:
+            point = running.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as e:    # every attempt's worker died
+                result = {"status": "failed", "wall_s": 0.0, "metrics": None, "pid": None,
+                          "error": f"worker died ({MAX_RETRIES + 1} attempts): "
+                                   f"{' '.join(str(e).splitlines())[:300]}"}
+                record(point, result)
+                continue
+            record(point, result)

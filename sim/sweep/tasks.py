@@ -1,0 +1,247 @@
+"""What one sweep point runs. A task turns a point's settings into its command's flags,
+checks them exactly as that command does before it runs anything, resolves the full
+configuration (every default filled in, the key of the point hashes it) and runs the point,
+returning its metrics as a flat dict.
+
+* ``simulate``: one ``tricut simulate`` run (:func:`tricut.sim.cli.simulate.prepared_run`,
+  the command's own code path); the metrics are what ``simulate --json`` prints.
+* ``cdu-replay``: one CDU policy replay (:func:`tricut.sim.fast.cdu_replay.replay`, what
+  ``tricut cdu replay`` runs; ``engine = "fast"`` is the policy model's compiled twin); the
+  metrics are its scalar counters.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+__all__ = ["GridError", "Impossible", "TASKS", "code_version", "SimulateTask", "CduReplayTask"]
+
+
+class GridError(ValueError):
+    """A bad grid file; the message names the file and what is wrong (one line)."""
+
+
+class Impossible(ValueError):
+    """A combination of valid values that the configuration refuses (a tp that does not
+    divide the heads, a request longer than the model's context); ``drop_impossible`` drops
+    such points."""
+
+
+@functools.cache
+def code_version() -> dict:
+    """``{"tricut": package version, "commit": git describe of the source tree or
+    "unknown"}``; part of every point's key, so results of other code are never reused."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        ver = version("tricut")
+    except PackageNotFoundError:
+        ver = "unknown"
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12"],
+                             capture_output=True, text=True, timeout=30)
+        commit = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        commit = "unknown"
+    return {"tricut": ver, "commit": commit}
+
+
+def _file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _jsonable(v):
+    if isinstance(v, Path):
+        return str(v)
+    if isinstance(v, (tuple, list)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)                 # inf (a rate, an SLO): JSON has no infinity
+    return v
+
+
+class SimulateTask:
+    NAME = "simulate"
+    #: simulate's flags that are output, not configuration
+    OUTPUT_FLAGS = ("json", "csv", "plot", "no_progress")
+    #: settings whose value may be a list (joined with commas)
+    LIST_SETTINGS = ("cuts",)
+    PATH_SETTINGS = ("trace", "model", "gpu")
+
+    @staticmethod
+    @functools.cache
+    def _flags() -> dict:
+        from ..cli.simulate import simulate_parser
+        return {a.dest: a.option_strings[0] for a in simulate_parser()._actions
+                if a.option_strings and a.dest not in SimulateTask.OUTPUT_FLAGS + ("assume", "unit")}
+
+    @classmethod
+    def names(cls) -> list[str]:
+        from ..cli.simulate import UNIT_FIELDS
+        from ..fast.stacks import StackProfile
+        from ..fast.timing import Assumptions
+        return (list(cls._flags()) + [f"assume.{n}" for n in Assumptions.__dataclass_fields__]
+                + [f"assume.{n}" for n in StackProfile.numeric_fields()] + [f"unit.{n}" for n in UNIT_FIELDS])
+
+    @classmethod
+    def check_name(cls, name: str, where: str) -> None:
+        if name not in cls.names():
+            raise GridError(f"{where}: unknown setting {name!r} for task {cls.NAME}; settings: "
+                            f"{', '.join(cls.names())}")
+
+    @classmethod
+    def resolve_paths(cls, settings: dict, base: Path) -> dict:
+        """A relative trace (or model/gpu .toml) path is relative to the grid file."""
+        out = dict(settings)
+        for k in cls.PATH_SETTINGS:
+            v = out.get(k)
+            if isinstance(v, str) and (k == "trace" or v.endswith(".toml")) and not Path(v).is_absolute():
+                out[k] = str((base / v).resolve())
+        return out
+
+    @classmethod
+    def argv(cls, settings: dict) -> list[str]:
+        flags, argv = cls._flags(), []
+        for k, v in settings.items():
+            if isinstance(v, bool):
+                raise ValueError(f"{k} = {v}: expected a value, not true/false")
+            if k.startswith(("assume.", "unit.")):
+                kind, _, name = k.partition(".")
+                argv += [f"--{kind}", f"{name}={v}"]
+            elif isinstance(v, list):
+                argv += [flags[k], ",".join(map(str, v)) if v else "none"]
+            else:
+                argv += [flags[k], str(v)]
+        return argv
+
+    @staticmethod
+    @functools.lru_cache(maxsize=32)
+    def _workload(key):
+        from ..cli.simulate import workload_of
+        return workload_of(key[0])
+
+    @classmethod
+    def check(cls, settings: dict) -> dict:
+        """Every check ``tricut simulate`` makes before it runs; the resolved configuration.
+        A refused value raises ``ValueError``; a refused combination :class:`Impossible`."""
+        from ..cli.simulate import setup_of, simulate_parser
+        from tricut.models.config import ConfigError
+        from ..fast.workload import TraceError
+        args = simulate_parser().parse_args(cls.argv(settings))
+        wl = ("trace", "trace_format", "limit", "synthetic", "rate", "rate_scale", "prompt_tokens",
+              "output_tokens", "seed")
+        reqs = cls._workload((_Frozen(args, wl),))
+        try:
+            setup = setup_of(args)
+            setup.check(reqs, args.cuts)
+        except (ConfigError, TraceError, ValueError) as e:
+            raise Impossible(str(e)) from None
+        config = {k: _jsonable(v) for k, v in vars(args).items()
+                  if k not in cls.OUTPUT_FLAGS + ("assume", "unit")}
+        if args.trace is not None:
+            config["trace_sha256"] = _file_digest(args.trace)
+        config.update(asdict(setup.assumptions))
+        config.update({f"stack_{k}": v for k, v in asdict(setup.stack).items() if k != "name"})
+        units = setup.step_model(args.cuts).units
+        config.update(te_engines_per_sm=setup.gpu.te_engines_per_sm, te_lanes=units.te_lanes,
+                      dsu_cores=setup.gpu.dsu_cores)
+        return config
+
+    @classmethod
+    def run(cls, settings: dict) -> dict:
+        from ..cli.simulate import prepared_run
+        return prepared_run(cls.argv(settings))[2]
+
+
+class _Frozen:
+    """The workload fields of parsed args, hashable (the workload cache's key) and still
+    readable as args by ``workload_of``."""
+
+    def __init__(self, args, names):
+        for n in names:
+            setattr(self, n, getattr(args, n))
+        self._key = tuple(repr(getattr(args, n)) for n in names)
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Frozen) and self._key == other._key
+
+
+class CduReplayTask:
+    NAME = "cdu-replay"
+    LIST_SETTINGS = ()
+    #: replay()'s arguments a grid may set, with their defaults (those of ``tricut cdu replay``)
+    DEFAULTS = {"model": "llama-3-8b", "pattern": "full", "policy": "adaptive", "l2_mb": 50.0,
+                "steps": 8, "batch": 1, "context": 4096, "kv_dtype": "bf16", "seed": 0,
+                "engine": "fast", "hints": "auto", "reserve": None, "gpu": "h100-sxm5"}
+
+    @classmethod
+    def names(cls):
+        return list(cls.DEFAULTS)
+
+    @classmethod
+    def check_name(cls, name: str, where: str) -> None:
+        if name not in cls.DEFAULTS:
+            raise GridError(f"{where}: unknown setting {name!r} for task {cls.NAME}; settings: "
+                            f"{', '.join(cls.DEFAULTS)}")
+
+    @classmethod
+    def resolve_paths(cls, settings: dict, base: Path) -> dict:
+        out = dict(settings)
+        for k in ("model", "gpu", "pattern"):
+            v = out.get(k)
+            if isinstance(v, str) and v.endswith((".toml", ".jsonl")) and not Path(v).is_absolute():
+                out[k] = str((base / v).resolve())
+        return out
+
+    @classmethod
+    def check(cls, settings: dict) -> dict:
+        from tricut.models.cdu import PATTERNS, POLICIES
+        from tricut.models.config import KV_DTYPES, load_gpu, load_model
+        c = {**cls.DEFAULTS, **settings}
+        for k in ("steps", "batch", "context"):
+            if not isinstance(c[k], int) or isinstance(c[k], bool) or c[k] < 1:
+                raise ValueError(f"{k} must be a positive integer, got {c[k]!r}")
+        if not isinstance(c["seed"], int) or isinstance(c["seed"], bool) or c["seed"] < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {c['seed']!r}")
+        if isinstance(c["l2_mb"], bool) or not isinstance(c["l2_mb"], (int, float)) \
+                or not math.isfinite(c["l2_mb"]) or c["l2_mb"] <= 0:
+            raise ValueError(f"l2_mb must be a positive number of MiB, got {c['l2_mb']!r}")
+        for k, allowed in (("policy", POLICIES), ("kv_dtype", KV_DTYPES), ("engine", ("fast", "golden")),
+                           ("hints", ("auto", "dsu"))):
+            if c[k] not in allowed:
+                raise ValueError(f"{k} {c[k]!r} is not one of {', '.join(allowed)}")
+        if not (c["pattern"] in PATTERNS or (isinstance(c["pattern"], str) and c["pattern"].endswith(".jsonl")
+                                             and Path(c["pattern"]).is_file())):
+            raise ValueError(f"pattern {c['pattern']!r} is not one of {', '.join(PATTERNS)} or an "
+                             "existing .jsonl access trace")
+        model = load_model(c["model"])
+        load_gpu(c["gpu"])
+        if c["context"] + c["steps"] > model.max_context:
+            raise Impossible(f"context {c['context']:,} + steps {c['steps']} exceeds {model.name}'s "
+                             f"max_context {model.max_context:,}")
+        return {k: _jsonable(v) for k, v in c.items()}
+
+    @classmethod
+    def run(cls, settings: dict) -> dict:
+        from ..fast.cdu_replay import replay
+        c = {**cls.DEFAULTS, **settings}
+        counters = replay(c["model"], c["pattern"], c["policy"], c["l2_mb"], c["steps"], c["batch"],
+                          c["kv_dtype"], c["seed"], context=c["context"], hints=c["hints"],
+                          engine=c["engine"], reserve=c["reserve"], gpu=c["gpu"])
+        return {k: v for k, v in counters.items()
+                if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+TASKS = {t.NAME: t for t in (SimulateTask, CduReplayTask)}
