@@ -77,3 +77,23 @@ def test_requests_longer_than_the_context_are_refused_by_id():
     long = Request(7, 0.0, setup.model.max_context, 1)
     with pytest.raises(TraceError, match="request 7"):
         setup.run([long])
+
+
+def test_unit_sizes_replace_the_gpus_and_set_the_te_lanes():
+    model, gpu = load_model("llama-3-70b"), load_gpu("h100-sxm5")
+    base = ServingSetup(model, gpu, tp=8)
+    sized = ServingSetup(model, gpu, tp=8, units={"te_engines_per_sm": 1, "te_lanes": 4, "dsu_cores": 2})
+    assert (sized.gpu.te_engines_per_sm, sized.gpu.dsu_cores) == (1, 2)
+    assert gpu.te_engines_per_sm != 1 and base.gpu == gpu          # the loaded config is not changed
+    units = sized.step_model(("te",)).units
+    assert (units.te_engines, units.te_lanes) == (gpu.sm_count, 4)
+    assert base.step_model(("te",)).units.te_lanes == 16
+    # fewer, narrower engines make TE-bound steps slower; the DSU's cores do not enter the timing
+    reqs = synthetic(24, float("inf"), 8192, 8, seed=2)
+    tps = lambda s: s.run(reqs, ("te", "cdu", "dsu"), seed=0).summary["tokens_per_s"]  # noqa: E731
+    assert tps(sized) < tps(base)
+    assert tps(ServingSetup(model, gpu, tp=8, units={"dsu_cores": 1})) == tps(base)
+    for bad, match in (({"te_lanes": 3}, "te_lanes must be one of"), ({"dsu_cores": 0}, "dsu_cores must be in"),
+                       ({"sm_count": 2}, "unknown unit size"), ({"te_engines_per_sm": 1.5}, "must be an integer")):
+        with pytest.raises(ValueError, match=match):
+            ServingSetup(model, gpu, tp=8, units=bad)
