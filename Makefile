@@ -1,5 +1,7 @@
 # The README's quick start: `make demo` and `make test`. Each creates .venv when missing and
 # installs the project with its test extras from PyPI (torch is pinned to the CPU build).
+# demo: a roofline sweep, an ablation on a Mooncake sample, and an 8-point design sweep on a
+# local Ray cluster with its Pareto plot.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -20,6 +22,8 @@ demo: $(STAMP)
 		--kv-dtype bf16,fp8,nvfp4 --context 8192,131072 --batch 1,16
 	$(VENV)/bin/tricut compare --model llama-3-70b --gpu h100-sxm5 --tp 8 \
 		--trace sim/data/mooncake_conversation_sample.jsonl --plot .build/demo
+	$(VENV)/bin/tricut sweep sweeps/smoke.toml --db .build/demo/smoke.duckdb --resume --workers 2
+	$(VENV)/bin/tricut sweep plot --db .build/demo/smoke.duckdb -o .build/demo
 	@echo "figures: .build/demo/*.png"
 
 test: $(STAMP)

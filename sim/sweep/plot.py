@@ -107,10 +107,17 @@ def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None
                color="0.8", label="dominated", zorder=1)
     for i, (label, members) in enumerate(sorted(groups.items())):
         pts = [(r["metrics"][x], r["metrics"][y]) for r in members]
-        front = [pts[j] for j in pareto_front(pts, better_low(x), better_low(y))]
+        idx = pareto_front(pts, better_low(x), better_low(y))
+        front = [pts[j] for j in idx]
         color = f"C{i % 10}"
         ax.plot([p[0] for p in front], [p[1] for p in front], "-o", color=color, ms=5, zorder=2,
                 label=f"{group} = {label}" if group else "Pareto front")
+        if len(usable) <= 200:       # name each front point by its other axes
+            for j, (px, py) in zip(idx, front):
+                text = " ".join(f"{k.split('.')[-1]}={_value_label(v)}" for k, v in members[j]["axes"].items()
+                                if k != group)
+                ax.annotate(text, (px, py), fontsize=6, color=color, xytext=(3, 3),
+                            textcoords="offset points")
     ax.set_xlabel(f"{x} ({'lower' if better_low(x) else 'higher'} is better)")
     ax.set_ylabel(f"{y} ({'lower' if better_low(y) else 'higher'} is better)")
     ax.set_title(f"sweep {sweep}: Pareto front per {group or 'sweep'} ({len(usable)} points)")
@@ -139,10 +146,14 @@ def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None
         ax.set_yticks(range(len(vb)), vb, fontsize=8)
         ax.set_xlabel(a)
         ax.set_ylabel(b)
+        finite = [v for row in cells for v in row if not math.isnan(v)]
+        mid = (min(finite) + max(finite)) / 2 if finite else 0.0
         for i, row in enumerate(cells):
             for j, v in enumerate(row):
                 if not math.isnan(v):
-                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="w")
+                    light = (v > mid) != better_low(metric)      # the colour map's bright end
+                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
+                            color="k" if light else "w")
         others = [k for k in axes if k not in pair]
         ax.set_title(f"{metric}" + (f" (mean over {', '.join(others)})" if others else ""), fontsize=9)
         fig.colorbar(im, ax=ax)
