@@ -29,15 +29,24 @@ def _workers(text: str) -> int:
 
 def cmd_sweep(args) -> int:
     from ..sweep.grid import load_grid
-    from ..sweep.runner import run_grid
+    from ..sweep.runner import SweepError, check_address, run_grid
     from ..sweep.store import ResultStore
     if args.address is not None and args.workers == 0:
         raise InputError("--workers 0 runs in this process and cannot use --address")
+    if args.address is not None:
+        check_address(args.address)      # a bad or unreachable address: refused before --db is written
     grid = load_grid(args.grid)
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    new_db = not args.db.exists()
     with ResultStore(args.db) as store:
-        summary = run_grid(grid, store, workers=workers, address=args.address, resume=args.resume,
-                           progress=not args.no_progress and not args.json)
+        try:
+            summary = run_grid(grid, store, workers=workers, address=args.address, resume=args.resume,
+                               progress=not args.no_progress and not args.json)
+        except SweepError:
+            if new_db and not store.rows():
+                store.close()
+                args.db.unlink(missing_ok=True)       # a database this run made and left empty
+            raise
     out = summary.as_dict()
     out["db"] = str(args.db)
     if args.json:

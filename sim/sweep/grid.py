@@ -36,6 +36,7 @@ with one line naming the point, an impossible *combination* does so too unless
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import itertools
 import json
@@ -88,6 +89,13 @@ def _key(task: str, config: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
+def _check_plain(where: str, value, path: Path) -> None:
+    """A TOML date or time is no setting's value (and JSON cannot hold it)."""
+    for v in value if isinstance(value, list) else [value]:
+        if isinstance(v, (datetime.date, datetime.time)):
+            raise GridError(f"{path}: {where}: a date or time is not a setting's value, got {v}")
+
+
 def _settings_of(where: str, value, path: Path, task) -> dict:
     """A fixed table or an axis value (a table or one value of a named axis) -> settings."""
     if not isinstance(value, dict):
@@ -97,6 +105,7 @@ def _settings_of(where: str, value, path: Path, task) -> dict:
         task.check_name(k, f"{path}: {where}")
         if isinstance(v, (dict, list)) and not (k in task.LIST_SETTINGS and isinstance(v, list)):
             raise GridError(f"{path}: {where}: {k} must be one value, got {v!r}")
+        _check_plain(f"{where}: {k}", v, path)
         out[k] = v
     return out
 
@@ -147,6 +156,7 @@ def load_grid(path) -> Grid:
             for v in values:
                 if isinstance(v, dict) or (isinstance(v, list) and axis not in task.LIST_SETTINGS):
                     raise GridError(f"{path}: axis {axis!r}: a value must be one value, got {v!r}")
+                _check_plain(f"axis {axis!r}", v, path)
             if len({json.dumps(v, sort_keys=True) for v in values}) != len(values):
                 raise GridError(f"{path}: axis {axis!r} repeats a value: {values!r}")
             axes[axis] = values

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -24,7 +25,7 @@ from .grid import Grid, Point
 from .store import ResultStore
 from .tasks import TASKS, code_version
 
-__all__ = ["SweepError", "SweepSummary", "run_grid", "execute_point", "MAX_RETRIES"]
+__all__ = ["SweepError", "SweepSummary", "run_grid", "execute_point", "check_address", "MAX_RETRIES"]
 
 #: Ray re-runs a task this many times when its worker process dies
 MAX_RETRIES = 3
@@ -94,7 +95,7 @@ class _Progress:
             print(f"sweep: {self.count}/{self.total} {status} {point.label()}", file=self.stream, flush=True)
 
 
-def _check_address(address: str) -> None:
+def check_address(address: str) -> None:
     """An unreachable ``HOST:PORT`` is refused in seconds (Ray itself would wait a minute)."""
     if address == "auto":
         return
@@ -106,33 +107,108 @@ def _check_address(address: str) -> None:
     if not sep or not 0 < port_n < 65536:
         raise SweepError(f"--address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
     try:
-        with socket.create_connection((host or "127.0.0.1", port_n), timeout=5):
-            pass
+        with socket.create_connection((host or "127.0.0.1", port_n), timeout=5) as conn:
+            speaks = _speaks_http2(conn) if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true") \
+                else True
     except OSError as e:
         raise SweepError(f"--address {address}: cannot reach a Ray cluster there "
                          f"({e.strerror or type(e).__name__})") from None
+    if not speaks:      # a port that listens but is no Ray head: ray.init would retry for minutes
+        raise SweepError(f"--address {address}: something listens there but it is not a Ray cluster "
+                         "(no gRPC answer in 5 s): give the head's GCS port (ray start --head's "
+                         "--port, 6379 by default) or its ray:// client port")
+
+
+def _speaks_http2(conn: socket.socket, timeout: float = 5.0) -> bool:
+    """Whether the peer answers an HTTP/2 connection preface with a SETTINGS frame, as a gRPC
+    server (a Ray GCS or Ray client server) does."""
+    empty_settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"     # length 0, type 4, no flags, stream 0
+    conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + empty_settings)
+    head, deadline = b"", time.monotonic() + timeout
+    while len(head) < 9:
+        conn.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = conn.recv(9 - len(head))
+        except (socket.timeout, OSError):
+            return False
+        if not chunk:
+            return False
+        head += chunk
+    return head[3] == 0x04
+
+
+def _join_with_token() -> None:
+    """Ray >= 2.59 starts clusters (``ray start --head``) with token authentication and keeps
+    the token in ``~/.ray/auth_token``; a driver joins only in token mode. When the user has a
+    token and has not chosen a mode, join in token mode (it also joins a cluster without
+    authentication)."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH") \
+            or os.path.isfile(os.path.expanduser("~/.ray/auth_token")):
+        os.environ["RAY_AUTH_MODE"] = "token"
+
+
+@contextlib.contextmanager
+def _fd2_captured():
+    """Ray's C++ client logs each failed connection attempt to file descriptor 2, one line a
+    second; while joining, those lines go to a temporary file, whose text is in the yielded
+    list once the block ends, so that a failure stays one line. Without a real descriptor 2 (a
+    captured test), nothing is moved."""
+    text = []
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, ValueError, OSError):
+        yield text
+        return
+    sys.stderr.flush()
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield text
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            text.append(tmp.read().decode(errors="replace"))
 
 
 @contextlib.contextmanager
 def _ray_cluster(workers: int, address: str | None):
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    if address is not None:
+        _join_with_token()           # before Ray is imported: it reads the mode then
     import ray
     kwargs = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                   configure_logging=True)
-    if address is not None:
-        _check_address(address)
+    # Ray's driver prints its raylet's messages ("A worker died or was killed ...") to
+    # sys.stdout: they go to stderr, stdout is the summary (--json: one JSON document)
+    with contextlib.redirect_stdout(sys.stderr):
+        if address is not None:
+            check_address(address)
+            with _fd2_captured() as log:
+                try:
+                    ray.init(address=address, **kwargs)
+                    failure = None
+                except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
+                    failure = " ".join(str(e).splitlines())[:300]
+            if failure is not None:
+                if "InvalidAuthToken" in "".join(log):
+                    raise SweepError(f"--address {address}: the Ray cluster refused this machine's "
+                                     "authentication token: put the cluster's token (`ray get-auth-token` "
+                                     "on its head) in RAY_AUTH_TOKEN or ~/.ray/auth_token")
+                raise SweepError(f"--address {address}: cannot join the Ray cluster: {failure}")
+        else:
+            # "local": a new cluster for this sweep, even where `ray start` runs one (which a
+            # bare ray.init() would join)
+            ray.init(address="local", num_cpus=workers, object_store_memory=128 * 2**20, **kwargs)
         try:
-            ray.init(address=address, **kwargs)
-        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
-            raise SweepError(f"--address {address}: cannot join the Ray cluster: "
-                             f"{' '.join(str(e).splitlines())[:300]}") from None
-    else:
-        ray.init(num_cpus=workers, object_store_memory=128 * 2**20, **kwargs)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 def _pending(grid: Grid, store: ResultStore, resume: bool) -> tuple[list[Point], int]:

@@ -8,7 +8,8 @@ Columns (``docs/sweeps.md``):
   ``config`` and ``metrics`` (JSON text: the point's axis values, the full resolved
   configuration and every metric);
 * one typed column per configuration field and per metric, added when first seen (an integer
-  column widens to DOUBLE when a fraction arrives). A metric named like a configuration field
+  column widens to HUGEINT for an integer beyond 64-bit signed, to DOUBLE when a fraction
+  arrives). A metric named like a configuration field
   (``stack``, ``concurrency``: simulate echoes them) keeps the configuration's column; the
   ``metrics`` JSON has both.
 
@@ -37,10 +38,17 @@ class StoreError(ValueError):
 
 
 def _sql_type(value):
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+        return "HUGEINT"           # e.g. a replay's unsigned 64-bit transaction checksum
     for kind, name in _TYPES:
         if isinstance(value, kind):
             return name
     return "VARCHAR"               # a list or dict: JSON text
+
+
+#: the type a column of type ``have`` takes to also hold a value of type ``want``
+_WIDER = {frozenset({"BIGINT", "HUGEINT"}): "HUGEINT", frozenset({"BIGINT", "DOUBLE"}): "DOUBLE",
+          frozenset({"HUGEINT", "DOUBLE"}): "DOUBLE"}
 
 
 def _q(name: str) -> str:
@@ -166,7 +174,9 @@ class ResultStore:
     # ----------------------------------------------------------------------- writing
     def _ensure_column(self, name: str, value) -> str | None:
         """The column for ``name`` (added or widened for ``value``); None for a null value of a
-        column not yet known (it stays absent until a value arrives)."""
+        column not yet known (it stays absent until a value arrives). Integers are BIGINT, or
+        HUGEINT beyond 64-bit signed; a column widens (BIGINT -> HUGEINT -> DOUBLE, anything
+        mixed with text -> VARCHAR) and never narrows."""
         if value is None:
             return name if name in self.columns else None
         want = _sql_type(value)
@@ -174,8 +184,8 @@ class ResultStore:
         if have is None:
             self.con.execute(f"ALTER TABLE points ADD COLUMN {_q(name)} {want}")
             self.columns[name] = want
-        elif have != want and not (have == "DOUBLE" and want == "BIGINT"):
-            wider = "DOUBLE" if {have, want} <= {"BIGINT", "DOUBLE"} else "VARCHAR"
+        elif have != want:
+            wider = _WIDER.get(frozenset({have, want}), "VARCHAR")
             if wider != have:
                 self.con.execute(f"ALTER TABLE points ALTER {_q(name)} TYPE {wider}")
                 self.columns[name] = wider

@@ -134,9 +134,11 @@ class SimulateTask:
         """Every check ``tricut simulate`` makes before it runs; the resolved configuration.
         A refused value raises ``ValueError``; a refused combination :class:`Impossible`."""
         from ..cli.simulate import setup_of, simulate_parser
-        from tricut.models.config import ConfigError
+        from tricut.models.config import ConfigError, load_gpu, load_model
         from ..fast.workload import TraceError
         args = simulate_parser().parse_args(cls.argv(settings))
+        load_model(args.model)          # an unknown model or GPU is a refused value (ValueError),
+        load_gpu(args.gpu)              # not an impossible combination
         wl = ("trace", "trace_format", "limit", "synthetic", "rate", "rate_scale", "prompt_tokens",
               "output_tokens", "seed")
         reqs = cls._workload((_Frozen(args, wl),))
@@ -209,12 +211,17 @@ class CduReplayTask:
     def check(cls, settings: dict) -> dict:
         from tricut.models.cdu import PATTERNS, POLICIES
         from tricut.models.config import KV_DTYPES, load_gpu, load_model
+        from ..cli.cdu_cmd import MODEL_WAYS
         c = {**cls.DEFAULTS, **settings}
         for k in ("steps", "batch", "context"):
             if not isinstance(c[k], int) or isinstance(c[k], bool) or c[k] < 1:
                 raise ValueError(f"{k} must be a positive integer, got {c[k]!r}")
         if not isinstance(c["seed"], int) or isinstance(c["seed"], bool) or c["seed"] < 0:
             raise ValueError(f"seed must be an integer >= 0, got {c['seed']!r}")
+        if c["reserve"] is not None and (not isinstance(c["reserve"], int) or isinstance(c["reserve"], bool)
+                                         or not 0 <= c["reserve"] < MODEL_WAYS):
+            raise ValueError(f"reserve must be an integer in 0..{MODEL_WAYS - 1} ({MODEL_WAYS} ways per "
+                             f"set), got {c['reserve']!r}")
         if isinstance(c["l2_mb"], bool) or not isinstance(c["l2_mb"], (int, float)) \
                 or not math.isfinite(c["l2_mb"]) or c["l2_mb"] <= 0:
             raise ValueError(f"l2_mb must be a positive number of MiB, got {c['l2_mb']!r}")
