@@ -34,8 +34,9 @@ class Impossible(ValueError):
 
 @functools.cache
 def code_version() -> dict:
-    """``{"tricut": package version, "commit": git describe of the source tree or
-    "unknown"}``; part of every point's key, so results of other code are never reused."""
+    """``{"tricut": package version, "commit": git describe of the source tree (with a hash of
+    ``git diff HEAD`` after ``-dirty``) or "unknown"}``; part of every point's key, so results
+    of other code are never reused (untracked files are not seen)."""
     from importlib.metadata import PackageNotFoundError, version
     try:
         ver = version("tricut")
@@ -46,6 +47,10 @@ def code_version() -> dict:
         out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12"],
                              capture_output=True, text=True, timeout=30)
         commit = out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+        if commit.endswith("-dirty"):      # uncommitted edits: which ones is part of the version
+            diff = subprocess.run(["git", "-C", str(root), "diff", "HEAD"], capture_output=True,
+                                  timeout=60)
+            commit += "+" + hashlib.sha256(diff.stdout).hexdigest()[:12]
     except (OSError, subprocess.SubprocessError):
         commit = "unknown"
     return {"tricut": ver, "commit": commit}
