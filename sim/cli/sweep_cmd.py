@@ -36,7 +36,10 @@ def cmd_sweep(args) -> int:
     if args.address is not None:
         check_address(args.address)      # a bad or unreachable address: refused before --db is written
     grid = load_grid(args.grid)
-    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if args.workers is not None:
+        workers = args.workers
+    else:       # joined: as many tasks in flight as the cluster has CPUs (x2); local: this machine's cores
+        workers = 0 if args.address is not None else (os.cpu_count() or 1)
     new_db = not args.db.exists()
     with ResultStore(args.db) as store:
         try:
@@ -138,8 +141,9 @@ def add_commands(sub) -> None:
     p.add_argument("--db", type=Path, default=Path(DEFAULT_DB),
                    help="the DuckDB database to write (created if missing; default: %(default)s)")
     p.add_argument("--workers", type=_workers, default=None, metavar="N",
-                   help="tasks run at once: the local Ray cluster's CPUs (with --address: tasks in flight); "
-                        "0 = in this process, one after another, without Ray (default: this machine's cores)")
+                   help="tasks run at once: the local Ray cluster's CPUs (with --address: the driver keeps "
+                        "2 x N tasks in flight; default there: 2 x the cluster's CPUs); 0 = in this process, "
+                        "one after another, without Ray (default: this machine's cores)")
     p.add_argument("--address", metavar="ADDR",
                    help="join an existing Ray cluster (HOST:PORT of its head, ray://HOST:PORT, or auto) "
                         "instead of starting a local one; every node needs this tricut installed")

@@ -112,12 +112,19 @@ def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None
         color = f"C{i % 10}"
         ax.plot([p[0] for p in front], [p[1] for p in front], "-o", color=color, ms=5, zorder=2,
                 label=f"{group} = {label}" if group else "Pareto front")
-        if len(usable) <= 200:       # name each front point by its other axes
+        if len(usable) <= 200:       # name each front point by its other axes (one label per place)
+            places: dict = {}
             for j, (px, py) in zip(idx, front):
+                places.setdefault((f"{px:.2g}", f"{py:.2g}"), []).append((j, px, py))
+            for same in places.values():
+                j, px, py = same[0]
                 text = " ".join(f"{k.split('.')[-1]}={_value_label(v)}" for k, v in members[j]["axes"].items()
-                                if k != group)
+                                if k != group) + (f" (+{len(same) - 1} alike)" if len(same) > 1 else "")
                 ax.annotate(text, (px, py), fontsize=6, color=color, xytext=(3, 3),
                             textcoords="offset points")
+    xs = [r["metrics"][x] for r in usable]
+    if min(xs) > 0 and max(xs) / min(xs) > 30:     # a wide range: the good end stays readable
+        ax.set_xscale("log")
     ax.set_xlabel(f"{x} ({'lower' if better_low(x) else 'higher'} is better)")
     ax.set_ylabel(f"{y} ({'lower' if better_low(y) else 'higher'} is better)")
     ax.set_title(f"sweep {sweep}: Pareto front per {group or 'sweep'} ({len(usable)} points)")
@@ -152,7 +159,7 @@ def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None
             for j, v in enumerate(row):
                 if not math.isnan(v):
                     light = (v > mid) != better_low(metric)      # the colour map's bright end
-                    ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
+                    ax.text(j, i, f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}", ha="center", va="center", fontsize=7,
                             color="k" if light else "w")
         others = [k for k in axes if k not in pair]
         ax.set_title(f"{metric}" + (f" (mean over {', '.join(others)})" if others else ""), fontsize=9)

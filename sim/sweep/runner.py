@@ -252,12 +252,14 @@ def run_grid(grid: Grid, store: ResultStore, *, workers: int = 2, address: str |
     else:
         with _ray_cluster(workers, address) as ray:
             summary.backend = "ray " + (address or "local")
-            _run_ray(ray, grid, todo, workers, record)
+            summary.workers = _run_ray(ray, grid, todo, workers, record)
     summary.wall_s = time.perf_counter() - t0
     return summary
 
 
-def _run_ray(ray, grid: Grid, todo: list[Point], workers: int, record) -> None:
+def _run_ray(ray, grid: Grid, todo: list[Point], workers: int, record) -> int:
+    """Run ``todo`` as Ray tasks, at most ``2 x workers`` in flight (``workers`` 0: the
+    cluster's CPUs); returns that worker count."""
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(execute_point)
     limit = max(1, 2 * (workers or int(ray.cluster_resources().get("CPU", 1))))
     queue = list(reversed(todo))
@@ -278,3 +280,4 @@ def _run_ray(ray, grid: Grid, todo: list[Point], workers: int, record) -> None:
                 record(point, result)
                 continue
             record(point, result)
+    return limit // 2

@@ -200,7 +200,7 @@ class ResultStore:
                   "wall_s": float(wall_s),
                   "tricut_version": version["tricut"], "git_commit": version["commit"],
                   "finished_at": _dt.datetime.now(),
-                  "axes": json.dumps(axes, sort_keys=True, default=str),
+                  "axes": json.dumps(axes, default=str),          # the grid's axis order
                   "config": json.dumps(config, sort_keys=True, default=str),
                   "metrics": json.dumps(metrics, sort_keys=True, default=str, allow_nan=False)}
         self.con.execute("BEGIN")
