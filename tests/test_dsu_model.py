@@ -288,3 +288,306 @@ def test_resume_rejects_inconsistent_records():
     m = DsuModel.resume(p, 3, {1: s})
     with pytest.raises(ValueError, match="submitted twice"):
         m.submit(RequestSpec(1, 4, 1))
+
+
+# -- parked slots: agentic sessions (issue 16) ----------------------------------------------------
+from tricut.models.dsu import PARK_POLICIES, Move, Session, SessionTurn, run_sessions  # noqa: E402
+
+
+def _turn_end(m, request, rounds=50):
+    """Run rounds until ``request``'s turn ends; returns every batch seen."""
+    seen = []
+    for _ in range(rounds):
+        seen.append(m.step().batch)
+        if any(o.request == request for o in m.complete()):
+            return seen
+    raise AssertionError("turn did not end")
+
+
+def test_keep_parks_in_hbm_and_continue_resumes():
+    m = DsuModel(DsuParams("throughput-opt", n_slots=2, kv_capacity_tokens=100, park_policy="keep"))
+    m.submit(RequestSpec(5, 10, 3, continues=True))
+    _turn_end(m, 5)
+    s = m.slots[0]
+    assert m.outcomes[5].status == "completed" and m.outcomes[5].tokens == 3
+    assert (s.state, s.kv_where, s.seq_len, s.reserved, m.kv_used) == ("parked", "hbm", 13, 13, 13)
+    assert m.drain_moves() == []
+    for _ in range(3):                       # parked: never batched, its wait does not grow
+        r = m.step()
+        assert r.batch == [] and r.parked == 1 and r.active == 1
+        m.complete()
+    assert s.wait == 0 and not m.idle
+    m.continue_turn(5, new_tokens=7, max_new_tokens=2)
+    r = m.step()
+    assert (r.continued, r.parked) == (1, 0)
+    assert [(d.request, d.seq_len) for d in r.batch] == [(5, 21)]      # 13 + 7 + this step's token
+    assert m.kv_used == 13 + 7 + 2 and s.state == "active" and s.generated == 0
+    m.complete()
+    m.step()
+    out = m.complete()
+    assert out[0].status == "completed" and out[0].tokens == 2
+    assert m.idle and m.kv_used == 0 and m.drain_moves() == []
+
+
+@pytest.mark.parametrize("policy", ["park", "park-early"])
+def test_park_moves_kv_to_g2_and_restore_brings_it_back(policy):
+    m = DsuModel(DsuParams("throughput-opt", n_slots=2, kv_capacity_tokens=100, park_policy=policy))
+    m.submit(RequestSpec(1, 10, 2, continues=True))
+    _turn_end(m, 1)                          # ends in round 1
+    s = m.slots[0]
+    assert (s.state, s.kv_where, s.reserved, m.kv_used) == ("parked", "g2", 0, 0)
+    assert m.drain_moves() == [Move(1, 1, "park", 12, 0)]
+    m.continue_turn(1, 4, 3, continues=True)  # before its restore: waits
+    r = m.step()
+    assert (r.batch, r.restored, r.continued) == ([], 0, 0)
+    m.complete()
+    m.restore(1)
+    r = m.step()                             # restore then continue, in the same round
+    assert (r.restored, r.continued) == (1, 1)
+    assert m.drain_moves() == [Move(3, 1, "restore", 12, 0)]
+    assert [(d.request, d.seq_len) for d in r.batch] == [(1, 17)]
+    assert m.kv_used == 12 + 4 + 3
+    m.complete()
+    _turn_end(m, 1)                          # the second turn parks again (continues=True)
+    assert m.kv_used == 0 and m.drain_moves() == [Move(5, 1, "park", 19, 0)]
+    m.restore(1)
+    m.continue_turn(1, 1, 1)                 # the last turn
+    _turn_end(m, 1)
+    assert m.idle and m.kv_used == 0
+    assert [mv.kind for mv in m.drain_moves()] == ["restore"]
+
+
+def test_drop_frees_the_slot_and_the_next_turn_is_a_new_request():
+    m = DsuModel(DsuParams("throughput-opt", n_slots=1, kv_capacity_tokens=100, park_policy="drop"))
+    m.submit(RequestSpec(1, 10, 2, continues=True))
+    _turn_end(m, 1)
+    assert m.idle and m.kv_used == 0 and m.outcomes[1].status == "completed"
+    assert m.drain_moves() == [Move(1, 1, "drop", 12, 0)]
+    with pytest.raises(ValueError, match="park policy drop"):
+        m.continue_turn(1, 3, 3)
+    with pytest.raises(ValueError, match="park policy drop"):
+        m.restore(1)
+    m.submit(RequestSpec(2, 12 + 3, 3))      # recompute: the whole context as the prompt
+    assert [d.seq_len for d in m.step().batch] == [16]
+
+
+def test_every_slot_parked_blocks_the_intake_and_runs_nothing():
+    m = DsuModel(DsuParams("fairness-opt", n_slots=2, max_batch=2, kv_capacity_tokens=1000,
+                           park_policy="park"))
+    m.submit(RequestSpec(0, 10, 1, continues=True))
+    m.submit(RequestSpec(1, 20, 1, continues=True))
+    m.step(); m.complete()
+    m.submit(RequestSpec(2, 5, 1))
+    r = m.step()
+    assert (r.batch, r.parked, r.active, r.admitted, r.blocked) == ([], 2, 2, 0, True)
+    m.complete()
+    m.restore(1); m.continue_turn(1, 1, 1)
+    m.restore(0)
+    r = m.step()
+    assert (r.restored, r.continued, r.parked) == (2, 1, 1)
+    assert [d.request for d in r.batch] == [1]
+    m.complete()                             # request 1 ends: its slot frees, 2 is admitted
+    r = m.step()
+    assert r.admitted == 1 and [d.request for d in r.batch] == [2]
+
+
+def test_restore_and_continue_queues_are_strict_fifo():
+    # capacity 100: session 0 parks 60 tokens, session 1 parks 30; a plain request holds 50
+    m = DsuModel(DsuParams("throughput-opt", n_slots=4, kv_capacity_tokens=100, park_policy="park"))
+    m.submit(RequestSpec(0, 59, 1, continues=True))
+    m.submit(RequestSpec(1, 29, 1, continues=True))
+    m.step(); m.complete()
+    assert m.kv_used == 0 and m.parked_slots == 2
+    m.submit(RequestSpec(2, 40, 10))
+    m.step(); m.complete()                   # 2 holds 50
+    m.restore(0)                             # 60 does not fit beside 50: blocks
+    m.restore(1)                             # 30 would fit, but waits behind 0
+    for _ in range(9):
+        r = m.step()
+        assert r.restored == 0 and m.kv_used == 50
+        m.complete()
+    assert m.idle is False and m.outcomes[2].status == "completed"
+    r = m.step()                             # 2 freed its 50: both restores fit now
+    assert r.restored == 2 and m.kv_used == 90
+    m.complete()
+    # the continue queue: 0's continue needs 60 + 30 more > 100 - 90: it blocks 1's
+    m.continue_turn(0, 20, 10)
+    m.continue_turn(1, 1, 1)
+    r = m.step()
+    assert r.continued == 0
+    m.complete()
+    assert [mv.kind for mv in m.drain_moves()] == ["park", "park", "restore", "restore"]
+
+
+def test_a_continue_that_can_never_fit_fails_and_drops_its_kv():
+    m = DsuModel(DsuParams("throughput-opt", n_slots=2, kv_capacity_tokens=50, park_policy="keep"))
+    m.submit(RequestSpec(3, 20, 5, continues=True))
+    _turn_end(m, 3)
+    m.drain_moves()
+    m.continue_turn(3, 20, 6)                # 25 + 26 > 50
+    r = m.step()
+    assert [(o.request, o.status, o.reason) for o in r.ended] == [(3, "failed", "too large")]
+    assert m.outcomes[3].status == "failed" and m.idle and m.kv_used == 0
+    assert [mv.kind for mv in m.drain_moves()] == ["drop"]
+
+
+def test_session_command_errors():
+    m = DsuModel(DsuParams(n_slots=2, park_policy="keep"))
+    m.submit(RequestSpec(1, 10, 2, continues=True))
+    with pytest.raises(ValueError, match="continue 9: no slot holds this request"):
+        m.continue_turn(9, 1, 1)
+    m.step()
+    with pytest.raises(ValueError, match="continue 1: its slot is not parked"):
+        m.continue_turn(1, 1, 1)
+    m.complete(); m.step(); m.complete()
+    with pytest.raises(ValueError, match="restore 1: its KV is not in G2"):
+        m.restore(1)                          # keep: the KV never left HBM
+    with pytest.raises(ValueError, match="max_new_tokens >= 1"):
+        m.continue_turn(1, 1, 0)
+    m.continue_turn(1, 1, 1)
+    with pytest.raises(ValueError, match="already queued"):
+        m.continue_turn(1, 1, 1)
+    with pytest.raises(ValueError, match="submitted twice"):
+        m.submit(RequestSpec(1, 1, 1))        # a parked session's id is still live
+    with pytest.raises(ValueError, match="park_policy must be one of"):
+        DsuParams(park_policy="evict")
+    p = DsuModel(DsuParams(n_slots=1, park_policy="park"))
+    p.submit(RequestSpec(1, 10, 1, continues=True))
+    p.step(); p.complete()
+    p.restore(1)
+    with pytest.raises(ValueError, match="already queued"):
+        p.restore(1)
+
+
+@pytest.mark.parametrize("policy", PARK_POLICIES)
+def test_without_sessions_every_policy_is_the_golden_schedule(policy):
+    rng = random.Random(3)
+    reqs = [RequestSpec(i, rng.randint(1, 3000), rng.randint(1, 20), rng.randint(0, 40), rng.randint(0, 3))
+            for i in range(30)]
+    faults = {(rng.randint(0, 200), rng.randrange(6)): rng.choice([ERROR, TIMEOUT]) for _ in range(20)}
+    p = DsuParams("fairness-opt", n_slots=6, max_batch=3, kv_capacity_tokens=9000)
+    golden, out = run_schedule(reqs, p, faults)
+    batches, ended, moves, host = run_sessions(reqs, [], DsuParams(**{**p.__dict__, "park_policy": policy}),
+                                               faults)
+    assert batches == golden and {o.request: o for o in ended} == out
+    assert moves == [] and host == []
+
+
+def _random_sessions(rng, n, id0=100):
+    return [Session(RequestSpec(id0 + i, rng.randint(1, 400), rng.randint(1, 8), rng.randint(0, 30),
+                                rng.randint(0, 3)),
+                    tuple(SessionTurn(rng.randint(1, 12), rng.randint(0, 200), rng.randint(1, 8))
+                          for _ in range(rng.randint(0, 4))))
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("policy", PARK_POLICIES)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_random_sessions_budget_and_nothing_lost(policy, profile, monkeypatch):
+    rng = random.Random(10 * PARK_POLICIES.index(policy) + PROFILES.index(profile))
+    p = DsuParams(profile, n_slots=6, max_batch=4, latency_batch=3, kv_capacity_tokens=2500,
+                  park_policy=policy)
+    reqs = [RequestSpec(i, rng.randint(1, 600), rng.randint(1, 10), rng.randint(0, 40)) for i in range(12)]
+    sessions = _random_sessions(rng, 10)
+    faults = {(rng.randint(0, 300), rng.randrange(6)): rng.choice([ERROR, TIMEOUT]) for _ in range(10)}
+    select = DsuModel._select
+
+    def checked_select(model):               # a parked slot is never selected
+        chosen = select(model)
+        assert all(model.slots[i].state == "active" for i in chosen)
+        return chosen
+    monkeypatch.setattr(DsuModel, "_select", checked_select)
+    final = {}
+
+    def check(model, rnd):                   # the KV budget, after every round
+        assert 0 <= model.kv_used <= p.kv_capacity_tokens
+        assert sum(s.reserved for s in model.slots if s is not None) == model.kv_used
+        for s in model.slots:
+            if s is not None and s.kv_where == "g2":
+                assert s.state == "parked" and s.reserved == 0
+        final["model"] = model
+
+    batches, ended, moves, host = run_sessions(reqs, sessions, p, faults, lead=3, on_round=check)
+    model = final["model"]
+    assert model.idle and model.kv_used == 0 and not model.restores and not model.continues
+    failed = [o for o in ended if o.status == "failed"]
+    n_turns = sum(1 + len(s.turns) for s in sessions) + len(reqs)
+    if not failed:                           # every turn of every session ended, once
+        assert len(ended) == n_turns
+    assert sum(o.tokens for o in ended) == sum(
+        1 for rnd, b in enumerate(batches) for d in b if (rnd, d.slot) not in faults)
+    # KV: every parked KV is restored (or dropped), never lost
+    kinds = [m.kind for m in moves]
+    parked = [(m.request, m.tokens) for m in moves if m.kind == "park"]
+    restored = [(m.request, m.tokens) for m in moves if m.kind == "restore"]
+    if policy in ("park", "park-early"):
+        assert sorted(parked) == sorted(restored) and parked
+    elif policy == "keep":
+        assert set(kinds) <= {"drop"}
+    else:
+        assert set(kinds) == {"drop"}
+        assert len(kinds) == sum(len(s.turns) for s in sessions) or failed
+
+
+def test_park_early_restores_before_the_tool_returns():
+    sess = [Session(RequestSpec(0, 10, 2), (SessionTurn(6, 5, 2),))]
+    p = DsuParams(n_slots=2, park_policy="park-early")
+    _, ended, moves, host = run_sessions([], sess, p, lead=4)
+    assert [(h[0], h[1]) for h in host] == [(3, "restore"), (7, "continue")]   # turn ends round 1
+    assert [(m.round, m.kind) for m in moves] == [(1, "park"), (3, "restore")]
+    _, ended2, moves2, host2 = run_sessions([], sess, DsuParams(n_slots=2, park_policy="park"))
+    assert [(h[0], h[1]) for h in host2] == [(7, "restore"), (7, "continue")]
+    assert [o.tokens for o in ended] == [o.tokens for o in ended2] == [2, 2]
+
+
+@pytest.mark.parametrize("policy", ["keep", "park"])
+def test_fairness_bound_holds_with_parked_slots(policy, monkeypatch):
+    """A parked slot is out of the active set (its wait does not grow) and a continue is a
+    re-admission, so the no-starvation bound of fairness-opt is unchanged."""
+    rng = random.Random(5)
+    p = DsuParams("fairness-opt", n_slots=8, max_batch=3, kv_capacity_tokens=100_000,
+                  park_policy=policy)
+    reqs = [RequestSpec(i, rng.randint(1, 900), rng.randint(1, 20), rng.randint(0, 40)) for i in range(15)]
+    sessions = _random_sessions(rng, 8)
+    since, bound = {}, {}
+    step = DsuModel.step
+
+    def checked_step(model):
+        r = step(model)
+        active = [s.request for s in model.slots if s is not None and s.state == "active"]
+        for rid in list(since):
+            if rid not in active:
+                del since[rid]                 # ended or parked: a continue starts afresh
+        for rid in active:
+            if rid not in since:
+                since[rid], bound[rid] = 0, math.ceil(len(active) / p.max_batch)
+            since[rid] += 1
+            assert since[rid] <= bound[rid], (rid, since[rid], bound[rid])
+        for d in r.batch:
+            since[d.request], bound[d.request] = 0, math.ceil(len(active) / p.max_batch)
+        return r
+    monkeypatch.setattr(DsuModel, "step", checked_step)
+    batches, ended, moves, host = run_sessions(reqs, sessions, p)
+    assert len(ended) == len(reqs) + sum(1 + len(s.turns) for s in sessions)
+
+
+def test_resume_keeps_parked_slots_and_queued_commands():
+    from tricut.models.dsu import Slot
+    p = DsuParams(n_slots=2, kv_capacity_tokens=100, park_policy="park")
+    m = DsuModel(p)
+    m.submit(RequestSpec(1, 10, 1, continues=True))
+    m.step(); m.complete()
+    m.restore(1)
+    m.continue_turn(1, 2, 2)
+    s = m.slots[0]
+    rec = Slot(s.request, s.seq_len, s.tokens_left, s.priority, s.arrival_seq, s.checkpoint,
+               s.reserved, s.generated, s.retries, s.wait, s.continues, s.state, s.kv_where)
+    host = DsuModel.resume(p, m.round, {0: rec}, m.outcomes, m.arrivals, restores=m.restores,
+                           continues=m.continues)
+    assert host.kv_used == 0 and host.parked_slots == 1
+    for model in (m, host):
+        r = model.step()
+        assert (r.restored, r.continued, [d.seq_len for d in r.batch]) == (1, 1, [14])
+        model.complete(); model.step(); model.complete()
+        assert model.idle and model.kv_used == 0
+    assert host.outcomes == m.outcomes and not host.continues and not host.restores

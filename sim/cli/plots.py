@@ -21,6 +21,7 @@ __all__ = ["plot_run", "plot_sweep", "check_out_dir", "prepare_out_dir", "remove
 #: the files :func:`plot_run` writes, and bench's figure
 RUN_FIGURES = ("latency_cdf.png", "hbm_bandwidth.png")
 BENCH_FIGURES = ("throughput_vs_concurrency.png",)
+AGENTIC_FIGURES = ("turn_ttft_cdf.png", "kv_occupancy.png")
 
 
 def check_out_dir(out_dir: Path, names: tuple[str, ...] = ()) -> None:
@@ -132,6 +133,49 @@ def plot_run(results: dict, out_dir: Path) -> list[Path]:
         ax.legend()
     fig.tight_layout()
     written.append(_save(fig, out_dir / RUN_FIGURES[1]))
+    plt.close(fig)
+    return written
+
+
+def plot_agentic(results: dict, out_dir: Path) -> list[Path]:
+    """``results``: park policy -> AgenticResult. Writes the TTFT CDF of turn 0 and of later
+    turns per policy, and the KV held over time (HBM: running and waiting turns, parked slots;
+    G2), per GPU."""
+    plt = _plt()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for label, r in results.items():
+        first = r.turn_ttft_s.get(0, [])
+        later = [x for k, v in r.turn_ttft_s.items() if k > 0 for x in v]
+        for ax, values in ((axes[0], first), (axes[1], later)):
+            if values:
+                v = np.sort(np.asarray(values))
+                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
+    axes[0].set(xlabel="TTFT (s)", ylabel="fraction of turns", title="turn 0 (from the session's arrival)")
+    axes[1].set(xlabel="TTFT (s)", title="turns 1+ (from the tool's return)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.set_xscale("symlog", linthresh=0.01)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / AGENTIC_FIGURES[0]))
+    plt.close(fig)
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.2 * len(results) + 0.6), sharex=True, squeeze=False)
+    for ax, (label, r) in zip(axes[:, 0], results.items()):
+        occ = r.occupancy
+        gb = r.kv_bytes_per_token / 1e9
+        ax.stackplot(occ[:, 0], occ[:, 1] * gb, occ[:, 2] * gb, labels=("HBM: running / waiting turns",
+                                                                        "HBM: parked (tool call)"), alpha=0.8)
+        ax.plot(occ[:, 0], occ[:, 3] * gb, color="k", lw=0.8, label="G2 (host memory)")
+        ax.set(ylabel="KV GB per GPU", title=f"park policy {label}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1, 0].set(xlabel="simulated time (s)")
+    fig.tight_layout()
+    written.append(_save(fig, out_dir / AGENTIC_FIGURES[1]))
     plt.close(fig)
     return written
 

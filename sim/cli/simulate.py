@@ -174,6 +174,24 @@ def _unit(text: str) -> tuple[str, int]:
     return name, number
 
 
+def _agentic_flags(p: argparse.ArgumentParser) -> None:
+    from tricut.models.dsu import PARK_POLICIES
+    from tricut.models.tiers import tier_ids
+    p.add_argument("--tiers", default="none",
+                   help=f"KV tiers beyond HBM: {', '.join(tier_ids())} or a .toml (models/configs/tiers/; "
+                        "default: none)")
+    p.add_argument("--park-policy", choices=PARK_POLICIES,
+                   help="sessions: what a session's KV does during a tool call: keep (stays in HBM), park (to G2 "
+                        "host memory, restored when the tool returns), park-early (restored --restore-lead before "
+                        "it returns), drop (recomputed) (default: keep)")
+    p.add_argument("--restore-lead", type=_non_negative, metavar="SECONDS",
+                   help="park-early: start the restore this long before the tool returns (default: the "
+                        "restore's own time)")
+    p.add_argument("--prefix-cache-tokens", type=_seed, default=0, metavar="N",
+                   help="HBM tokens kept for shared prefix blocks (Mooncake hash_ids, session prefixes); their "
+                        "prefill is skipped; taken from the DSU's KV budget (default: 0, no prefix cache)")
+
+
 def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = False) -> None:
     """The flags of simulate, compare and bench. ``bench``: the trace and arrival-rate flags
     exist but default to None, so that :func:`cmd_bench` can refuse them (its rounds are
@@ -186,6 +204,13 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     src.add_argument("--trace", type=Path, help="trace file: Mooncake .jsonl, Azure or Vidur .csv")
     src.add_argument("--synthetic", type=_positive(int, MAX_SYNTHETIC), metavar="N",
                      help=f"N synthetic requests, at most {MAX_SYNTHETIC:,} (default: 200)")
+    if not bench:
+        src.add_argument("--sessions", type=Path, metavar="FILE",
+                         help="agentic sessions: a JSONL file of turns separated by tool-call gaps (docs/agentic.md)")
+        src.add_argument("--agentic", metavar="SPEC",
+                         help="synthetic agentic sessions, e.g. 'sessions=64,rate=0.5,turns=uniform:4:12,"
+                              "gap=lognormal:5:1,system=2048,input=lognormal:32768:0.5,turn_input=uniform:512:4096,"
+                              "output=lognormal:256:0.5,seed=0' (every key optional; docs/agentic.md)")
     p.add_argument("--trace-format", choices=tuple(TRACE_FORMATS), help="trace format (default: guessed)")
     p.add_argument("--limit", type=_positive(int), help="use only the first N requests of the trace")
     p.add_argument("--rate", type=_positive(float, allow_inf=True), default=None if bench else 10.0,
@@ -230,6 +255,8 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
                         "names and defaults: docs/system-model.md, docs/fidelity.md")
+    if not bench:
+        _agentic_flags(p)
     p.add_argument("--unit", type=_unit, action="append", default=[], metavar="NAME=VALUE",
                    help="size one decode unit (repeatable): " + "; ".join(f"{k}: {v}" for k, v in UNIT_FIELDS.items())
                         + " (default: the GPU config's, 16 lanes)")
@@ -324,6 +351,12 @@ def prepared_run(argv: list[str], prepare_only: bool = False):
     exactly as ``--json`` prints it (undefined metrics None); ``prepare_only``: every check of
     the input and no run (summary None). Bad input raises one-line ``ValueError``s."""
     args = simulate_parser().parse_args(argv)
+    if _session_mode(args):
+        policy = args.park_policy or "keep"
+        setup, sessions, options = prepare_sessions(args, [policy])
+        if prepare_only:
+            return args, setup, None
+        return args, setup, _defined(_session_results(args, setup, sessions, options)[policy].summary)
     setup, reqs = _prepare(args, [args.cuts])
     if prepare_only:
         return args, setup, None
@@ -353,6 +386,10 @@ def _defined(value):
 def _fmt(key: str, value) -> str:
     if value is None:
         return "-"
+    if isinstance(value, (int, float)) and ("bytes" in key):
+        return f"{value / 1e9:,.2f} GB"
+    if isinstance(value, (int, float)) and key.endswith("flops_saved"):
+        return f"{value / 1e15:,.1f} PFLOP"
     if isinstance(value, float):
         if (key.endswith("_s") and not key.endswith("per_s")) or key.endswith("_s_total"):
             return f"{value * 1e3:.3f} ms"
@@ -362,7 +399,15 @@ def _fmt(key: str, value) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _emit(args, rows: dict[str, dict]) -> None:
+#: the table's rows of a session run, after KEY_COLUMNS
+SESSION_COLUMNS = ("sessions", "turns", "park_policy", "ttft_turn0_p50_s", "ttft_turn0_p99_s", "ttft_later_p50_s",
+                   "ttft_later_p99_s", "session_time_p50_s", "session_time_p99_s", "sessions_held_peak",
+                   "hbm_kv_bytes_peak", "parked_hbm_kv_bytes_peak", "g2_kv_bytes_peak", "bytes_hbm_to_g2",
+                   "bytes_g2_to_hbm", "prefix_hit_rate", "prefill_tokens", "prefill_tokens_saved",
+                   "prefill_flops_saved")
+
+
+def _emit(args, rows: dict[str, dict], session_keys: bool = False) -> None:
     rows = _defined(rows)
     if args.json:
         print(json.dumps(next(iter(rows.values())) if len(rows) == 1 else rows, indent=2, allow_nan=False))
@@ -380,6 +425,8 @@ def _emit(args, rows: dict[str, dict]) -> None:
                                     "sm_utilisation", "te_utilisation", "cdu_utilisation",
                                     "dsu_utilisation", "mean_batch", "failed", "stack", "prefill_mode",
                                     "prefill_s_total", "concurrency"]
+        if session_keys:
+            keys = [k for k in keys if k != "concurrency"] + list(SESSION_COLUMNS)
         width = max(len(k) for k in keys)
         cols = [[_fmt(k, rows[lab][k]) for k in keys] for lab in labels]
         cw = [max(len(lab), *(len(c) for c in col)) for lab, col in zip(labels, cols)]
@@ -408,7 +455,100 @@ def _plot_runs(results: dict, out_dir: Path) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
+def _park_policies(text: str) -> list[str]:
+    from tricut.models.dsu import PARK_POLICIES
+    if text == "all":
+        return list(PARK_POLICIES)
+    out = text.split(",")
+    for p in out:
+        if p not in PARK_POLICIES:
+            raise argparse.ArgumentTypeError(f"{p!r} is not a park policy; use all or a list of {', '.join(PARK_POLICIES)}")
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"{text!r} repeats a policy")
+    return out
+
+
+def _session_mode(args) -> bool:
+    """Sessions run through sim/fast/agentic.py: --sessions, --agentic, or a trace with a
+    prefix cache (each request a one-turn session)."""
+    on = args.sessions is not None or args.agentic is not None or args.prefix_cache_tokens > 0
+    if not on:
+        for flag, value in (("--park-policy", args.park_policy), ("--restore-lead", args.restore_lead)):
+            if value is not None:
+                raise InputError(f"{flag} applies to agentic sessions (--sessions or --agentic), and there are none")
+        if args.tiers != "none":
+            raise InputError("--tiers applies to agentic sessions (--sessions, --agentic) or a prefix cache")
+        return False
+    for flag, value in (("--concurrency", args.concurrency), ("--limit" if args.trace is None else None, args.limit),
+                        ("--trace-format" if args.trace is None else None, args.trace_format)):
+        if flag and value is not None:
+            raise InputError(f"{flag} does not apply to sessions")
+    if args.prefill == "chunked":
+        raise InputError("sessions run with --prefill disaggregated or colocated, not chunked")
+    if args.restore_lead is not None and args.park_policy != "park-early":
+        raise InputError("--restore-lead applies to --park-policy park-early")
+    return True
+
+
+def _sessions_of(args, model):
+    from ..fast.sessions import agentic, check_sessions, parse_agentic_spec, read_sessions, sessions_from_requests
+    if args.sessions is not None:
+        sessions = read_sessions(args.sessions)
+    elif args.agentic is not None:
+        spec = parse_agentic_spec(args.agentic)
+        if spec.get("max_context") is None:
+            spec["max_context"] = model.max_context
+        sessions = agentic(**spec)
+    else:
+        sessions = sessions_from_requests(workload_of(args))
+    check_sessions(sessions, model.max_context)
+    return sessions
+
+
+def _agentic_options(args, policy):
+    from tricut.models.tiers import load_tiers
+
+    from ..fast.agentic import AgenticOptions
+    tiers = load_tiers(args.tiers)
+    return AgenticOptions(policy, g2=tiers.g2, restore_lead_s=args.restore_lead,
+                          prefix_cache_tokens=args.prefix_cache_tokens)
+
+
+def prepare_sessions(args, policies):
+    """Every check of a session run before it runs: ``(setup, sessions, {policy: options})``."""
+    setup = setup_of(args)
+    sessions = _sessions_of(args, setup.model)
+    options = {p: _agentic_options(args, p) for p in policies}
+    setup.step_model(args.cuts)
+    setup.dsu_params()
+    return setup, sessions, options
+
+
+def _session_results(args, setup, sessions, options) -> dict:
+    from ..fast.agentic import simulate_sessions
+    sm, dsu = setup.step_model(args.cuts), setup.dsu_params()
+    return {p: simulate_sessions(sessions, sm, dsu, o, seed=args.seed, prefill=args.prefill,
+                                 ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
+            for p, o in options.items()}
+
+
+def _run_sessions(args, policies) -> int:
+    """simulate / compare --park-policies over sessions: one column per park policy."""
+    setup, sessions, options = prepare_sessions(args, policies)
+    from .plots import AGENTIC_FIGURES
+    with _plot_dir(args.plot, AGENTIC_FIGURES):
+        results = _session_results(args, setup, sessions, options)
+        _emit(args, {p: r.summary for p, r in results.items()}, session_keys=True)
+        if args.plot:
+            from .plots import plot_agentic
+            for path in plot_agentic(results, args.plot):
+                print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def cmd_simulate(args) -> int:
+    if _session_mode(args):
+        return _run_sessions(args, [args.park_policy or "keep"])
     label = "+".join(args.cuts) if args.cuts else "baseline"
     setup, reqs = _prepare(args, [args.cuts])
     with _plot_dir(args.plot, RUN_FIGURES):
@@ -434,6 +574,16 @@ def _ablation(gpu) -> list[tuple[str, tuple]]:
 
 
 def cmd_compare(args) -> int:
+    if args.park_policies is not None:
+        if args.sessions is None and args.agentic is None:
+            raise InputError("--park-policies compares park policies over sessions: give --sessions or --agentic")
+        if args.park_policy is not None:
+            raise InputError("--park-policies runs every policy it lists; drop --park-policy")
+        args.cuts = CUTS
+        _session_mode(args)
+        return _run_sessions(args, args.park_policies)
+    if _session_mode(args):
+        raise InputError("compare over sessions compares park policies: add --park-policies (e.g. all)")
     runs = _ablation(load_gpu(args.gpu))
     setup, reqs = _prepare(args, [cuts for _, cuts in runs])
     with _plot_dir(args.plot, RUN_FIGURES):
@@ -570,6 +720,9 @@ def add_commands(sub) -> None:
                                    "and prints one column each.")
     one_line_argparse(p)
     _common(p, with_cuts=False)
+    p.add_argument("--park-policies", type=_park_policies, metavar="LIST",
+                   help="over sessions (--sessions, --agentic): one column per park policy, all cuts on: "
+                        "'all' or a comma list of keep, park, park-early, drop")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("bench", help="the source's three-round benchmark method",
                        description="Round 1: one request vs the roofline ceiling; round 2: concurrency "

@@ -142,9 +142,17 @@ class _Run:
         self.arrival[r.id] = at
         if self.mode == "disaggregated":
             # the prefill pool is uncontended: the first token's time is known at once
-            self._first_token(r.id, at + self.sm.prefill_time(r.prompt_tokens))
+            self._first_token(r.id, at + self._pool_prefill_s(r))
         else:
             heapq.heappush(self.arrivals, (at, len(self.arrival), r.id))
+
+    def _pool_prefill_s(self, r: Request) -> float:
+        """Disaggregated: the prefill pool's time for request ``r``."""
+        return self.sm.prefill_time(r.prompt_tokens)
+
+    def _batch_prefill_s(self, rids: list[int]) -> float:
+        """Colocated: the GPU time of one prefill batch of these requests."""
+        return self.sm.prefill_batch_time([self.by_id[i].prompt_tokens for i in rids], self.rng)
 
     def _send_due(self) -> None:
         """Closed loop: every free client sends the next request of the pool."""
@@ -181,7 +189,32 @@ class _Run:
 
     def _next_event(self) -> float | None:
         times = [q[0][0] for q in (self.ready, self.arrivals) if q]
+        extra = self._next_extra_event()
+        if extra is not None:
+            times.append(extra)
         return min(times) if times else None
+
+    # hooks of the agentic sessions (sim/fast/agentic.py); plain requests have none of these
+    def _next_extra_event(self) -> float | None:
+        return None
+
+    def _extra_due(self) -> None:
+        """Events up to the clock other than arrivals and prefill completions."""
+
+    def _token(self, request: int) -> None:
+        """DSU request ``request`` emitted a token at the clock."""
+        self.times[request].append(self.t)
+
+    def _request_ended(self, outcome) -> None:
+        self._finished(outcome.request, self.t)
+
+    def _after_round(self, rnd, step) -> None:
+        """After a round's step completed (``step`` None when nothing ran)."""
+
+    def _finished_ok(self, rid: int) -> bool:
+        """Whether request ``rid``'s token times count in the latency metrics."""
+        outcome = self.model.outcomes.get(rid)
+        return outcome is None or outcome.status == "completed"
 
     # -- the GPUs ------------------------------------------------------------------------------
     def loop(self) -> None:
@@ -190,6 +223,7 @@ class _Run:
                 raise ValueError(f"the simulated clock passed the horizon of {TIME_HORIZON_S:g} s, "
                                  "where float64 seconds no longer resolve a decode step")
             self._send_due()
+            self._extra_due()
             self._arrive_due()
             if self.mode == "colocated" and self.waiting:
                 self._prefill_batch()
@@ -211,7 +245,7 @@ class _Run:
                 break
             rids.append(self.waiting.popleft()[0])
             total += p
-        dt = self.sm.prefill_batch_time([self.by_id[i].prompt_tokens for i in rids], self.rng)
+        dt = self._batch_prefill_s(rids)
         self.t += dt
         self.prefill_s += dt
         for rid in rids:
@@ -256,6 +290,7 @@ class _Run:
         if not batch and not chunk:
             self.model.complete()
             self.retired = 0
+            self._after_round(rnd, None)
             return False
         st = self._timed_step(rnd, chunk)
         self.t += st.time_s
@@ -267,15 +302,16 @@ class _Run:
         self.retired = len(ended)
         for d in batch:
             if d.slot not in results:
-                self.times[d.request].append(self.t)
+                self._token(d.request)
         for o in ended:
-            self._finished(o.request, self.t)
+            self._request_ended(o)
         for entry, n in chunk:
             entry[1] += n
             if entry[1] == self.by_id[entry[0]].prompt_tokens:
                 self.waiting.popleft()
                 self._first_token(entry[0], self.t)
         self._record(st, len(batch))
+        self._after_round(rnd, st)
         return True
 
     def _timed_step(self, rnd, chunk):
@@ -314,8 +350,7 @@ class _Run:
     def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
         model, busy = self.model, self.busy
         done = [RequestTimes(self.arrival[rid], tuple(ts), self.admitted.get(rid))
-                for rid, ts in self.times.items()
-                if rid not in model.outcomes or model.outcomes[rid].status == "completed"]
+                for rid, ts in self.times.items() if self._finished_ok(rid)]
         if not done:
             reasons: dict[str, int] = {}
             for o in model.outcomes.values():

@@ -418,25 +418,28 @@ class StepModel:
         return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
                           sched, cdu_t)
 
-    def _prefill_compute_s(self, prompts: list[int]) -> float:
+    def _prefill_compute_s(self, prompts: list[int], contexts: list[int] | None = None) -> float:
         """GEMMs (weights read once) and causal attention of whole prompts on this GPU, at the
-        weights' format peak × ``compute_efficiency``."""
+        weights' format peak × ``compute_efficiency``; ``contexts``: tokens already in each
+        prompt's KV cache, which its new tokens attend to (a session's next turn)."""
         g, a = self.gpu, self.assumptions
         tokens = float(sum(prompts))
         gemm = self.gemv_flops_per_request * tokens        # per token, on this GPU
-        attn = sum(self._prefill_attention_flops(p, 0) for p in prompts)
+        contexts = contexts or [0] * len(prompts)
+        attn = sum(self._prefill_attention_flops(p, c) for p, c in zip(prompts, contexts))
         compute = (gemm + attn) / (self.peak_flops * a.compute_efficiency)
         return max(compute, self.weight_bytes / (g.hbm_bandwidth * a.gemv_bw_efficiency))
 
-    def prefill_time(self, prompt: int) -> float:
+    def prefill_time(self, prompt: int, context: int = 0) -> float:
         """Disaggregated prefill pool (one TP group like this one, uncontended): the prompt's
         GEMMs and causal attention (:meth:`_prefill_compute_s`), then its KV sent over the
-        prefill link."""
+        prefill link. ``context``: tokens of KV the prompt extends (a session's next turn), which
+        the pool first receives over the same link."""
         m, a = self.model, self.assumptions
-        transfer = prompt * m.kv_bytes_per_token(self.kv_dtype) / a.prefill_link_bandwidth
-        return self._prefill_compute_s([prompt]) + transfer
+        transfer = (prompt + context) * m.kv_bytes_per_token(self.kv_dtype) / a.prefill_link_bandwidth
+        return self._prefill_compute_s([prompt], [context]) + transfer
 
-    def prefill_batch_time(self, prompts: list[int], rng=None) -> float:
+    def prefill_batch_time(self, prompts: list[int], rng=None, contexts: list[int] | None = None) -> float:
         """One prefill batch of whole ``prompts`` on these (decode) GPUs, as a colocated stack
         runs it between decode steps: compute (:meth:`_prefill_compute_s`), eager launch gaps
         per layer, the all-reduces of every prompt token, and the stack's host step."""
@@ -446,5 +449,5 @@ class StepModel:
         host = stk.host_step_s + stk.host_per_request_s * len(prompts)
         if rng is not None and stk.host_jitter_s > 0:
             host += rng.exponential(stk.host_jitter_s)
-        return (self._prefill_compute_s(prompts) + m.num_layers * (stk.graph_layer_gap_s + stk.eager_extra_gap_s)
+        return (self._prefill_compute_s(prompts, contexts) + m.num_layers * (stk.graph_layer_gap_s + stk.eager_extra_gap_s)
                 + self._allreduces_s(float(sum(prompts))) + host)

@@ -1,0 +1,399 @@
+"""Agentic sessions through the system model: turns separated by tool-call gaps, the session's
+KV kept in HBM, parked in G2 host memory or dropped during a gap, and prefix reuse.
+
+A session (:mod:`.sessions`) is a list of turns. Turn 0 arrives at the session's arrival time
+and runs like any request: its prompt is prefilled (minus the blocks the prefix cache holds),
+the prefill gives the first token, the DSU decodes the rest. When a turn that has a successor
+ends, the DSU parks its slot (``models/dsu.py``, "Parked slots"); what happens to its KV
+during the tool call is the **park policy**:
+
+* ``keep`` — the KV stays in HBM, holding its share of the DSU's KV budget.
+* ``park`` — the KV moves to G2 (host memory) when the turn ends and back when the tool
+  returns: the next turn waits for the restore.
+* ``park-early`` — as ``park``, but the restore starts ``restore_lead_s`` before the tool is
+  expected to return (the tool's duration is taken as known: an oracle that a tool-call-aware
+  DSU approximates), so the next turn need not wait; default lead: the restore's own time.
+* ``drop`` — the KV is dropped; the next turn is a new request whose prompt is the whole
+  context, prefilled again (recompute), minus what the prefix cache still holds.
+
+When the tool returns (turn ``k``'s input is ready) and the session's KV is in HBM, the new
+input tokens are prefilled onto it: the marginal cost of a prefill that extends ``context``
+tokens (:meth:`StepModel.prefill_batch_time` with ``contexts``; disaggregated, the prefill
+pool also receives the context's KV over the prefill link). Then the DSU continues the parked
+slot (``continue_turn``) and decodes the turn's output tokens; the turn's first token is its
+first decode step's (a continued turn's prefill emits none). A turn's TTFT is measured from the
+tool's return (turn 0: the session's arrival).
+
+Moves between tiers take link time (:func:`.kv_tiers.transfer_time_s`: the tier's latency +
+bytes / its bandwidth, per GPU, the KV shard this GPU holds) and contend with decode for HBM:
+the bytes a move reads from or writes into HBM are added to the next decode step's HBM traffic
+(its time grows by bytes / HBM bandwidth). A :class:`.kv_tiers.TierLedger` counts every
+session's KV tokens per tier after every round; a token is never lost: it is parked, restored
+or explicitly dropped (and recomputed).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tricut.models.dsu import PARK_POLICIES, DsuParams, RequestSpec
+
+from tricut.models.tiers import HBM
+
+from .kv_tiers import PrefixCache, TierLedger, transfer_time_s
+from .metrics import RequestTimes, percentile, summarise
+from .sessions import Session
+from .system import SimResult, _Run
+from .timing import StepModel
+from .workload import Request
+
+__all__ = ["AgenticOptions", "AgenticResult", "simulate_sessions", "PARK_POLICIES", "needs_g2"]
+
+G2 = "G2"
+
+
+def needs_g2(policy: str) -> bool:
+    return policy in ("park", "park-early")
+
+
+@dataclass(frozen=True)
+class AgenticOptions:
+    park_policy: str = "keep"
+    g2: object | None = None               # the G2 tier (models/tiers.py); needed by park, park-early
+    restore_lead_s: float | None = None    # park-early: start this long before the tool returns
+    prefix_cache_tokens: int = 0           # HBM tokens set aside for shared prefix blocks (0: none)
+
+    def __post_init__(self):
+        if self.park_policy not in PARK_POLICIES:
+            raise ValueError(f"park policy must be one of {', '.join(PARK_POLICIES)}, got {self.park_policy!r}")
+        if needs_g2(self.park_policy) and self.g2 is None:
+            raise ValueError(f"park policy {self.park_policy} needs a G2 tier (host memory): give --tiers "
+                             "with a g2 tier")
+        if self.restore_lead_s is not None and (not math.isfinite(self.restore_lead_s) or self.restore_lead_s < 0):
+            raise ValueError(f"restore lead must be a finite number of seconds >= 0, got {self.restore_lead_s!r}")
+        if not isinstance(self.prefix_cache_tokens, int) or self.prefix_cache_tokens < 0:
+            raise ValueError(f"prefix cache tokens must be an integer >= 0, got {self.prefix_cache_tokens!r}")
+
+
+@dataclass
+class AgenticResult:
+    summary: dict
+    sim: SimResult
+    turn_ttft_s: dict = field(repr=False)          # turn index -> [TTFT of that turn, per session]
+    kv_bytes_per_token: float = field(repr=False)  # this GPU's share
+    occupancy: np.ndarray = field(repr=False)      # per round: time s, KV tokens in HBM of running and
+                                                   # waiting turns, of parked slots, in G2; sessions with KV in HBM
+
+
+@dataclass
+class _Turn:
+    session: Session
+    k: int
+    tid: int
+    dsu_id: int                         # the DSU request: the session's slot, or (drop) the turn's own
+    ready_s: float = math.nan           # input ready (turn 0: arrival; later: the tool returned)
+    restored: bool = True               # the session's KV is in HBM
+    sent: bool = False                  # handed to the prefill path
+    done_s: float | None = None
+    failed: bool = False
+
+
+class _SessionRun(_Run):
+    """The request simulation (:class:`tricut.sim.fast.system._Run`) with turns. Every turn's
+    output tokens come from decode steps (its prefill emits none), so that a continued turn
+    and a new one are timed alike."""
+
+    def __init__(self, sessions, step_model: StepModel, dsu: DsuParams, opts: AgenticOptions, seed, mode,
+                 progress=None):
+        if mode == "chunked":
+            raise ValueError("sessions run with prefill disaggregated or colocated, not chunked")
+        self.opts = opts
+        self.sessions = list(sessions)
+        self.turns: dict[int, _Turn] = {}
+        self.first: dict[int, _Turn] = {}          # session id -> its turn 0
+        self.current: dict[int, int] = {}          # DSU request id -> the turn running under it
+        self.events: list = []                     # (time, seq, kind, tid)
+        self._seq = 0
+        self.cache = PrefixCache(opts.prefix_cache_tokens) if opts.prefix_cache_tokens else None
+        self.kv_bytes = step_model.kv_token_bytes        # per token, this GPU's shard
+        self.ledger = TierLedger(self.kv_bytes)
+        self.move_bytes = 0.0              # HBM bytes of tier moves not yet charged to a step
+        self.moved = {"hbm->g2": 0.0, "g2->hbm": 0.0}
+        self.prefill_tokens = 0            # prompt tokens prefilled
+        self.prefill_saved = 0             # prompt tokens not prefilled: cached prefix blocks, kept context
+        self.flops_saved = 0.0             # prefill FLOPs those tokens would have cost (the TP group)
+        self.occupancy = []
+        first = [self._request(self._new_turn(s, 0)) for s in self.sessions]
+        super().__init__(first, step_model, dsu, seed, mode, None, 0.0, None, {}, progress)
+        self.turn_count = sum(len(s.turns) for s in self.sessions)
+
+    # -- turns -------------------------------------------------------------------------------------
+    def _new_turn(self, session: Session, k: int) -> _Turn:
+        tid = len(self.turns)
+        same_slot = k > 0 and self.opts.park_policy != "drop"
+        t = _Turn(session, k, tid, self.first[session.id].dsu_id if same_slot else tid)
+        if k == 0:
+            self.first[session.id] = t
+            t.ready_s = session.turns[0].gap_s
+        self.turns[tid] = t
+        return t
+
+    def _continued(self, t: _Turn) -> bool:
+        """A turn that extends its session's parked slot (not turn 0, not under drop)."""
+        return t.dsu_id != t.tid
+
+    def _request(self, t: _Turn) -> Request:
+        """What the prefill path sees: a whole prompt, or a continued turn's new input."""
+        s, k = t.session, t.k
+        prompt = s.turns[k].input_tokens if self._continued(t) else s.prompt_tokens(k)
+        return Request(t.tid, t.ready_s, prompt, s.turns[k].output_tokens, s.turns[k].prefix_hashes)
+
+    def _continues(self, t: _Turn) -> bool:
+        return t.k + 1 < len(t.session.turns) and self.opts.park_policy != "drop"
+
+    def _event(self, at: float, kind: str, tid: int) -> None:
+        heapq.heappush(self.events, (at, self._seq, kind, tid))
+        self._seq += 1
+
+    def _next_extra_event(self):
+        return self.events[0][0] if self.events else None
+
+    def _extra_due(self) -> None:
+        while self.events and self.events[0][0] <= self.t:
+            at, _, kind, tid = heapq.heappop(self.events)
+            t = self.turns[tid]
+            if kind == "restore":            # ask the DSU to bring the KV back (it waits for budget)
+                self.model.restore(t.dsu_id)
+            elif kind == "restored":
+                t.restored = True
+                self._start(t)
+            elif kind == "ready":            # the tool returned
+                self._start(t)
+
+    def _start(self, t: _Turn) -> None:
+        """Hand the turn to the prefill path once its input is ready and its KV in HBM."""
+        if t.sent or not t.restored or self.t < t.ready_s:
+            return
+        t.sent = True
+        r = self._request(t)
+        self.by_id[t.tid] = r
+        self.requests.append(r)
+        self._send(r, self.t)
+        self.arrival[t.tid] = t.ready_s          # TTFT counts from the tool's return
+
+    def _send(self, r: Request, at: float) -> None:
+        t = self.turns[r.id]
+        self.current[t.dsu_id] = t.tid
+        super()._send(r, at)
+
+    # -- prefill: cached prefix blocks are not recomputed; a continued turn extends its context --------
+    def _cached(self, r: Request) -> int:
+        if self.cache is None or not r.prefix_hashes:
+            return 0
+        return min(self.cache.lookup(r.prefix_hashes) * self.cache.block_tokens, r.prompt_tokens - 1)
+
+    def _context(self, t: _Turn) -> int:
+        return t.session.context_before(t.k) if self._continued(t) else 0
+
+    def _prefill_parts(self, rid: int) -> tuple[int, int]:
+        """(tokens to compute, tokens they attend to) of one prefill; counts and caches it."""
+        r, t = self.by_id[rid], self.turns[rid]
+        cached = self._cached(r)
+        if self.cache is not None and r.prefix_hashes:
+            self.cache.insert(r.prefix_hashes)
+        n, c = r.prompt_tokens - cached, self._context(t) + cached
+        self.prefill_tokens += n
+        self.prefill_saved += c
+        # recomputing the c tokens too would cost their GEMMs and their own causal attention
+        # (prefill FLOPs of n + c tokens minus those of n tokens after c), on every GPU of the group
+        self.flops_saved += (self.sm.gemv_flops_per_request * c + self.sm._prefill_attention_flops(c, 0)) * self.sm.tp
+        return n, c
+
+    def _pool_prefill_s(self, r: Request) -> float:
+        n, context = self._prefill_parts(r.id)
+        return self.sm.prefill_time(n, context)
+
+    def _batch_prefill_s(self, rids) -> float:
+        parts = [self._prefill_parts(rid) for rid in rids]
+        return self.sm.prefill_batch_time([n for n, _ in parts], self.rng, [c for _, c in parts])
+
+    # -- into the DSU --------------------------------------------------------------------------------
+    def _first_token(self, rid: int, at: float) -> None:
+        """The prefill ended: no token (decode emits them all); the DSU takes the turn."""
+        self.times[rid] = []
+        if self.mode == "disaggregated":
+            heapq.heappush(self.ready, (at, rid))
+        else:
+            self._submit(self.by_id[rid])
+
+    def _submit(self, r: Request) -> None:
+        t = self.turns[r.id]
+        if self._continued(t):
+            self.model.continue_turn(t.dsu_id, r.prompt_tokens, r.output_tokens, self._continues(t))
+        else:
+            self.model.submit(RequestSpec(t.dsu_id, r.prompt_tokens, r.output_tokens,
+                                          continues=self._continues(t)))
+            self.intake.append(t.dsu_id)
+        self.ledger.add(t.session.id, HBM, r.prompt_tokens)
+
+    def _token(self, request: int) -> None:
+        t = self.turns[self.current[request]]
+        self.times[t.tid].append(self.t)
+        self.ledger.add(t.session.id, HBM, 1)
+
+    def _request_ended(self, outcome) -> None:
+        t = self.turns[self.current[outcome.request]]
+        t.failed = outcome.status != "completed"
+        self._turn_done(t, self.t)
+
+    def _finished(self, rid: int, at: float) -> None:
+        """Refused by the DSU at admission (too large): the turn, and its session, end."""
+        super()._finished(rid, at)
+        t = self.turns[rid]
+        if t.done_s is None:
+            t.failed = True
+            self._turn_done(t, at)
+
+    def _turn_done(self, t: _Turn, at: float) -> None:
+        t.done_s = at
+        self.finish[t.tid] = at
+        s = t.session
+        last = t.k + 1 >= len(s.turns) or t.failed
+        if last or self.opts.park_policy == "drop":       # the DSU freed the slot: its KV is dropped
+            self.ledger.drop_all(s.id)
+        if last:
+            return
+        nxt = self._new_turn(s, t.k + 1)
+        nxt.ready_s = at + s.turns[t.k + 1].gap_s
+        nxt.restored = not needs_g2(self.opts.park_policy)
+        self._event(nxt.ready_s, "ready", nxt.tid)
+        if needs_g2(self.opts.park_policy):
+            restore_s = transfer_time_s(s.context_before(t.k + 1) * self.kv_bytes, self.opts.g2)
+            lead = 0.0
+            if self.opts.park_policy == "park-early":
+                lead = restore_s if self.opts.restore_lead_s is None else self.opts.restore_lead_s
+            self._event(max(at, nxt.ready_s - lead), "restore", nxt.tid)
+
+    # -- after each round: the DSU's KV moves -----------------------------------------------------------
+    def _after_round(self, rnd, step) -> None:
+        for mv in self.model.moves:       # park / restore (a turn that ends under drop is dropped there)
+            s = self.turns[mv.request].session        # mv.request: a turn-0 (slot) or a dropped turn's id
+            nbytes = mv.tokens * self.kv_bytes
+            if mv.kind == "park":
+                self.ledger.move(s.id, HBM, G2, mv.tokens)
+                self.moved["hbm->g2"] += nbytes
+                self.move_bytes += nbytes
+            elif mv.kind == "restore":
+                self.ledger.move(s.id, G2, HBM, mv.tokens)
+                self.moved["g2->hbm"] += nbytes
+                self.move_bytes += nbytes
+                nxt = max((t for t in self.turns.values() if t.session.id == s.id), key=lambda t: t.k)
+                self._event(self.t + transfer_time_s(nbytes, self.opts.g2), "restored", nxt.tid)
+        self.model.moves.clear()
+        for o in rnd.ended:              # a continue that can never fit: failed, its slot freed
+            t = self.turns[self.current.get(o.request, o.request)]
+            if o.status == "failed" and t.done_s is None:
+                t.failed = True
+                self._turn_done(t, self.t)
+        parked = self._dsu_view()
+        self.ledger.check(observed=parked[0])
+        held = sum(1 for sid in self.ledger.sessions() if self.ledger.held(sid).get(HBM, 0) > 0)
+        self.occupancy.append((self.t, self.ledger.total(HBM) - parked[1], parked[1], self.ledger.total(G2), held))
+
+    def _dsu_view(self):
+        """Where the DSU model says each session's KV is — its slot's ``seq_len`` in HBM or G2,
+        plus what waits in its intake (a prompt) or continue queue (new input) — and the HBM
+        tokens of parked slots: the ledger is checked against it after every round."""
+        seen: dict = {}
+        parked_hbm = 0
+        m = self.model
+        for slot in m.slots:
+            if slot is None:
+                continue
+            sid = self.turns[slot.request].session.id
+            tier = G2 if slot.kv_where == "g2" else HBM
+            seen.setdefault(sid, {})[tier] = seen.get(sid, {}).get(tier, 0) + slot.seq_len
+            if slot.state == "parked" and tier == HBM:
+                parked_hbm += slot.seq_len
+        for spec in m.intake:
+            sid = self.turns[spec.id].session.id
+            seen.setdefault(sid, {})[HBM] = seen.get(sid, {}).get(HBM, 0) + spec.prompt_tokens
+        for c in m.continues:
+            sid = self.turns[c.request].session.id
+            seen.setdefault(sid, {})[HBM] = seen.get(sid, {}).get(HBM, 0) + c.new_tokens
+        return seen, parked_hbm
+
+    def _timed_step(self, rnd, chunk):
+        st = super()._timed_step(rnd, chunk)
+        if self.move_bytes:           # tier moves read / write HBM beside the step
+            extra = self.move_bytes / self.sm.gpu.hbm_bandwidth
+            st = replace(st, time_s=st.time_s + extra, hbm_read_bytes=st.hbm_read_bytes + self.move_bytes)
+            self.move_bytes = 0.0
+        return st
+
+    def _finished_ok(self, rid) -> bool:
+        t = self.turns[rid]
+        return t.done_s is not None and not t.failed and bool(self.times.get(rid))
+
+
+def simulate_sessions(sessions, step_model: StepModel, dsu: DsuParams, options: AgenticOptions, seed: int = 0,
+                      prefill: str | None = None, progress=None, ttft_slo_s=None, tpot_slo_s=None) -> AgenticResult:
+    """Run the sessions to completion under one park policy (module docstring)."""
+    if not sessions:
+        raise ValueError("no sessions to simulate")
+    params = replace(dsu, park_policy=options.park_policy,
+                     kv_capacity_tokens=dsu.kv_capacity_tokens - options.prefix_cache_tokens)
+    if params.kv_capacity_tokens < 1:
+        raise ValueError(f"the prefix cache ({options.prefix_cache_tokens:,} tokens) leaves no KV budget "
+                         f"(the DSU's is {dsu.kv_capacity_tokens:,} tokens)")
+    run = _SessionRun(sessions, step_model, params, options, seed, prefill or step_model.stack.prefill, progress)
+    run.loop()
+    return _result(run, ttft_slo_s, tpot_slo_s)
+
+
+def _result(run: _SessionRun, ttft_slo_s, tpot_slo_s) -> AgenticResult:
+    lost = [t for t in run.turns.values() if t.done_s is None]
+    sim_failed = sum(t.failed for t in run.turns.values())
+    if lost:
+        t = lost[0]
+        raise AssertionError(f"{len(lost)} turns never finished (session {t.session.id} turn {t.k} first): a bug")
+    # a turn's tokens all come from decode steps, so "admitted between its first and second
+    # token" does not hold: its wait for a slot is inside its TTFT, and the decode-queue metrics
+    # are left undefined
+    run.admitted = {}
+    sim = run.result(ttft_slo_s, tpot_slo_s)
+    turn_ttft: dict[int, list[float]] = {}
+    for t in run.turns.values():
+        times = run.times.get(t.tid)
+        if times:
+            turn_ttft.setdefault(t.k, []).append(times[0] - t.ready_s)
+    later = [x for k, v in turn_ttft.items() if k > 0 for x in v]
+    sess_time = [max(t.done_s for t in run.turns.values() if t.session.id == s.id) - s.turns[0].gap_s
+                 for s in run.sessions]
+    occ = np.array(run.occupancy, dtype=float).reshape(-1, 5)
+    if not len(occ):
+        occ = np.zeros((1, 5))
+    active, parked, g2_tokens, held = occ[:, 1], occ[:, 2], occ[:, 3], occ[:, 4]
+    tp = run.sm.tp
+    summary = dict(sim.summary)
+    summary.update(
+        sessions=len(run.sessions), turns=run.turn_count, park_policy=run.opts.park_policy,
+        ttft_turn0_p50_s=percentile(turn_ttft.get(0, []), 50), ttft_turn0_p99_s=percentile(turn_ttft.get(0, []), 99),
+        ttft_later_p50_s=percentile(later, 50), ttft_later_p99_s=percentile(later, 99),
+        session_time_p50_s=percentile(sess_time, 50), session_time_p99_s=percentile(sess_time, 99),
+        failed_turns=sim_failed,
+        sessions_held_peak=int(held.max()), sessions_held_mean=float(held.mean()),
+        sessions_held_per_gpu_peak=float(held.max() / tp),
+        hbm_kv_bytes_peak=float((active + parked).max() * run.kv_bytes),
+        parked_hbm_kv_bytes_peak=float(parked.max() * run.kv_bytes),
+        g2_kv_bytes_peak=float(g2_tokens.max() * run.kv_bytes),
+        bytes_hbm_to_g2=run.moved["hbm->g2"], bytes_g2_to_hbm=run.moved["g2->hbm"],
+        prefix_hit_rate=run.cache.hit_rate if run.cache is not None else 0.0,
+        prefill_tokens=run.prefill_tokens, prefill_tokens_saved=run.prefill_saved,
+        prefill_flops_saved=run.flops_saved,
+    )
+    return AgenticResult(summary, sim, turn_ttft, run.kv_bytes, occ)

@@ -1,0 +1,374 @@
+"""KV cache beyond HBM in the fast model: move costs, a prefix cache, and a ledger of KV per tier.
+
+* :func:`transfer_time_s` / :func:`hbm_bytes_of_move`: what one move between HBM (G1) and a tier
+  (G2 host memory, G3 NVMe, G3.5 pod storage; :mod:`tricut.models.tiers`) costs: link time, and
+  HBM bytes that contend with decode for HBM bandwidth.
+* :class:`PrefixCache`: deduplicates 512-token prefix blocks (Mooncake's ``hash_ids``) across
+  requests and sessions, with LRU eviction of blocks no running request uses;
+  :func:`physical_bound` is the hit rate no cache can beat.
+* :class:`TierLedger`: how many KV tokens each session holds in each tier, changed only by
+  explicit adds, moves and drops, and a :meth:`TierLedger.check` the simulator runs every step
+  so that no block is ever lost silently.
+
+All sizes are per GPU: under tensor parallelism a GPU holds ``1/TP`` of every token's KV and
+moves it over its own link.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+
+from tricut.models.tiers import HBM, TIERS, Tier
+
+__all__ = ["BLOCK_TOKENS", "LedgerError", "transfer_time_s", "hbm_bytes_of_move", "PrefixCache",
+           "block_references", "physical_bound", "TierLedger"]
+
+#: Mooncake's prefix-block size: one ``hash_ids`` entry per 512 prompt tokens (the last block
+#: may be partial).
+BLOCK_TOKENS = 512
+
+
+class LedgerError(AssertionError):
+    """KV was lost, created or double-counted: a bug in the simulator, never a result."""
+
+
+def _bytes(nbytes) -> float:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
+            or nbytes < 0:
+        raise ValueError(f"bytes to move must be a finite number >= 0, got {nbytes!r}")
+    return float(nbytes)
+
+
+def transfer_time_s(nbytes: float, tier: Tier) -> float:
+    """Seconds for one move of ``nbytes`` (per GPU) between HBM and ``tier``, one direction:
+    ``latency + nbytes / bandwidth``, with the link to itself. A move of 0 bytes is no move and
+    takes 0 s. Moves that share a link and a direction share its bandwidth (the caller queues
+    them); the two directions are independent (a park and a restore can overlap)."""
+    nbytes = _bytes(nbytes)
+    if nbytes == 0:
+        return 0.0
+    return tier.latency_s + nbytes / tier.bandwidth
+
+
+def hbm_bytes_of_move(nbytes: float, src: str | None = None, dst: str | None = None) -> float:
+    """HBM bytes one move reads or writes: a park reads ``nbytes`` from HBM, a restore writes
+    them; either way they contend with decode for HBM bandwidth, so the simulator adds them to
+    the HBM bytes of the steps the move overlaps. A move between two tiers beyond HBM (``src``
+    and ``dst`` given, neither ``"G1"``) does not touch HBM. Without ``src``/``dst`` the move is
+    taken to be between HBM and some tier."""
+    nbytes = _bytes(nbytes)
+    for name in (src, dst):
+        if name is not None and name not in TIERS:
+            raise ValueError(f"unknown tier {name!r}; choose one of {', '.join(TIERS)}")
+    if src is None and dst is None:
+        return nbytes
+    if src is not None and src == dst:
+        raise ValueError(f"a move needs two different tiers, got {src!r} twice")
+    return nbytes if HBM in (src, dst) else 0.0
+
+
+class PrefixCache:
+    """Prefix blocks (by hash) whose KV is cached, shared by every request and session.
+
+    A request's prompt is a list of block hashes, block ``i`` standing for prompt tokens
+    ``[i*block_tokens, (i+1)*block_tokens)`` and for everything before them (a Mooncake hash
+    identifies a prefix, not a block's own content). Only a contiguous run from the first block
+    can be reused: :meth:`lookup` counts it. After a prefill, :meth:`insert` caches the
+    request's blocks. Blocks a running request uses are pinned (:meth:`pin`) and never evicted;
+    the others leave in least-recently-used order when the cache is full. Within one request's
+    blocks the later ones are used "less recently" than the earlier (touched in reverse order),
+    so a prefix is evicted from its tail: a block is useless once a block before it is gone.
+
+    ``capacity_tokens`` may be ``math.inf`` (an infinite cache: :attr:`hit_rate` then reaches
+    :func:`physical_bound` of the lookups, if the hashes are prefix hashes like Mooncake's).
+    """
+
+    def __init__(self, capacity_tokens: float, block_tokens: int = BLOCK_TOKENS):
+        if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+            raise ValueError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
+        if isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, (int, float)) \
+                or math.isnan(capacity_tokens) or capacity_tokens < 0:
+            raise ValueError(f"capacity_tokens must be a number >= 0 (or math.inf), got {capacity_tokens!r}")
+        self.block_tokens = block_tokens
+        self.capacity_blocks: float = math.inf if math.isinf(capacity_tokens) \
+            else int(capacity_tokens) // block_tokens
+        self._blocks: OrderedDict[Hashable, int] = OrderedDict()   # hash -> pin count; LRU first
+        self.lookups_blocks = 0
+        self.hit_blocks = 0
+        self.inserted_blocks = 0
+        self.evicted_blocks = 0
+
+    # --- state ---
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block: Hashable) -> bool:
+        return block in self._blocks
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._blocks) * self.block_tokens
+
+    @property
+    def pinned_blocks(self) -> int:
+        return sum(1 for n in self._blocks.values() if n > 0)
+
+    @property
+    def hit_rate(self) -> float:
+        """``hit_blocks / lookups_blocks`` (0 before any lookup)."""
+        return self.hit_blocks / self.lookups_blocks if self.lookups_blocks else 0.0
+
+    def lru_order(self) -> list:
+        """The cached blocks, the next to evict first."""
+        return list(self._blocks)
+
+    # --- operations ---
+    def _touch(self, hashes: Sequence[Hashable]) -> None:
+        for h in reversed(hashes):          # the first block ends most recently used
+            self._blocks.move_to_end(h)
+
+    def lookup(self, hashes: Sequence[Hashable]) -> int:
+        """The number of leading blocks of ``hashes`` that are cached (a prefix hit). Counts
+        ``len(hashes)`` looked-up blocks and the hits, and marks the hit blocks used."""
+        n = 0
+        for h in hashes:
+            if h not in self._blocks:
+                break
+            n += 1
+        self.lookups_blocks += len(hashes)
+        self.hit_blocks += n
+        self._touch(hashes[:n])
+        return n
+
+    def _evict_one(self, keep: set) -> bool:
+        for h, pins in self._blocks.items():
+            if pins == 0 and h not in keep:
+                del self._blocks[h]
+                self.evicted_blocks += 1
+                return True
+        return False
+
+    def insert(self, hashes: Sequence[Hashable]) -> int:
+        """Cache the blocks of ``hashes`` (after their prefill), evicting least recently used
+        unpinned blocks of other requests to make room. Blocks are added in order; when no
+        block can be evicted the rest are not cached (a prefix without its head is useless).
+        Returns the number of blocks newly cached."""
+        keep = set(hashes)
+        added = 0
+        for h in hashes:
+            if h in self._blocks:
+                continue
+            if len(self._blocks) + 1 > self.capacity_blocks and not self._evict_one(keep):
+                break
+            self._blocks[h] = 0
+            added += 1
+        self.inserted_blocks += added
+        self._touch([h for h in dict.fromkeys(hashes) if h in self._blocks])
+        return added
+
+    def pin(self, hashes: Iterable[Hashable]) -> None:
+        """Mark cached blocks in use by a running request: not evictable until unpinned. Each
+        pin is counted (two requests sharing a block pin it twice). A block not cached is an
+        error."""
+        hashes = list(hashes)
+        missing = [h for h in hashes if h not in self._blocks]
+        if missing:
+            raise KeyError(f"cannot pin block {missing[0]!r}: not cached")
+        for h in hashes:
+            self._blocks[h] += 1
+
+    def unpin(self, hashes: Iterable[Hashable]) -> None:
+        """Undo one :meth:`pin` of each block."""
+        hashes = list(hashes)
+        counts: dict = {}
+        for h in hashes:
+            counts[h] = counts.get(h, 0) + 1
+        for h, n in counts.items():
+            if self._blocks.get(h, 0) < n:
+                raise KeyError(f"cannot unpin block {h!r}: not pinned")
+        for h, n in counts.items():
+            self._blocks[h] -= n
+
+
+def block_references(hash_lists: Iterable[Sequence[Hashable]]) -> tuple[int, int]:
+    """``(references, repeats)``: all block hashes of all requests, and those equal to a hash
+    referenced earlier (in an earlier request or earlier in the same one)."""
+    seen: set = set()
+    refs = repeats = 0
+    for hashes in hash_lists:
+        for h in hashes:
+            refs += 1
+            if h in seen:
+                repeats += 1
+            else:
+                seen.add(h)
+    return refs, repeats
+
+
+def physical_bound(hash_lists: Iterable[Sequence[Hashable]]) -> float:
+    """The share of block references that repeat an earlier reference: the hit rate of a cache
+    of unbounded size that keeps everything, the best any prefix cache can do on these requests
+    in this order (0 when there are no references). Mooncake conversation trace: 36.6 %."""
+    refs, repeats = block_references(hash_lists)
+    return repeats / refs if refs else 0.0
+
+
+class TierLedger:
+    """KV tokens (or blocks: any integer unit, used consistently) held per session per tier.
+
+    Counts change only through :meth:`add` (new KV written to a tier, normally G1 by a prefill
+    or a decode step), :meth:`move` and :meth:`drop`. Each session also keeps the total it has
+    added and dropped, so :meth:`check` can prove that nothing was lost: for every session the
+    tokens held across all tiers equal those added minus those explicitly dropped, no count is
+    negative, no tier holds more than its capacity, and (given the simulator's own view of where
+    KV is) the ledger agrees with the simulator. Run :meth:`check` at every step.
+
+    ``bytes_per_token``: KV bytes per unit per GPU, for :attr:`bytes_moved` (keyed
+    ``(from_tier, to_tier)``). ``capacity``: optional tier -> capacity in the same unit.
+    """
+
+    def __init__(self, bytes_per_token: float, capacity: Mapping[str, float] | None = None,
+                 tiers: Sequence[str] = TIERS):
+        if isinstance(bytes_per_token, bool) or not isinstance(bytes_per_token, (int, float)) \
+                or not math.isfinite(bytes_per_token) or bytes_per_token < 0:
+            raise ValueError(f"bytes_per_token must be a finite number >= 0, got {bytes_per_token!r}")
+        self.tiers = tuple(tiers)
+        for t in self.tiers:
+            if t not in TIERS:
+                raise ValueError(f"unknown tier {t!r}; choose from {', '.join(TIERS)}")
+        self.bytes_per_token = float(bytes_per_token)
+        self.capacity = dict(capacity or {})
+        for t, cap in self.capacity.items():
+            self._tier(t)
+            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or math.isnan(cap) or cap < 0:
+                raise ValueError(f"capacity of {t} must be a number >= 0, got {cap!r}")
+        self._held: dict[Hashable, dict[str, int]] = {}
+        self._added: dict[Hashable, int] = {}
+        self._dropped: dict[Hashable, int] = {}
+        self.bytes_moved: dict[tuple[str, str], float] = {
+            (a, b): 0.0 for a in self.tiers for b in self.tiers if a != b}
+        self.tokens_moved: dict[tuple[str, str], int] = {k: 0 for k in self.bytes_moved}
+        self.tokens_dropped: dict[str, int] = {t: 0 for t in self.tiers}
+        self.tokens_added: dict[str, int] = {t: 0 for t in self.tiers}
+
+    def _tier(self, tier: str) -> str:
+        if tier not in self.tiers:
+            raise ValueError(f"unknown tier {tier!r}; this ledger has {', '.join(self.tiers)}")
+        return tier
+
+    @staticmethod
+    def _count(tokens) -> int:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"tokens must be an integer >= 0, got {tokens!r}")
+        return tokens
+
+    def _session(self, session: Hashable) -> dict[str, int]:
+        if session not in self._held:
+            self._held[session] = {t: 0 for t in self.tiers}
+            self._added[session] = 0
+            self._dropped[session] = 0
+        return self._held[session]
+
+    # --- changes ---
+    def add(self, session: Hashable, tier: str, tokens: int) -> None:
+        """``tokens`` of new KV of ``session`` written to ``tier`` (a prefill, a decode step, a
+        recompute)."""
+        self._tier(tier)
+        tokens = self._count(tokens)
+        self._session(session)[tier] += tokens
+        self._added[session] += tokens
+        self.tokens_added[tier] += tokens
+
+    def move(self, session: Hashable, from_tier: str, to_tier: str, tokens: int) -> None:
+        """Move ``tokens`` of ``session``'s KV from one tier to another (a park, a restore, a
+        spill). Moving more than the session holds there raises :class:`LedgerError`."""
+        self._tier(from_tier)
+        self._tier(to_tier)
+        if from_tier == to_tier:
+            raise ValueError(f"a move needs two different tiers, got {from_tier!r} twice")
+        tokens = self._count(tokens)
+        held = self._held.get(session)
+        have = held[from_tier] if held else 0
+        if tokens > have:
+            raise LedgerError(f"session {session!r}: cannot move {tokens} tokens from {from_tier} "
+                              f"to {to_tier}: it holds {have} there")
+        if tokens == 0:
+            return
+        held[from_tier] -= tokens
+        held[to_tier] += tokens
+        self.tokens_moved[(from_tier, to_tier)] += tokens
+        self.bytes_moved[(from_tier, to_tier)] += tokens * self.bytes_per_token
+
+    def drop(self, session: Hashable, tier: str, tokens: int) -> None:
+        """Explicitly discard ``tokens`` of ``session``'s KV in ``tier`` (to be recomputed, or the
+        session ended). Dropping more than it holds there raises :class:`LedgerError`."""
+        self._tier(tier)
+        tokens = self._count(tokens)
+        held = self._held.get(session)
+        have = held[tier] if held else 0
+        if tokens > have:
+            raise LedgerError(f"session {session!r}: cannot drop {tokens} tokens from {tier}: "
+                              f"it holds {have} there")
+        if tokens == 0:
+            return
+        held[tier] -= tokens
+        self._dropped[session] += tokens
+        self.tokens_dropped[tier] += tokens
+
+    def drop_all(self, session: Hashable) -> dict[str, int]:
+        """Drop everything ``session`` holds (it ended); returns what was dropped per tier."""
+        out = dict(self.held(session))
+        for tier, n in out.items():
+            self.drop(session, tier, n)
+        return out
+
+    # --- queries ---
+    def held(self, session: Hashable) -> dict[str, int]:
+        """Tokens ``session`` holds per tier (a copy; all zero for an unknown session)."""
+        return dict(self._held.get(session) or {t: 0 for t in self.tiers})
+
+    def total(self, tier: str) -> int:
+        """Tokens held in ``tier`` by all sessions."""
+        self._tier(tier)
+        return sum(h[tier] for h in self._held.values())
+
+    def totals(self) -> dict[str, int]:
+        return {t: self.total(t) for t in self.tiers}
+
+    def sessions(self) -> list:
+        return list(self._held)
+
+    # --- the invariant ---
+    def check(self, observed: Mapping[Hashable, Mapping[str, int]] | None = None) -> None:
+        """Raise :class:`LedgerError` unless: every count is >= 0; every session holds, across
+        all tiers, exactly what it added minus what it explicitly dropped; no tier is over its
+        capacity; and, when ``observed`` (session -> tier -> tokens: where the simulator's own
+        state says KV is) is given, it equals the ledger for every session and tier (a session
+        or tier missing from it counts as 0)."""
+        for s, held in self._held.items():
+            for t, n in held.items():
+                if n < 0:
+                    raise LedgerError(f"session {s!r}: {n} tokens in {t} (negative)")
+            expect = self._added[s] - self._dropped[s]
+            have = sum(held.values())
+            if have != expect:
+                what = (f"{expect - have} lost without a drop" if have < expect
+                        else f"{have - expect} appeared without an add")
+                raise LedgerError(f"session {s!r}: holds {have} tokens across tiers, but added "
+                                  f"{self._added[s]} and dropped {self._dropped[s]}: {what}")
+        for t, cap in self.capacity.items():
+            if self.total(t) > cap:
+                raise LedgerError(f"{t} holds {self.total(t)} tokens, over its capacity {cap:g}")
+        if observed is not None:
+            for s in [*self._held, *(s for s in observed if s not in self._held)]:
+                mine = self._held.get(s, {})
+                theirs = observed.get(s, {})
+                for t in theirs:
+                    self._tier(t)
+                for t in self.tiers:
+                    a, b = mine.get(t, 0), theirs.get(t, 0)
+                    if a != b:
+                        raise LedgerError(f"session {s!r}: the ledger has {a} tokens in {t}, "
+                                          f"the simulator {b}")
