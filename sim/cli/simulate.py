@@ -24,7 +24,8 @@ from ..fast.workload import TRACE_FORMATS, TraceError, check_lengths, read_trace
 from .errors import InputError, one_line_argparse
 from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
 
-__all__ = ["add_commands", "simulate_parser", "prepared_run", "workload_of", "setup_of", "UNIT_FIELDS"]
+__all__ = ["add_commands", "simulate_parser", "prepared_run", "workload_of", "setup_of", "session_mode",
+           "prepare_sessions", "UNIT_FIELDS"]
 
 #: Upper limits of the size flags (docs/system-model.md, "Bad input"): beyond them a run needs
 #: more memory than a workstation has (every token time is kept) or is a typo.
@@ -351,7 +352,7 @@ def prepared_run(argv: list[str], prepare_only: bool = False):
     exactly as ``--json`` prints it (undefined metrics None); ``prepare_only``: every check of
     the input and no run (summary None). Bad input raises one-line ``ValueError``s."""
     args = simulate_parser().parse_args(argv)
-    if _session_mode(args):
+    if session_mode(args):
         policy = args.park_policy or "keep"
         setup, sessions, options = prepare_sessions(args, [policy])
         if prepare_only:
@@ -468,7 +469,7 @@ def _park_policies(text: str) -> list[str]:
     return out
 
 
-def _session_mode(args) -> bool:
+def session_mode(args) -> bool:
     """Sessions run through sim/fast/agentic.py: --sessions, --agentic, or a trace with a
     prefix cache (each request a one-turn session)."""
     on = args.sessions is not None or args.agentic is not None or args.prefix_cache_tokens > 0
@@ -547,7 +548,7 @@ def _run_sessions(args, policies) -> int:
 
 
 def cmd_simulate(args) -> int:
-    if _session_mode(args):
+    if session_mode(args):
         return _run_sessions(args, [args.park_policy or "keep"])
     label = "+".join(args.cuts) if args.cuts else "baseline"
     setup, reqs = _prepare(args, [args.cuts])
@@ -580,9 +581,9 @@ def cmd_compare(args) -> int:
         if args.park_policy is not None:
             raise InputError("--park-policies runs every policy it lists; drop --park-policy")
         args.cuts = CUTS
-        _session_mode(args)
+        session_mode(args)
         return _run_sessions(args, args.park_policies)
-    if _session_mode(args):
+    if session_mode(args):
         raise InputError("compare over sessions compares park policies: add --park-policies (e.g. all)")
     runs = _ablation(load_gpu(args.gpu))
     setup, reqs = _prepare(args, [cuts for _, cuts in runs])

@@ -345,11 +345,11 @@ def simulate_sessions(sessions, step_model: StepModel, dsu: DsuParams, options: 
     """Run the sessions to completion under one park policy (module docstring)."""
     if not sessions:
         raise ValueError("no sessions to simulate")
-    params = replace(dsu, park_policy=options.park_policy,
-                     kv_capacity_tokens=dsu.kv_capacity_tokens - options.prefix_cache_tokens)
-    if params.kv_capacity_tokens < 1:
+    if dsu.kv_capacity_tokens - options.prefix_cache_tokens < 1:
         raise ValueError(f"the prefix cache ({options.prefix_cache_tokens:,} tokens) leaves no KV budget "
                          f"(the DSU's is {dsu.kv_capacity_tokens:,} tokens)")
+    params = replace(dsu, park_policy=options.park_policy,
+                     kv_capacity_tokens=dsu.kv_capacity_tokens - options.prefix_cache_tokens)
     run = _SessionRun(sessions, step_model, params, options, seed, prefill or step_model.stack.prefill, progress)
     run.loop()
     return _result(run, ttft_slo_s, tpot_slo_s)
@@ -359,6 +359,14 @@ def _result(run: _SessionRun, ttft_slo_s, tpot_slo_s) -> AgenticResult:
     lost = [t for t in run.turns.values() if t.done_s is None]
     sim_failed = sum(t.failed for t in run.turns.values())
     if lost:
+        m = run.model
+        if m.continues or m.restores:
+            held = sum(sl.seq_len for sl in m.slots if sl is not None and sl.kv_where == "hbm")
+            raise ValueError(
+                f"deadlock under park policy {run.opts.park_policy}: {len(lost)} turns cannot run because "
+                f"{m.parked_slots} parked sessions hold {held:,} of the DSU's {m.params.kv_capacity_tokens:,} KV "
+                f"tokens in HBM while their next turns wait for room ({len(m.continues)} continues, "
+                f"{len(m.restores)} restores queued); use park or drop, or a larger KV budget")
         t = lost[0]
         raise AssertionError(f"{len(lost)} turns never finished (session {t.session.id} turn {t.k} first): a bug")
     # a turn's tokens all come from decode steps, so "admitted between its first and second

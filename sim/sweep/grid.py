@@ -87,8 +87,9 @@ def _key(task: str, config: dict) -> str:
     """A hash of the task, its resolved configuration and the code version. A file known by
     its content hash (``trace`` with ``trace_sha256``) enters by that hash and its name, not its
     folder, so the same grid in another checkout has the same keys."""
-    if config.get("trace") and config.get("trace_sha256"):
-        config = {**config, "trace": Path(config["trace"]).name}
+    for name in ("trace", "sessions"):
+        if config.get(name) and config.get(f"{name}_sha256"):
+            config = {**config, name: Path(config[name]).name}
     text = json.dumps({"task": task, "config": config, "code": code_version()}, sort_keys=True,
                       default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -80,7 +80,7 @@ class SimulateTask:
     OUTPUT_FLAGS = ("json", "csv", "plot", "no_progress")
     #: settings whose value may be a list (joined with commas)
     LIST_SETTINGS = ("cuts",)
-    PATH_SETTINGS = ("trace", "model", "gpu")
+    PATH_SETTINGS = ("trace", "sessions", "model", "gpu", "tiers")
 
     @staticmethod
     @functools.cache
@@ -109,7 +109,8 @@ class SimulateTask:
         out = dict(settings)
         for k in cls.PATH_SETTINGS:
             v = out.get(k)
-            if isinstance(v, str) and (k == "trace" or v.endswith(".toml")) and not Path(v).is_absolute():
+            if isinstance(v, str) and (k in ("trace", "sessions") or v.endswith(".toml")) \
+                    and not Path(v).is_absolute():
                 out[k] = str((base / v).resolve())
         return out
 
@@ -138,12 +139,15 @@ class SimulateTask:
     def check(cls, settings: dict) -> dict:
         """Every check ``tricut simulate`` makes before it runs; the resolved configuration.
         A refused value raises ``ValueError``; a refused combination :class:`Impossible`."""
-        from ..cli.simulate import setup_of, simulate_parser
+        from ..cli.simulate import prepare_sessions, session_mode, setup_of, simulate_parser
         from tricut.models.config import ConfigError, load_gpu, load_model
         from ..fast.workload import TraceError
         args = simulate_parser().parse_args(cls.argv(settings))
         load_model(args.model)          # an unknown model or GPU is a refused value (ValueError),
         load_gpu(args.gpu)              # not an impossible combination
+        if session_mode(args):          # agentic sessions: every check `tricut simulate` makes
+            setup = prepare_sessions(args, [args.park_policy or "keep"])[0]
+            return cls._resolved(args, setup)
         wl = ("trace", "trace_format", "limit", "synthetic", "rate", "rate_scale", "prompt_tokens",
               "output_tokens", "seed")
         reqs = cls._workload((_Frozen(args, wl),))
@@ -152,10 +156,17 @@ class SimulateTask:
             setup.check(reqs, args.cuts)
         except (ConfigError, TraceError, ValueError) as e:
             raise Impossible(str(e)) from None
+        return cls._resolved(args, setup)
+
+    @classmethod
+    def _resolved(cls, args, setup) -> dict:
+        """The full configuration: every flag with its default, input files' content hashes,
+        the assumptions, the stack's parameters and the unit sizes."""
         config = {k: _jsonable(v) for k, v in vars(args).items()
                   if k not in cls.OUTPUT_FLAGS + ("assume", "unit")}
-        if args.trace is not None:
-            config["trace_sha256"] = _file_digest(args.trace)
+        for name in ("trace", "sessions"):
+            if getattr(args, name, None) is not None:
+                config[f"{name}_sha256"] = _file_digest(getattr(args, name))
         config.update(asdict(setup.assumptions))
         config.update({f"stack_{k}": v for k, v in asdict(setup.stack).items() if k != "name"})
         units = setup.step_model(args.cuts).units
