@@ -72,7 +72,9 @@ def test_profile_codes_and_config_block_are_pinned():
         ("max_batch", "uint32_t", 64), ("latency_batch", "uint32_t", 16),
         ("kv_capacity", "uint32_t", 1 << 20), ("long_ctx", "uint32_t", 4096),
         ("max_retries", "uint32_t", 2), ("watchdog_limit", "uint32_t", 100000),
-        ("heartbeat_limit", "uint32_t", 200000)]
+        ("heartbeat_limit", "uint32_t", 200000), ("park_policy", "uint32_t", 0),
+        ("sessions", "uint32_t", 0)]
+    assert regmap.PARK_POLICY_CODE == {"keep": 0, "park": 1, "park-early": 2, "drop": 3}
     assert CONFIG_FIELDS == tuple(f.name for f in regmap.CONFIG_STRUCT)
 
 
@@ -530,9 +532,10 @@ def test_mmio_interconnect_round_robin_and_routing():
 # -- the heartbeat watchdog is armed from reset ---------------------------------------------------
 def test_heartbeat_limit_reset_covers_the_boot_of_both_firmware_builds():
     """HEARTBEAT_LIMIT's reset value (regmap: the RTL's init, the header, docs) is at least
-    three times the boot of both firmware builds (15x and 3.98x). Boot = the cores' release
+    three times the boot of both firmware builds (13.5x and 3.59x; the session queues are in
+    .noinit, not cleared). Boot = the cores' release
     to the firmware's first HEARTBEAT_LIMIT write: crt0 clears .bss at 9 cycles a word, then
-    main needs 75 cycles (measured on the RTL: ``fw_boot_cycles``, asserted in the Verilator
+    main needs 78 cycles (measured on the RTL: ``fw_boot_cycles``, asserted in the Verilator
     test below)."""
     from tricut.rtl.dsu.regmap import HEARTBEAT_LIMIT_RESET
     from tricut.sim.harness.dsu import BOOT_CYCLES
@@ -542,7 +545,7 @@ def test_heartbeat_limit_reset_covers_the_boot_of_both_firmware_builds():
     for slots in (64, 256):
         fw = build_dsu_firmware("scheduler", max_slots=slots)
         words = (fw.symbols["__bss_end"] - fw.symbols["__bss_start"]) // 4
-        assert 9 * words + 75 == BOOT_CYCLES[slots], (slots, words)
+        assert 9 * words + 78 == BOOT_CYCLES[slots], (slots, words)
         assert 3 * BOOT_CYCLES[slots] <= HEARTBEAT_LIMIT_RESET
 
 
@@ -594,7 +597,7 @@ def test_plan_golden_equals_the_model_and_reports_faults_that_cannot_fire():
     assert plan.max_cycles == 2 * plan.estimate_cycles + 200_000
 
 
-BOOT_CYCLES_64 = 4_359
+BOOT_CYCLES_64 = 4_866
 
 
 def _cli_run(argv, capsys):

@@ -24,8 +24,8 @@ from amaranth.lib.data import View
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .layouts import (COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT,
-                      MmioSignature)
+from .layouts import (COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, HCMD_LAYOUT, INTAKE_LAYOUT,
+                      MOVE_LAYOUT, OUTCOME_LAYOUT, MmioSignature)
 from .regmap import BY_NAME, MAX_HARTS, SLOT_BASE, SLOT_FIELD, SLOT_STRIDE, Reason, Result
 from .regmap import SlotState as SS
 from .regmap import Profile, Status
@@ -66,7 +66,10 @@ class SlotArbiter(wiring.Component):
     completions : In(stream.Signature(COMPLETION_LAYOUT))
         One per descriptor; accepted one per cycle (unless the outcome FIFO is full).
     outcomes : Out(stream.Signature(OUTCOME_LAYOUT))
-        One per request that ended (completed, retries exhausted, too large).
+        One per request that ended (completed, retries exhausted, too large) and one per
+        completed session turn.
+    moves : Out(stream.Signature(MOVE_LAYOUT))
+        The KV movements the firmware decided (``MOVE``), in command order.
     count_en : In(1)
         Heartbeat watchdog and busy counters run only while 1 (the cores run).
     degraded, round_busy : Out(1); round : Out(24)
@@ -89,6 +92,7 @@ class SlotArbiter(wiring.Component):
             "descriptors": Out(stream.Signature(DESCRIPTOR_LAYOUT)),
             "completions": In(stream.Signature(COMPLETION_LAYOUT)),
             "outcomes": Out(stream.Signature(OUTCOME_LAYOUT)),
+            "moves": Out(stream.Signature(MOVE_LAYOUT)),
             "count_en": In(1),
             "degraded": Out(1),
             "round_busy": Out(1),
@@ -124,9 +128,11 @@ class SlotArbiter(wiring.Component):
         wait, arr = rec("wait", 16), rec("arrival", 24)
         ckpt, retr = rec("checkpoint", 24), rec("retries", 4)
         wd, gen = rec("watchdog", 24), rec("generated", 16)
+        cont = rec("continues", 1)
         fields = {"STATE": st, "REQUEST": req, "SEQ_LEN": seq, "TOKENS_LEFT": left,
                   "PRIORITY": prio, "RESIDENCY": res, "WAIT": wait, "ARRIVAL_SEQ": arr,
-                  "CHECKPOINT": ckpt, "RETRIES": retr, "WATCHDOG": wd, "GENERATED": gen}
+                  "CHECKPOINT": ckpt, "RETRIES": retr, "WATCHDOG": wd, "GENERATED": gen,
+                  "CONTINUES": cont}
         assert set(fields) == set(SLOT_FIELD)
 
         # -- configuration and status registers -------------------------------------------
@@ -142,6 +148,12 @@ class SlotArbiter(wiring.Component):
         # access between a hart's write and its CMD_STATUS read cannot change what it reads
         cmd_status = Array(Signal(8, name=f"cmd_status{h}") for h in range(MAX_HARTS + 1))
         admit_seq = Signal(24, init=reset("ADMIT_SEQ"))
+        resume_new = Signal(24, init=reset("RESUME_NEW"))
+        resume_max_new = Signal(16, init=reset("RESUME_MAX_NEW"))
+        resume_cont = Signal(1, init=reset("RESUME_CONT"))
+        hcmd_arg = [Signal(18, init=reset("HCMD_ARG0")), Signal(24, init=reset("HCMD_ARG1")),
+                    Signal(16, init=reset("HCMD_ARG2"))]
+        host_round = Signal(24, init=reset("HOST_ROUND"))
         batch = Signal(N)
         ended = Signal(N)
         rolled_back = Signal(N)
@@ -151,11 +163,13 @@ class SlotArbiter(wiring.Component):
         idle = Signal(MAX_HARTS)
         cnt = {name: Signal(32, name=f"cnt_{name.lower()}") for name in
                ("DESCRIPTORS", "ROLLBACKS", "TIMEOUTS", "BAD_COMPLETIONS", "BAD_ACCESSES",
-                "OUTCOMES")}
+                "OUTCOMES", "MOVES")}
         busy = [Signal(32, name=f"busy_cycles{h}") for h in range(MAX_HARTS)]
         return SimpleNamespace(
             st=st, req=req, seq=seq, left=left, prio=prio, res=res, wait=wait, arr=arr,
-            ckpt=ckpt, retr=retr, wd=wd, gen=gen, fields=fields,
+            ckpt=ckpt, retr=retr, wd=wd, gen=gen, cont=cont, fields=fields,
+            resume_new=resume_new, resume_max_new=resume_max_new, resume_cont=resume_cont,
+            hcmd_arg=hcmd_arg, host_round=host_round,
             profile=profile, max_retries=max_retries, wd_limit=wd_limit, long_ctx=long_ctx,
             hb_limit=hb_limit, cmd_status=cmd_status, admit_seq=admit_seq, batch=batch,
             ended=ended, rolled_back=rolled_back, round_=round_, degraded=degraded,
@@ -179,6 +193,20 @@ class SlotArbiter(wiring.Component):
         a.outcome = outcome = Signal(OUTCOME_LAYOUT)
         m.d.comb += ofifo.w_data.eq(outcome)
         a.ififo, a.ofifo = ififo, ofifo
+        # parked slots: the move FIFO (MOVE -> the moves stream) and the host command FIFO
+        m.submodules.move_fifo = mfifo = SyncFIFOBuffered(width=MOVE_LAYOUT.size, depth=N + 2)
+        m.submodules.hcmd_fifo = hfifo = SyncFIFOBuffered(width=HCMD_LAYOUT.size,
+                                                          depth=2 * N + 2)
+        m.d.comb += [self.moves.valid.eq(mfifo.r_rdy), self.moves.payload.eq(mfifo.r_data),
+                     mfifo.r_en.eq(self.moves.ready)]
+        a.move = move = Signal(MOVE_LAYOUT)
+        m.d.comb += mfifo.w_data.eq(move)
+        hin = Signal(HCMD_LAYOUT)
+        m.d.comb += [hin.request.eq(a.hcmd_arg[0][:16]), hin.kind.eq(a.hcmd_arg[0][16]),
+                     hin.cont.eq(a.hcmd_arg[0][17]), hin.new.eq(a.hcmd_arg[1]),
+                     hin.max_new.eq(a.hcmd_arg[2]), hfifo.w_data.eq(hin)]
+        a.hhead = View(HCMD_LAYOUT, hfifo.r_data)
+        a.mfifo, a.hfifo = mfifo, hfifo
 
     # -- round: descriptor scan -------------------------------------------------------------
     def _elaborate_scan(self, m, a):
@@ -270,6 +298,8 @@ class SlotArbiter(wiring.Component):
         admit_slot = Signal(range(N))
         reject_go = Signal()
         issue_go = Signal()
+        resume_go, free_go, move_go = Signal(), Signal(), Signal()
+        cmd_slot = Signal(range(N))      # the slot of RESUME / FREE / MOVE
 
         def reject(code):
             m.d.comb += [status.eq(code), set_status.eq(1)]
@@ -278,6 +308,7 @@ class SlotArbiter(wiring.Component):
         m.d.comb += bus.rdata.eq(Mux(rd, rdata, 0))
         a.admit_go, a.admit_slot = admit_go, admit_slot
         a.reject_go, a.issue_go = reject_go, issue_go
+        a.resume_go, a.free_go, a.move_go, a.cmd_slot = resume_go, free_go, move_go, cmd_slot
         mm = SimpleNamespace(off=off, wr=wr, reject=reject, rdata=rdata,
                              SW=max(1, (N - 1).bit_length()), busy_round=a.phase != _IDLE)
         with m.If(off >= SLOT_BASE):
@@ -339,7 +370,7 @@ class SlotArbiter(wiring.Component):
 
         ro("ID", DSU_ID)
         ro("STATUS", Cat(mm.busy_round, a.degraded, ififo.r_rdy, self.intake_end,
-                         ~a.ofifo.w_rdy))
+                         ~a.ofifo.w_rdy, a.hfifo.r_rdy))
         ro("CMD_STATUS", a.cmd_status[self.bus.hart])
         ro("N_SLOTS", N)
         ro("ROUND", a.round_)
@@ -362,6 +393,17 @@ class SlotArbiter(wiring.Component):
         cfg("LONG_CTX", a.long_ctx, big(bus.wdata))
         cfg("HEARTBEAT_LIMIT", a.hb_limit, big(bus.wdata))
         cfg("ADMIT_SEQ", a.admit_seq, bus.wdata >= (1 << 24))
+        cfg("RESUME_NEW", a.resume_new, bus.wdata >= (1 << 24))
+        cfg("RESUME_MAX_NEW", a.resume_max_new, (bus.wdata == 0) | (bus.wdata >= (1 << 16)))
+        cfg("RESUME_CONT", a.resume_cont, bus.wdata > 1)
+        cfg("HCMD_ARG0", a.hcmd_arg[0], bus.wdata >= (1 << 18))
+        cfg("HCMD_ARG1", a.hcmd_arg[1], bus.wdata >= (1 << 24))
+        cfg("HCMD_ARG2", a.hcmd_arg[2], bus.wdata >= (1 << 16))
+        cfg("HOST_ROUND", a.host_round, bus.wdata >= (1 << 24))
+        hh, hv = a.hhead, a.hfifo.r_rdy
+        ro("HCMD_HEAD0", Mux(hv, Cat(hh.request, hh.kind, hh.cont), 0))
+        ro("HCMD_HEAD1", Mux(hv, hh.new, 0))
+        ro("HCMD_HEAD2", Mux(hv, hh.max_new, 0))
 
     def _mmio_commands(self, m, a, mm):
         """Cases of the MMIO switch: the write-only commands (HEARTBEAT, CORE_IDLE, ADMIT,
@@ -416,6 +458,73 @@ class SlotArbiter(wiring.Component):
                 with m.Else():
                     reject(Status.OK)
                     m.d.comb += a.issue_go.eq(1)
+        # parked slots: RESUME, FREE, MOVE (between rounds, on a PARKED slot)
+        slot8 = bus.wdata[:8]
+        parked = A(a.st)[slot8[:SW]] == SS.PARKED
+        m.d.comb += a.cmd_slot.eq(slot8[:SW])
+        with m.Case(_off("RESUME")):
+            with m.If(wr):
+                with m.If(busy_round):
+                    reject(Status.BUSY)
+                with m.Elif(bus.wdata >= N):
+                    reject(Status.BAD_SLOT)
+                with m.Elif(~parked):
+                    reject(Status.NOT_PARKED)
+                with m.Elif(A(a.seq)[slot8[:SW]] + a.resume_new >= (1 << 24)):
+                    reject(Status.BAD_VALUE)
+                with m.Else():
+                    reject(Status.OK)
+                    m.d.comb += a.resume_go.eq(1)
+        with m.Case(_off("FREE")):
+            with m.If(wr):
+                with m.If(busy_round):
+                    reject(Status.BUSY)
+                with m.Elif((bus.wdata >> 10) != 0):
+                    reject(Status.BAD_VALUE)
+                with m.Elif(slot8 >= N):
+                    reject(Status.BAD_SLOT)
+                with m.Elif(~parked):
+                    reject(Status.NOT_PARKED)
+                with m.Elif((bus.wdata[8:10] != 0) & ~a.ofifo.w_rdy):
+                    reject(Status.OUTCOME_FULL)
+                with m.Else():
+                    reject(Status.OK)
+                    m.d.comb += a.free_go.eq(1)
+        with m.Case(_off("MOVE")):
+            with m.If(wr):
+                with m.If(busy_round):
+                    reject(Status.BUSY)
+                with m.Elif(((bus.wdata >> 13) != 0) | bus.wdata[10:12].any()
+                            | (bus.wdata[8:10] > 2)):
+                    reject(Status.BAD_VALUE)
+                with m.Elif(slot8 >= N):
+                    reject(Status.BAD_SLOT)
+                with m.Elif(~parked):
+                    reject(Status.NOT_PARKED)
+                with m.Elif(~a.mfifo.w_rdy):
+                    reject(Status.FIFO_FULL)
+                with m.Else():
+                    reject(Status.OK)
+                    mv = a.move
+                    m.d.comb += [a.move_go.eq(1), a.mfifo.w_en.eq(1),
+                                 mv.step.eq(a.round_ - bus.wdata[12]),
+                                 mv.request.eq(A(a.req)[slot8[:SW]]), mv.kind.eq(bus.wdata[8:10]),
+                                 mv.tokens.eq(A(a.seq)[slot8[:SW]]), mv.slot.eq(slot8)]
+                    m.d.sync += a.cnt["MOVES"].eq(a.cnt["MOVES"] + 1)
+        with m.Case(_off("HCMD_PUSH")):
+            with m.If(wr):
+                with m.If(~a.hfifo.w_rdy):
+                    reject(Status.FIFO_FULL)
+                with m.Else():
+                    reject(Status.OK)
+                    m.d.comb += a.hfifo.w_en.eq(1)
+        with m.Case(_off("HCMD_POP")):
+            with m.If(wr):
+                with m.If(~a.hfifo.r_rdy):
+                    reject(Status.FIFO_EMPTY)
+                with m.Else():
+                    reject(Status.OK)
+                    m.d.comb += a.hfifo.r_en.eq(1)
 
     def _mmio_bitmaps(self, m, a, mm):
         """Cases of the MMIO switch: the per-slot bitmaps, 32 slots a word (BATCH written
@@ -465,6 +574,10 @@ class SlotArbiter(wiring.Component):
             m.d.comb += [push_outcome.eq(1), outcome.request.eq(head.request),
                          outcome.status.eq(1), outcome.tokens.eq(0),
                          outcome.reason.eq(self.bus.wdata[:2]), outcome.step.eq(a.round_)]
+        with m.Elif(a.free_go & (self.bus.wdata[8:10] != 0)):
+            m.d.comb += [push_outcome.eq(1), outcome.request.eq(Array(a.req)[a.cmd_slot]),
+                         outcome.status.eq(1), outcome.tokens.eq(0),
+                         outcome.reason.eq(self.bus.wdata[8:10]), outcome.step.eq(a.round_)]
         m.d.comb += a.ofifo.w_en.eq(push_outcome)
         with m.If(push_outcome):
             m.d.sync += a.cnt["OUTCOMES"].eq(a.cnt["OUTCOMES"] + 1)
@@ -476,6 +589,7 @@ class SlotArbiter(wiring.Component):
         N = self.n_slots
         st, req, seq, left, prio, res = a.st, a.req, a.seq, a.left, a.prio, a.res
         wait, arr, ckpt, retr, wd, gen = a.wait, a.arr, a.ckpt, a.retr, a.wd, a.gen
+        cont = a.cont
         head, batch, long_ctx, max_retries = a.head, a.batch, a.long_ctx, a.max_retries
         eng_go, eng_slot, e_ok, cnt = a.eng_go, a.eng_slot, a.e_ok, a.cnt
         for i in range(N):
@@ -486,7 +600,15 @@ class SlotArbiter(wiring.Component):
                              seq[i].eq(head.prompt), ckpt[i].eq(head.prompt),
                              left[i].eq(head.max_new), prio[i].eq(head.priority),
                              arr[i].eq(a.admit_seq), wait[i].eq(0), retr[i].eq(0),
-                             gen[i].eq(0), wd[i].eq(0), res[i].eq(0)]
+                             gen[i].eq(0), wd[i].eq(0), res[i].eq(0),
+                             cont[i].eq(head.continues)]
+            with m.If(a.resume_go & (a.cmd_slot == i)):
+                m.d.sync += [st[i].eq(SS.ACTIVE), seq[i].eq(seq[i] + a.resume_new),
+                             ckpt[i].eq(seq[i] + a.resume_new), left[i].eq(a.resume_max_new),
+                             cont[i].eq(a.resume_cont), arr[i].eq(a.admit_seq), wait[i].eq(0),
+                             retr[i].eq(0), gen[i].eq(0), wd[i].eq(0)]
+            with m.If(a.free_go & (a.cmd_slot == i)):
+                m.d.sync += st[i].eq(SS.FREE)
             with m.If(a.scan_step & (a.scan_idx == i) & (st[i] == SS.ACTIVE)):
                 with m.If(batch[i]):
                     m.d.sync += [st[i].eq(SS.RUNNING), wait[i].eq(0), wd[i].eq(0),
@@ -497,7 +619,8 @@ class SlotArbiter(wiring.Component):
                 with m.If(e_ok):
                     m.d.sync += [seq[i].eq(seq[i] + 1), ckpt[i].eq(seq[i] + 1),
                                  left[i].eq(left[i] - 1), gen[i].eq(gen[i] + 1), retr[i].eq(0),
-                                 st[i].eq(Mux(left[i] == 1, SS.FREE, SS.ACTIVE))]
+                                 st[i].eq(Mux(left[i] == 1, Mux(cont[i], SS.PARKED, SS.FREE),
+                                              SS.ACTIVE))]
                 with m.Else():
                     m.d.sync += [seq[i].eq(ckpt[i]), retr[i].eq(retr[i] + 1),
                                  st[i].eq(Mux(retr[i] >= max_retries, SS.FREE, SS.ACTIVE))]

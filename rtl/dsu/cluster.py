@@ -27,8 +27,8 @@ from amaranth.lib.wiring import In, Out
 
 from .arbiter import SlotArbiter
 from .core import Core
-from .layouts import (COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT,
-                      BusSignature)
+from .layouts import (COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, MOVE_LAYOUT,
+                      OUTCOME_LAYOUT, BusSignature)
 from .mmio import MmioInterconnect
 from .regmap import MAX_HARTS, MMIO_BASE
 
@@ -52,7 +52,7 @@ class DsuCluster(wiring.Component):
     host : In(BusSignature)
         Host port (zero wait states to local memory, arbitration + 1 to MMIO).
     run : In(1); stall : In(n_cores)
-    intake, intake_end, descriptors, completions, outcomes, degraded, round, round_busy
+    intake, intake_end, descriptors, completions, outcomes, moves, degraded, round, round_busy
         The slot arbiter's ports.
     trap : Out(n_cores)
         Core h took a trap this cycle (the firmware installs no handler: a trap is a bug).
@@ -78,6 +78,7 @@ class DsuCluster(wiring.Component):
             "descriptors": Out(stream.Signature(DESCRIPTOR_LAYOUT)),
             "completions": In(stream.Signature(COMPLETION_LAYOUT)),
             "outcomes": Out(stream.Signature(OUTCOME_LAYOUT)),
+            "moves": Out(stream.Signature(MOVE_LAYOUT)),
             "degraded": Out(1),
             "round_busy": Out(1),
             "round": Out(24),
@@ -89,7 +90,7 @@ class DsuCluster(wiring.Component):
         arb = m.submodules.arbiter = self.arbiter
         ic = m.submodules.interconnect = MmioInterconnect(list(range(self.n_cores)) + [MAX_HARTS])
         wiring.connect(m, ic.target, arb.bus)
-        for name in ("intake", "descriptors", "completions", "outcomes"):
+        for name in ("intake", "descriptors", "completions", "outcomes", "moves"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(arb, name))
         m.d.comb += [arb.intake_end.eq(self.intake_end), arb.count_en.eq(self.run),
                      self.degraded.eq(arb.degraded), self.round_busy.eq(arb.round_busy),

@@ -172,7 +172,7 @@ from amaranth.lib import data as _data  # noqa: E402
 
 #: intake FIFO entry: one request's metadata, pushed by the request source in arrival order
 INTAKE_LAYOUT = _data.StructLayout({
-    "request": 16, "prompt": 24, "max_new": 16, "priority": 2, "arrival": 24})
+    "request": 16, "prompt": 24, "max_new": 16, "priority": 2, "arrival": 24, "continues": 1})
 #: step descriptor for the CDU/TE: one per chosen slot per round, in slot order
 DESCRIPTOR_LAYOUT = _data.StructLayout({
     "step": 24, "slot": 8, "request": 16, "seq_len": 24, "priority": 2, "residency": 1})
@@ -181,6 +181,14 @@ COMPLETION_LAYOUT = _data.StructLayout({"slot": 8, "result": 2})
 #: a request that ended: status 0 completed / 1 failed, reason: regmap.Reason
 OUTCOME_LAYOUT = _data.StructLayout({
     "request": 16, "status": 1, "tokens": 16, "reason": 2, "step": 24})
+#: a KV movement the firmware decided (MOVE command; kind: regmap.MoveKind): the slot's
+#: request and seq_len (``tokens``) when it was decided, the round it belongs to (``step``)
+MOVE_LAYOUT = _data.StructLayout({
+    "step": 24, "request": 16, "kind": 2, "tokens": 24, "slot": 8})
+#: host command FIFO entry (HCMD_*; kind: regmap.HostCmd): a restore or the next turn of a
+#: parked session (``new`` input tokens prefilled, ``max_new`` to decode, ``cont`` more turns)
+HCMD_LAYOUT = _data.StructLayout({
+    "request": 16, "kind": 1, "cont": 1, "new": 24, "max_new": 16})
 
 
 class MmioSignature(wiring.Signature):
@@ -195,4 +203,4 @@ class MmioSignature(wiring.Signature):
 
 
 __all__ += ["INTAKE_LAYOUT", "DESCRIPTOR_LAYOUT", "COMPLETION_LAYOUT", "OUTCOME_LAYOUT",
-            "MmioSignature"]
+            "MOVE_LAYOUT", "HCMD_LAYOUT", "MmioSignature"]

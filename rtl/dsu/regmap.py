@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
 
-from tricut.models.dsu import PROFILES
+from tricut.models.dsu import PARK_POLICIES, PROFILES
 
 __all__ = ["MMIO_BASE", "MMIO_SIZE", "SLOT_BASE", "SLOT_STRIDE", "Status", "Profile",
-           "PROFILE_CODE", "SlotState", "Result", "Reason", "Field", "Register", "REGISTERS",
+           "PROFILE_CODE", "SlotState", "MoveKind", "HostCmd", "PARK_POLICY_CODE",
+           "HOST_ROUND_END", "Result", "Reason", "Field", "Register", "REGISTERS",
            "SLOT_FIELDS", "BY_NAME", "SLOT_FIELD", "MAX_HARTS", "HEARTBEAT_LIMIT_RESET", "ConfigField", "CONFIG_MAGIC",
            "CONFIG_STRUCT", "c_header", "markdown_table", "config_markdown_table", "DOC_TABLES"]
 
@@ -46,9 +47,9 @@ MAX_HARTS = 4
 #: HEARTBEAT_LIMIT after reset: the heartbeat watchdog is armed from the cores' release, so a
 #: firmware that never starts (or stops before it writes its own limit) is caught too. The
 #: scheduler firmware writes HEARTBEAT_LIMIT first thing after crt0; measured boot (cores'
-#: release to that write, ``fw_boot_cycles``): 4,359 cycles for the MAX_SLOTS=64 build, 16,455
-#: for MAX_SLOTS=256 (crt0 clears .bss at 9 cycles a word). 2^16 is 15x the first, 3.98x the
-#: second.
+#: release to that write, ``fw_boot_cycles``): 4,866 cycles for the MAX_SLOTS=64 build, 18,258
+#: for MAX_SLOTS=256 (crt0 clears .bss at 9 cycles a word; the session command queues are in
+#: .noinit). 2^16 is 13.5x the first, 3.59x the second.
 HEARTBEAT_LIMIT_RESET = 1 << 16
 
 
@@ -65,6 +66,9 @@ class Status(IntEnum):
     BAD_BATCH = 8     #: ISSUE with a batch bit on a slot that is not ACTIVE
     READ_ONLY = 9     #: write to a read-only register
     OUTCOME_FULL = 10  #: REJECT while the outcome FIFO is full (retry)
+    NOT_PARKED = 11   #: RESUME/FREE/MOVE on a slot that is not PARKED
+    FIFO_FULL = 12    #: MOVE (move FIFO) or HCMD_PUSH (host command FIFO) while full (retry)
+    FIFO_EMPTY = 13   #: HCMD_POP with an empty host command FIFO
 
 
 def _profile_member(name: str) -> str:
@@ -83,6 +87,26 @@ class SlotState(IntEnum):
     FREE = 0
     ACTIVE = 1    #: holds a request, not in the round in flight
     RUNNING = 2   #: its descriptor was issued, completion outstanding
+    PARKED = 3    #: a session's turn ended (``continues``): waits on a tool, never selected
+
+
+class MoveKind(IntEnum):
+    """Move stream ``kind``: the names of ``models/dsu.Move.kind``."""
+    PARK = 0      #: HBM -> G2
+    RESTORE = 1   #: G2 -> HBM
+    DROP = 2      #: discarded
+
+
+class HostCmd(IntEnum):
+    """Host command FIFO ``kind`` (``HCMD_ARG0`` bit 16)."""
+    RESTORE = 0   #: ``DsuModel.restore(request)``
+    CONTINUE = 1  #: ``DsuModel.continue_turn(request, new, max_new, cont)``
+
+
+#: park policy name (``models/dsu.PARK_POLICIES``) -> ``dsu_config.park_policy`` code
+PARK_POLICY_CODE = {p: i for i, p in enumerate(PARK_POLICIES)}
+#: ``HOST_ROUND`` value that says the host will push no more commands
+HOST_ROUND_END = (1 << 24) - 1
 
 
 class Result(IntEnum):
@@ -140,6 +164,7 @@ REGISTERS: tuple[Register, ...] = (
         Field("INTAKE_VALID", 2, 1, "the intake FIFO has a head (INTAKE_* are valid)"),
         Field("INTAKE_END", 3, 1, "the request source will push nothing more"),
         Field("OUTCOME_FULL", 4, 1, "the outcome FIFO is full"),
+        Field("HCMD_VALID", 5, 1, "the host command FIFO has a head (HCMD_HEAD* are valid)"),
     )),
     Register("CMD_STATUS", 0x008, "RO", "Result of the reader's own last write (and of its "
              "last rejected read): a Status code. One per initiator (each hart, the host), so "
@@ -195,10 +220,48 @@ REGISTERS: tuple[Register, ...] = (
     Register("BUSY_CYCLES", 0x0C0, "RO", "Counter per hart: cycles not marked idle "
              "(CORE_IDLE) since reset.", count=MAX_HARTS),
     Register("ENDED", 0x100, "RO", "Slots (bit i%32 of word i/32) whose request ended "
-             "(completed or failed; the slot is FREE again) in the last round; cleared by ISSUE.",
+             "(completed or failed; the slot is FREE again, or PARKED: a completed turn of a "
+             "request admitted or resumed with `continues`) in the last round; cleared by ISSUE.",
              count=8),
     Register("ROLLED_BACK", 0x120, "RO", "Slots whose step in the last round came back error or "
              "timeout and was rolled back (ended ones included); cleared by ISSUE.", count=8),
+    # -- parked slots (sessions): docs/dsu.md "Parked slots" -------------------------------
+    Register("RESUME_NEW", 0x140, "RW", "Argument of RESUME: input tokens prefilled onto the "
+             "KV (0..2^24-1).", reset=0),
+    Register("RESUME_MAX_NEW", 0x144, "RW", "Argument of RESUME: tokens to decode "
+             "(1..65535, else BAD_VALUE).", reset=1),
+    Register("RESUME_CONT", 0x148, "RW", "Argument of RESUME: 1 = more turns follow (the slot "
+             "parks again when its tokens run out), 0 = the last turn (0..1).", reset=0),
+    Register("RESUME", 0x14C, "WO", "Write a PARKED slot number: the next turn starts (ACTIVE, "
+             "seq_len = checkpoint = seq_len + RESUME_NEW, tokens_left = RESUME_MAX_NEW, "
+             "continues = RESUME_CONT, arrival_seq = ADMIT_SEQ, wait = retries = generated = "
+             "0). BAD_SLOT, NOT_PARKED, BAD_VALUE (seq_len would exceed 2^24-1), BUSY."),
+    Register("FREE", 0x150, "WO", "Write `reason << 8 | slot`: a PARKED slot is freed; "
+             "reason 0: nothing reported (its last outcome stands), a Reason 1..3: the request "
+             "is reported failed with 0 tokens (a continue that can never fit: TOO_LARGE). "
+             "BAD_SLOT, NOT_PARKED, BAD_VALUE, OUTCOME_FULL, BUSY."),
+    Register("MOVE", 0x154, "WO", "Write `last << 12 | kind << 8 | slot` (kind: MoveKind "
+             "0 park, 1 restore, 2 drop): a move {step, request, kind, tokens = seq_len, slot} "
+             "of a PARKED slot goes out on the move stream; step = ROUND, or ROUND - 1 with "
+             "`last` = 1 (a turn that ended in the round just completed). BAD_SLOT, "
+             "NOT_PARKED, BAD_VALUE, FIFO_FULL, BUSY."),
+    Register("MOVES", 0x158, "RO", "Counter: moves emitted."),
+    Register("HCMD_ARG0", 0x160, "RW", "Host command being built: bits 15:0 request, bit 16 "
+             "kind (HostCmd: 0 restore, 1 continue), bit 17 continues (bits above: BAD_VALUE).",
+             reset=0),
+    Register("HCMD_ARG1", 0x164, "RW", "Host command being built: new input tokens "
+             "(0..2^24-1).", reset=0),
+    Register("HCMD_ARG2", 0x168, "RW", "Host command being built: max_new_tokens "
+             "(0..65535).", reset=0),
+    Register("HCMD_PUSH", 0x16C, "WO", "Any value: push HCMD_ARG0..2 into the host command "
+             "FIFO (2 * N_SLOTS + 2 entries). FIFO_FULL."),
+    Register("HCMD_HEAD0", 0x170, "RO", "Host command FIFO head, as HCMD_ARG0 (0 when empty)."),
+    Register("HCMD_HEAD1", 0x174, "RO", "Host command FIFO head, as HCMD_ARG1."),
+    Register("HCMD_HEAD2", 0x178, "RO", "Host command FIFO head, as HCMD_ARG2."),
+    Register("HCMD_POP", 0x17C, "WO", "Any value: pop the host command FIFO head. FIFO_EMPTY."),
+    Register("HOST_ROUND", 0x180, "RW", "Written by the host: every command for the rounds "
+             "before this one has been pushed (firmware with `sessions` set waits for "
+             "HOST_ROUND > r before round r); 2^24-1: the host pushes nothing more.", reset=0),
 )
 
 #: the per-slot window (read only): field name, doc; offset = SLOT_BASE + slot*SLOT_STRIDE + 4*i
@@ -215,6 +278,7 @@ SLOT_FIELDS: tuple[tuple[str, str], ...] = (
     ("RETRIES", "failed attempts of the current step"),
     ("WATCHDOG", "cycles since the descriptor was accepted (RUNNING)"),
     ("GENERATED", "tokens kept"),
+    ("CONTINUES", "1: a session turn with more to come (parks at its end)"),
 )
 SLOT_FIELD = {name: i for i, (name, _doc) in enumerate(SLOT_FIELDS)}
 assert len(SLOT_FIELDS) * 4 <= SLOT_STRIDE
@@ -264,6 +328,10 @@ CONFIG_STRUCT: tuple[ConfigField, ...] = (
     ConfigField("max_retries", "uint32_t", 2, "written to MAX_RETRIES"),
     ConfigField("watchdog_limit", "uint32_t", 100000, "written to WATCHDOG_LIMIT"),
     ConfigField("heartbeat_limit", "uint32_t", 200000, "written to HEARTBEAT_LIMIT (first)"),
+    ConfigField("park_policy", "uint32_t", 0, "what a turn end with more to come does: "
+                + ", ".join(f"{i} {p}" for i, p in enumerate(PARK_POLICIES))),
+    ConfigField("sessions", "uint32_t", 0, "1: serve the host command FIFO each round (wait "
+                "for HOST_ROUND > r before round r); 0: no sessions, HOST_ROUND not read"),
 )
 assert CONFIG_STRUCT[0].name == "magic"
 
@@ -298,12 +366,17 @@ def c_header() -> str:
             "#define DSU_SLOT(s, f) DSU_REG(DSU_SLOT_BASE + (s) * DSU_SLOT_STRIDE + 4u * (f))"]
     for i, (name, doc) in enumerate(SLOT_FIELDS):
         out.append(f"#define DSU_SLOT_{name} {i}u /* {doc} */")
-    for enum in (Status, Profile, SlotState, Result, Reason):
+    for enum in (Status, Profile, SlotState, Result, Reason, MoveKind, HostCmd):
         out.append("")
         prefix = {"Status": "DSU_ST", "Profile": "DSU_PROFILE", "SlotState": "DSU_SLOT_ST",
-                  "Result": "DSU_RESULT", "Reason": "DSU_REASON"}[enum.__name__]
+                  "Result": "DSU_RESULT", "Reason": "DSU_REASON", "MoveKind": "DSU_MOVE",
+                  "HostCmd": "DSU_HCMD"}[enum.__name__]
         for v in enum:
             out.append(f"#define {prefix}_{v.name} {int(v)}u")
+    out.append("")
+    for i, p in enumerate(PARK_POLICIES):
+        out.append(f"#define DSU_PARK_{p.upper().replace('-', '_')} {i}u")
+    out.append(f"#define DSU_HOST_ROUND_END 0x{HOST_ROUND_END:06x}u")
     out += ["", "/* The firmware's configuration block, one 32-bit word per field in this order; "
             "the host", " * patches it in the image before loading (sim/harness/dsu.py). "
             "The firmware defines", " * `volatile struct dsu_config dsu_config = "
@@ -367,7 +440,10 @@ _STATUS_DOC = {
     Status.INTAKE_EMPTY: "ADMIT/REJECT with an empty intake FIFO",
     Status.BAD_BATCH: "ISSUE with a batch bit on a slot that is not ACTIVE",
     Status.READ_ONLY: "write to a read-only register",
-    Status.OUTCOME_FULL: "REJECT while the outcome FIFO is full",
+    Status.OUTCOME_FULL: "REJECT or FREE (with a reason) while the outcome FIFO is full",
+    Status.NOT_PARKED: "RESUME, FREE or MOVE on a slot that is not PARKED",
+    Status.FIFO_FULL: "MOVE or HCMD_PUSH while its FIFO is full",
+    Status.FIFO_EMPTY: "HCMD_POP with an empty host command FIFO",
 }
 
 

@@ -32,13 +32,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ...models.dsu import (ERROR, OK, PROFILES, TIMEOUT, Descriptor, DsuModel, DsuParams, Outcome,
-                          RequestSpec, Slot)
+from ...models.dsu import (ERROR, OK, PARK_POLICIES, PROFILES, TIMEOUT, Descriptor, DsuModel,
+                          DsuParams, Move, Outcome, RequestSpec, Session, Slot, run_sessions)
 from ...rtl.dsu.cluster import HOST_LOCAL_BASE
-from ...rtl.dsu.layouts import COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, OUTCOME_LAYOUT
+from ...rtl.dsu.layouts import (COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, MOVE_LAYOUT,
+                                OUTCOME_LAYOUT)
 from ...rtl.dsu.regmap import (BY_NAME, CONFIG_MAGIC, CONFIG_STRUCT, HEARTBEAT_LIMIT_RESET,
-                              MMIO_BASE, PROFILE_CODE, SLOT_BASE, SLOT_FIELDS, SLOT_STRIDE, Reason,
-                              Result, SlotState, c_header)
+                              HOST_ROUND_END, MMIO_BASE, PARK_POLICY_CODE, PROFILE_CODE, SLOT_BASE,
+                              SLOT_FIELDS, SLOT_STRIDE, HostCmd, MoveKind, Reason, Result,
+                              SlotState, c_header)
 from .firmware import FIRMWARE_DIR, REPO_ROOT, Firmware, build_firmware, elf_symbols
 from .streams import MemoryModel, Schedule, Sink, Source, drained
 
@@ -199,7 +201,8 @@ def firmware_words(fw: Firmware, config: dict | None = None) -> list[int]:
 
 
 # -- the environment ---------------------------------------------------------------------------
-STREAMS = ("intake", "descriptors", "completions", "outcomes")
+STREAMS = ("intake", "descriptors", "completions", "outcomes", "moves")
+MOVE_KINDS = {int(k): k.name.lower() for k in MoveKind}
 
 
 def stream_schedules(idle=None, backpressure=True) -> dict:
@@ -213,7 +216,7 @@ def stream_schedules(idle=None, backpressure=True) -> dict:
     if backpressure is True:
         s.update(descriptors=Schedule("random", p=0.75), completions=Schedule("random", p=0.8))
     elif backpressure is not False:
-        s["descriptors"] = s["outcomes"] = Schedule.of(backpressure)
+        s["descriptors"] = s["outcomes"] = s["moves"] = Schedule.of(backpressure)
     if idle is not None:
         s["intake"] = s["completions"] = Schedule.of(idle)
     return {k: v.to_json() for k, v in s.items()}
@@ -244,6 +247,10 @@ class DsuRunResult:
     max_cycles: int = 0
     estimate_cycles: int = 0
     wave: str | None = None
+    moves: list = field(default_factory=list)          # Move, in stream order (sessions)
+    golden_moves: list = field(default_factory=list)
+    ended: list = field(default_factory=list)          # every Outcome in stream order
+    golden_ended: list = field(default_factory=list)   # run_sessions' outcomes, in order
 
     def to_json(self):
         return {
@@ -259,6 +266,8 @@ class DsuRunResult:
             "faults_not_fired": [{"fault": f, "why": why} for f, why in self.faults_not_fired],
             "budget_exhausted": self.budget_exhausted, "max_cycles": self.max_cycles,
             "estimate_cycles": self.estimate_cycles, "wave": self.wave,
+            "moves": [asdict(m) for m in self.moves],
+            "ended": [asdict(o) for o in self.ended],
         }
 
 
@@ -271,10 +280,10 @@ class DsuEnv:
 
     INPUTS = ("run", "stall", "intake_valid", "intake_payload", "intake_end",
               "descriptors_ready", "completions_valid", "completions_payload", "outcomes_ready",
-              "host_addr", "host_wdata", "host_mask", "host_we", "host_valid")
+              "host_addr", "host_wdata", "host_mask", "host_we", "host_valid", "moves_ready")
     OUTPUTS = ("intake_ready", "descriptors_valid", "descriptors_payload", "completions_ready",
                "outcomes_valid", "outcomes_payload", "degraded", "round_busy", "round", "trap",
-               "host_ready", "host_rdata", "host_err")
+               "host_ready", "host_rdata", "host_err", "moves_valid", "moves_payload")
 
     def __init__(self, spec: dict):
         self.spec = spec
@@ -282,7 +291,11 @@ class DsuEnv:
         self.n_slots = spec["n_slots"]
         self.params = DsuParams(**spec["params"])
         self.requests = [RequestSpec(**r) for r in spec["requests"]]
-        self.todo = sorted(self.requests, key=lambda r: (r.arrival_step, r.id))
+        # sessions: the requests come in the model's intake order (a drop policy's resubmits
+        # before the round's arrivals); otherwise in (arrival, id) order
+        self.sessions = spec.get("sessions")
+        self.todo = list(self.requests) if self.sessions else \
+            sorted(self.requests, key=lambda r: (r.arrival_step, r.id))
         self.step_faults = {(s, sl): r for s, sl, r in spec["step_faults"]}
         self.hang = spec["hang"]
         self.badcomp = {(s, sl) for s, sl in spec.get("badcomp", [])}
@@ -294,13 +307,25 @@ class DsuEnv:
         seed = spec["seed"]
         self.intake = Source("intake", [
             _pack(INTAKE_LAYOUT, request=r.id, prompt=r.prompt_tokens, max_new=r.max_new_tokens,
-                  priority=r.priority, arrival=r.arrival_step) for r in self.todo],
+                  priority=r.priority, arrival=r.arrival_step, continues=int(r.continues))
+            for r in self.todo],
             sched["intake"], seed)
         self.desc_sink = Sink("descriptors", sched["descriptors"], seed)
         self.comp = MemoryModel(self.rng, 6, lambda tag, a: self.step_faults.get(tag) == ERROR,
                                 sched["completions"], name="completions", seed=seed,
                                 order="due")
         self.out_sink = Sink("outcomes", sched["outcomes"], seed)
+        self.move_sink = Sink("moves", sched.get("moves", sched["outcomes"]), seed)
+        self.moves = []                # Move, in stream order
+        self.ended = []                # Outcome, in stream order
+        # the host's session commands: round -> [(kind, args)], pushed when ROUND reaches
+        # that round, then HOST_ROUND = round + 1 (HOST_ROUND_END after the last)
+        self.host_cmds, self.host_next, self.host_last = {}, None, -1
+        if self.sessions:
+            for rnd, kind, args in self.sessions["host"]:
+                self.host_cmds.setdefault(rnd, []).append((kind, args))
+            self.host_next = 0
+            self.host_last = max(self.host_cmds, default=-1)
         self.comp_cur = None
         self.symbols = spec["symbols"]
         self.cycle = 0
@@ -386,6 +411,7 @@ class DsuEnv:
             d["completions_payload"] = _pack(COMPLETION_LAYOUT, slot=slot,
                                              result=int(Result.ERROR if err else Result.OK))
         d["outcomes_ready"] = self.out_sink.drive()
+        d["moves_ready"] = self.move_sink.drive()
         return d
 
     def commit(self, o):
@@ -426,10 +452,16 @@ class DsuEnv:
             p = self.out_sink.beats[-1]
             status = "completed" if p["status"] == 0 else "failed"
             reason = REASONS.get(p["reason"], "") if status == "failed" else ""
-            if p["request"] in self.outcomes:
+            if p["request"] in self.outcomes and not self.sessions:
                 self.errors.append(f"request {p['request']}: second outcome")
             self.outcomes[p["request"]] = Outcome(p["request"], status, p["tokens"], reason,
                                                   p["step"])
+            self.ended.append(self.outcomes[p["request"]])
+        if self.move_sink.sample(o["moves_valid"], lambda: _unpack(MOVE_LAYOUT,
+                                                                  o["moves_payload"])):
+            p = self.move_sink.beats[-1]
+            self.moves.append(Move(p["step"], p["request"], MOVE_KINDS.get(p["kind"], p["kind"]),
+                                   p["tokens"], p["slot"]))
         if self.host_cur is not None and o["host_ready"]:
             addr, wdata, cb = self.host_cur
             if o["host_err"]:
@@ -437,13 +469,17 @@ class DsuEnv:
             if cb:
                 cb(o["host_rdata"])
             self.host_cur = None
+        # the host's session commands for the next round, once the previous one has ended
+        if self.host_next is not None and self.run and self.takeover is None \
+                and o["round"] >= self.host_next and not self.host_ops and self.host_cur is None:
+            self._push_host_round()
         # end of run / takeover
         if self.takeover == "wait" and not o["round_busy"] and self.comp.idle \
                 and not self.host_ops and self.host_cur is None:
             self.takeover = "reading"
             self._start_takeover()
-        if self.takeover is None and not self.finishing and self.run and \
-                len(self.outcomes) == len(self.requests) and not o["round_busy"]:
+        if self.takeover is None and not self.finishing and self.run and self._all_ended() \
+                and not o["round_busy"]:
             self.finishing = True
             self._poll_exit()
         self.cycle += 1
@@ -454,6 +490,36 @@ class DsuEnv:
             self.done = True
         if not self.cycle & 1023 and (self.progress or self._progress_file):
             self._report_progress()
+
+    def _all_ended(self):
+        if not self.sessions:
+            return len(self.outcomes) == len(self.requests)
+        return self.host_next is None and len(self.ended) == self.sessions["outcomes"] \
+            and len(self.moves) == self.sessions["moves"]
+
+    def _push_host_round(self):
+        """Push round ``host_next``'s commands (HCMD_ARG0..2, HCMD_PUSH, each checked in
+        CMD_STATUS), then write HOST_ROUND."""
+        from ...rtl.dsu.regmap import Status
+        rnd = self.host_next
+        for kind, args in self.host_cmds.get(rnd, []):
+            if kind == "restore":
+                words = (args[0], 0, 0)
+            else:
+                rid, new, max_new, more = args
+                words = (rid | int(HostCmd.CONTINUE) << 16 | int(bool(more)) << 17, new, max_new)
+            for i, w in enumerate(words):
+                self.host_ops.append((self._reg(f"HCMD_ARG{i}"), w, None))
+            self.host_ops.append((self._reg("HCMD_PUSH"), 1, None))
+
+            def check(v, rnd=rnd, kind=kind, args=args):
+                if v != Status.OK:
+                    self.errors.append(f"host command {kind}{tuple(args)} of round {rnd}: "
+                                       f"CMD_STATUS {v}")
+            self._read(self._reg("CMD_STATUS"), check)
+        last = rnd >= self.host_last
+        self.host_ops.append((self._reg("HOST_ROUND"), HOST_ROUND_END if last else rnd + 1, None))
+        self.host_next = None if last else rnd + 1
 
     def progress_state(self):
         return {"cycle": self.cycle, "round": self.round, "outcomes": len(self.outcomes),
@@ -592,8 +658,11 @@ class DsuEnv:
         if self.takeover == "failed":
             return []                  # already an error: degraded without an injected hang
         if self.takeover is None:
-            self.out_sink.expect = len(self.requests)
-            return drained(self.intake, self.desc_sink, self.comp, self.out_sink)
+            self.out_sink.expect = self.sessions["outcomes"] if self.sessions else \
+                len(self.requests)
+            self.move_sink.expect = self.sessions["moves"] if self.sessions else 0
+            return drained(self.intake, self.desc_sink, self.comp, self.out_sink,
+                           self.move_sink)
         return drained(self.desc_sink, self.comp)
 
 
@@ -609,13 +678,14 @@ def _sim_amaranth(spec, cluster, progress=None, wave=None):
            "completions_payload": dut.completions.payload.as_value(),
            "outcomes_ready": dut.outcomes.ready, "host_addr": dut.host.addr,
            "host_wdata": dut.host.wdata, "host_mask": dut.host.mask, "host_we": dut.host.we,
-           "host_valid": dut.host.valid}
+           "host_valid": dut.host.valid, "moves_ready": dut.moves.ready}
     outs = {"intake_ready": dut.intake.ready, "descriptors_valid": dut.descriptors.valid,
             "descriptors_payload": dut.descriptors.payload.as_value(),
             "completions_ready": dut.completions.ready, "outcomes_valid": dut.outcomes.valid,
             "outcomes_payload": dut.outcomes.payload.as_value(), "degraded": dut.degraded,
             "round_busy": dut.round_busy, "round": dut.round, "trap": dut.trap,
-            "host_ready": dut.host.ready, "host_rdata": dut.host.rdata, "host_err": dut.host.err}
+            "host_ready": dut.host.ready, "host_rdata": dut.host.rdata, "host_err": dut.host.err,
+            "moves_valid": dut.moves.valid, "moves_payload": dut.moves.payload.as_value()}
 
     async def bench(ctx):
         while not env.done:
@@ -681,6 +751,7 @@ def _env_state(env):
     batches, lat, errors, n_rtl = env.result()
     return {"batches": [[asdict(d) for d in b] for b in batches],
             "outcomes": [asdict(o) for o in env.outcomes.values()], "latencies": lat,
+            "ended": [asdict(o) for o in env.ended], "moves": [asdict(m) for m in env.moves],
             "errors": errors, "rounds_rtl": n_rtl, "cycles": env.cycle,
             "degraded_cycle": env.degraded_cycle, "counters": env.counters,
             "exit_code": env.exit_code, "fw_error": env.fw_error, "dump": env.dump,
@@ -771,10 +842,12 @@ def _poll_progress(path, progress):
 
 def make_spec(fw, *, cores, n_slots, params=None, requests=(), step_faults=None, hang=None,
               config=None, seed=0, backpressure=True, max_cycles=2_000_000, dump=None,
-              idle=None, load_zeros=False, badcomp=(), mmio=()):
+              idle=None, load_zeros=False, badcomp=(), mmio=(), sessions=None):
     """The JSON-able description of one run that :class:`DsuEnv` executes (``idle`` and
     ``backpressure``: :func:`stream_schedules`; ``load_zeros``: load the image's zero words
-    too, for a run after another in the same simulation)."""
+    too, for a run after another in the same simulation; ``sessions``: ``{"host": [(round,
+    kind, args)], "outcomes": n, "moves": n}``, the host's commands (``run_sessions``) and
+    the counts to expect, with ``requests`` in the intake's order)."""
     params = params or DsuParams(n_slots=n_slots)
     symbols = {k: fw.symbols[k] for k in ("_exit_code", "fw_error", "fw_boot_cycles",
                                           "dsu_config", *(dump or {}))
@@ -787,7 +860,8 @@ def make_spec(fw, *, cores, n_slots, params=None, requests=(), step_faults=None,
             "backpressure": backpressure if isinstance(backpressure, bool)
             else Schedule.of(backpressure).to_json(),
             "streams": stream_schedules(idle, backpressure), "load_zeros": load_zeros,
-            "symbols": symbols, "image": firmware_words(fw, config), "dump": dict(dump or {})}
+            "symbols": symbols, "image": firmware_words(fw, config), "dump": dict(dump or {}),
+            "sessions": sessions}
 
 
 #: hardware field ranges of a request (intake payload, ``layouts.INTAKE_LAYOUT``): exclusive
@@ -807,7 +881,7 @@ CONFIG_LIMITS = {"n_slots": (1, 256), "cores": (1, 4), "max_retries": (0, 15),
 
 # -- cost model of a run (for budgets, estimates and refusals; docs/dsu.md "Run time") -------
 #: boot: cores' release to the firmware's first HEARTBEAT_LIMIT write (``fw_boot_cycles``)
-BOOT_CYCLES = {64: 4_359, 256: 16_455}
+BOOT_CYCLES = {64: 4_866, 256: 18_258}
 #: cycles of one round (its end to the next one's end), least-squares fits over 545 rounds of
 #: five 40-60 request workloads (8 slots, 1 core, default backpressure; median error 3-5 %,
 #: max 29 %): ``base + a * active + b * batch + c * admitted``, one fit while every active slot
@@ -860,6 +934,8 @@ class DsuPlan:
     firmware_slots: int
     counts: list             # per golden round: active, admitted, retired, blocked
     run_args: dict
+    #: sessions (``run_sessions``): the host's commands, every outcome and move in order
+    sessions: dict | None = None
 
     @property
     def rounds(self) -> int:
@@ -906,7 +982,8 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
              long_context_tokens=4096, max_retries=2, watchdog_limit=200,
              heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=None,
              intake_depth=4, firmware="scheduler", config_overrides=None, idle=None,
-             faults_strict=False, max_seconds=None) -> DsuPlan:
+             faults_strict=False, max_seconds=None, sessions=None, park_policy="keep",
+             lead=0) -> DsuPlan:
     """Validate a run and compute everything that needs no simulation (see :func:`run_dsu`
     for the arguments). Raises :class:`ValueError` (one line naming the bad argument) for
     anything the hardware or the firmware cannot take, and also when:
@@ -920,7 +997,12 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
       model spends time on it);
     * the schedule would take more than :data:`MAX_ROUNDS` rounds.
 
-    ``max_cycles=None``: the budget is twice the estimate plus 200,000 cycles."""
+    ``max_cycles=None``: the budget is twice the estimate plus 200,000 cycles.
+
+    ``sessions`` (a list of :class:`~tricut.models.dsu.Session`), ``park_policy`` and ``lead``:
+    the golden run is :func:`~tricut.models.dsu.run_sessions`; the host pushes its commands
+    round by round, and every batch, outcome (in order of the outcome stream: per round, as a
+    multiset) and move (in order) is compared."""
     if sim not in ("verilator", "amaranth"):
         raise ValueError(f"sim must be 'verilator' or 'amaranth', not {sim!r}")
     if profile not in PROFILES:
@@ -937,6 +1019,15 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
         if value is not None:
             _check_range(name, value, 1, (1 << 32) - 1)
     requests = list(requests)
+    if park_policy not in PARK_POLICIES:
+        raise ValueError(f"park_policy must be one of {', '.join(PARK_POLICIES)}, "
+                         f"not {park_policy!r}")
+    _check_range("lead", lead, 0, MAX_ROUNDS)
+    sessions = None if sessions is None else list(sessions)
+    if sessions is not None:
+        if not all(isinstance(x, Session) for x in sessions):
+            raise ValueError("sessions must be a list of models.dsu.Session")
+        requests = requests + [x.first for x in sessions]
     if len(requests) > MAX_REQUESTS:
         raise ValueError(f"{len(requests):,} requests: at most {MAX_REQUESTS:,} (request ids "
                          f"are 16 bits)")
@@ -955,9 +1046,13 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
                        max_batch=max_batch or n_slots,
                        latency_batch=latency_batch or max(1, n_slots // 4),
                        kv_capacity_tokens=kv_capacity_tokens,
-                       long_context_tokens=long_context_tokens, max_retries=max_retries)
+                       long_context_tokens=long_context_tokens, max_retries=max_retries,
+                       park_policy=park_policy)
     fault_list = parse_faults(faults) if isinstance(faults, str) else list(faults or [])
     step_faults, hang = _split_faults(fault_list)
+    if sessions is not None and hang is not None:
+        raise ValueError("a hang fault with sessions: the host takeover does not resume "
+                         "parked slots and host commands")
     for f in fault_list:
         if f.kind in STEP_KINDS and f.slot >= n_slots:
             raise ValueError(f"fault {f}: slot {f.slot} >= n_slots {n_slots}")
@@ -978,10 +1073,27 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
         raise ValueError(f"the run needs at least {low:,} cycles, at least {_dur(low / rate)} on "
                          f"{sim} (≈{rate:,.0f} cycles/s), more than the {_dur(max_seconds)} "
                          f"allowed")
+    sess = None
     try:
-        golden_batches, golden_outcomes, counts = _golden(requests, params, step_faults)
-    except RuntimeError as e:
+        if sessions is None:
+            golden_batches, golden_outcomes, counts = _golden(requests, params, step_faults)
+        else:
+            plain = requests[:len(requests) - len(sessions)]
+            golden_batches, golden_outcomes, counts, sess = _golden_sessions(
+                plain, sessions, params, step_faults, lead)
+            requests = sess.pop("intake")
+    except (RuntimeError, ValueError) as e:
         raise ValueError(f"golden model: {e}") from None
+    if sess is not None:
+        for r in requests:          # resubmitted turns (drop): the intake's fields too
+            for name, (lo, hi) in REQUEST_LIMITS.items():
+                if not lo <= getattr(r, name) < hi:
+                    raise ValueError(f"request {r.id} (a resubmitted turn): {name} "
+                                     f"{getattr(r, name):,} outside the hardware's field")
+        for rnd, kind, args in sess["host"]:
+            if kind == "continue" and not (args[1] < 1 << 24 and args[2] < 1 << 16):
+                raise ValueError(f"continue {args[0]} in round {rnd}: new_tokens < 2^24 and "
+                                 f"max_new_tokens < 2^16 (the host command's fields)")
     unfired = []
     for f in fault_list:
         if f.kind not in STEP_KINDS:
@@ -1000,6 +1112,8 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
                          + " [--faults-strict]")
     est = _estimate(golden_batches, counts, params, step_faults, hang, watchdog_limit,
                     heartbeat_limit, boot)
+    if sess is not None:   # the host's HOST_ROUND write per round, 6 accesses per command
+        est += 60 * len(golden_batches) + 40 * len(sess["host"])
     if max_cycles is not None and est > 2 * max_cycles:
         raise ValueError(f"the run needs about {est:,} cycles ({len(golden_batches):,} rounds), "
                          f"far more than --max-cycles {max_cycles:,}")
@@ -1012,7 +1126,7 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
                    params=params, faults=fault_list, step_faults=step_faults, hang=hang,
                    golden_batches=golden_batches, golden_outcomes=golden_outcomes,
                    faults_not_fired=unfired, estimate_cycles=est, max_cycles=budget,
-                   firmware_slots=fw_slots, counts=counts,
+                   firmware_slots=fw_slots, counts=counts, sessions=sess,
                    run_args=dict(kv_capacity_tokens=kv_capacity_tokens,
                                  long_context_tokens=long_context_tokens,
                                  max_retries=max_retries, watchdog_limit=watchdog_limit,
@@ -1036,7 +1150,8 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
             long_context_tokens=4096, max_retries=2, watchdog_limit=200,
             heartbeat_limit=50_000, seed=0, backpressure=True, max_cycles=None,
             intake_depth=4, firmware="scheduler", config_overrides=None, idle=None,
-            matrix=None, progress=None, wave=None, wave_window=None) -> DsuRunResult:
+            matrix=None, progress=None, wave=None, wave_window=None, sessions=None,
+            park_policy="keep", lead=0) -> DsuRunResult:
     """Run the cluster (``cores`` cores, ``n_slots`` slots) with the scheduler firmware on
     ``requests`` (:class:`~tricut.models.dsu.RequestSpec` list) and compare with
     :func:`tricut.models.dsu.run_schedule`.
@@ -1060,7 +1175,8 @@ def run_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veril
     plan = plan_dsu(requests, profile, cores, faults, sim, n_slots, max_batch, latency_batch,
                     kv_capacity_tokens, long_context_tokens, max_retries, watchdog_limit,
                     heartbeat_limit, seed, backpressure, max_cycles, intake_depth, firmware,
-                    config_overrides, idle)
+                    config_overrides, idle, sessions=sessions, park_policy=park_policy,
+                    lead=lead)
     if wave is not None and not hasattr(wave, "fmt"):
         from .waves import parse_wave_args
         wave = parse_wave_args(wave, wave_window)
@@ -1083,15 +1199,20 @@ def run_plan(plan: DsuPlan, matrix=None, progress=None, wave=None):
               "max_batch": params.max_batch, "latency_batch": params.latency_batch,
               "kv_capacity": a["kv_capacity_tokens"], "long_ctx": a["long_context_tokens"],
               "max_retries": a["max_retries"], "watchdog_limit": a["watchdog_limit"],
-              "heartbeat_limit": a["heartbeat_limit"]}
+              "heartbeat_limit": a["heartbeat_limit"],
+              "park_policy": PARK_POLICY_CODE[params.park_policy],
+              "sessions": int(plan.sessions is not None)}
     config.update(a["config_overrides"] or {})
+    sess = None if plan.sessions is None else {
+        "host": [[rnd, kind, list(args)] for rnd, kind, args in plan.sessions["host"]],
+        "outcomes": len(plan.sessions["ended"]), "moves": len(plan.sessions["moves"])}
     pairs = [(a["idle"], a["backpressure"])] if matrix is None else list(matrix)
     specs = [make_spec(fw, cores=plan.cores, n_slots=plan.n_slots, params=params,
                        requests=plan.requests, step_faults=plan.step_faults, hang=plan.hang,
                        config=config, seed=a["seed"], backpressure=b, idle=i,
                        max_cycles=plan.max_cycles, load_zeros=n > 0,
                        badcomp=[(f.step, f.slot) for f in plan.faults if f.kind == "badcomp"],
-                       mmio=[f.cycle for f in plan.faults if f.kind == "mmio"])
+                       mmio=[f.cycle for f in plan.faults if f.kind == "mmio"], sessions=sess)
              for n, (i, b) in enumerate(pairs)]
     cluster = DsuCluster(n_cores=plan.cores, n_slots=plan.n_slots,
                          intake_depth=a["intake_depth"], mem_bytes=MEM_BYTES)
@@ -1118,6 +1239,12 @@ def _run_result(state, plan, fw, wall):
     if plan.hang is None and state["exit_code"] != 0:
         diffs.append(f"firmware exit code {state['exit_code']!r}")
     diffs += compare(batches, outcomes, golden_batches, golden_outcomes)
+    ended = [Outcome(**o) for o in state.get("ended", [])]
+    moves = [Move(**m) for m in state.get("moves", [])]
+    golden_ended = plan.sessions["ended"] if plan.sessions else []
+    golden_moves = plan.sessions["moves"] if plan.sessions else []
+    if plan.sessions:
+        diffs += compare_sessions(ended, moves, golden_ended, golden_moves)
     # per-round counts from the golden model (admission happens before selection): active
     # slots, admissions, retirements and a blocked intake head (the fast model's inputs)
     counts = plan.counts
@@ -1153,7 +1280,9 @@ def _run_result(state, plan, fw, wall):
                         boot_cycles=state.get("boot_cycles", 0), hang_cycle=hang_cycle,
                         faults_fired=fired, faults_not_fired=not_fired,
                         budget_exhausted=state.get("budget_exhausted", False),
-                        max_cycles=plan.max_cycles, estimate_cycles=plan.estimate_cycles)
+                        max_cycles=plan.max_cycles, estimate_cycles=plan.estimate_cycles,
+                        moves=moves, golden_moves=golden_moves, ended=ended,
+                        golden_ended=golden_ended)
 
 
 def compare(batches, outcomes, golden_batches, golden_outcomes):
@@ -1170,6 +1299,69 @@ def compare(batches, outcomes, golden_batches, golden_outcomes):
             diffs.append(f"request {rid}: got {outcomes.get(rid)}, "
                          f"golden {golden_outcomes.get(rid)}")
     return diffs
+
+
+def compare_sessions(ended, moves, golden_ended, golden_moves):
+    """Differences between the observed outcomes (every one, turns included: per round as a
+    multiset, since completions come back in any order) and moves (in order) and
+    :func:`~tricut.models.dsu.run_sessions`'."""
+    diffs = []
+    key = lambda o: (o.step, o.request, o.status, o.tokens, o.reason)  # noqa: E731
+    got, want = sorted(ended, key=key), sorted(golden_ended, key=key)
+    for k in range(max(len(got), len(want))):
+        g = got[k] if k < len(got) else None
+        w = want[k] if k < len(want) else None
+        if g != w:
+            diffs.append(f"outcome {k} (by round): got {g}, golden {w}")
+            break
+    if len(got) != len(want):
+        diffs.append(f"{len(got)} outcomes, golden {len(want)}")
+    for k in range(max(len(moves), len(golden_moves))):
+        g = moves[k] if k < len(moves) else None
+        w = golden_moves[k] if k < len(golden_moves) else None
+        if g != w:
+            diffs.append(f"move {k}: got {g}, golden {w}")
+            break
+    if len(moves) != len(golden_moves):
+        diffs.append(f"{len(moves)} moves, golden {len(golden_moves)}")
+    return diffs
+
+
+def _golden_sessions(requests, sessions, params, faults, lead, max_rounds=MAX_ROUNDS):
+    """:func:`~tricut.models.dsu.run_sessions` and what the harness needs from it: every
+    batch, the last outcome per request, the per-round counts (as :func:`_golden`) and
+    ``{"host", "ended", "moves", "intake"}``: the host's commands, every outcome and move in
+    order, and every request the intake takes in the model's order (per round a drop
+    policy's resubmits, then that round's arrivals by id)."""
+    counts, state = [], {"retired": 0, "ended": 0}
+
+    def on_round(model, r):
+        n = sum(1 for o in model.outcomes.values() if o.step == r.number)
+        counts.append({"active": r.active, "admitted": r.admitted,
+                       "retired": state["retired"], "blocked": int(r.blocked)})
+        state["retired"] = n
+    batches, ended, moves, host = run_sessions(requests, sessions, params, faults, lead,
+                                               max_rounds, on_round)
+    firsts = [RequestSpec(x.first.id, x.first.prompt_tokens, x.first.max_new_tokens,
+                          x.first.arrival_step, x.first.priority, bool(x.turns))
+              for x in sessions]
+    originals = sorted(list(requests) + firsts, key=lambda r: (r.arrival_step, r.id))
+    intake, k = [], 0
+    by_round = {}
+    for rnd, kind, args in host:
+        if kind == "submit":
+            by_round.setdefault(rnd, []).append(args[0])
+    for rnd in sorted(set(by_round) | {r.arrival_step for r in originals}):
+        intake += by_round.get(rnd, [])
+        while k < len(originals) and originals[k].arrival_step <= rnd:
+            intake.append(originals[k])
+            k += 1
+    last = {}
+    for o in ended:
+        last[o.request] = o
+    host_cmds = [(rnd, kind, args) for rnd, kind, args in host if kind != "submit"]
+    return batches, last, counts, {"host": host_cmds, "ended": ended, "moves": moves,
+                                   "intake": intake}
 
 
 def _fmt(batch):

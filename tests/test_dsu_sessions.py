@@ -1,0 +1,199 @@
+# amaranth: UnusedElaboratable=no
+"""Parked slots (agentic sessions) on the RTL: the cluster running the scheduler firmware
+against ``models/dsu.run_sessions``, every batch, outcome and move equal round by round, under
+each park policy, in Amaranth's simulator (short runs) and on Verilator (cocotb): seeded
+sessions and the named edge cases (a restore that does not fit, a continue queued before its
+restore is served, every slot parked, a continue that can never fit). docs/dsu.md, "Parked
+slots"."""
+
+import random
+
+import pytest
+
+from tricut.models.dsu import PARK_POLICIES, RequestSpec, Session, SessionTurn, run_sessions
+from tricut.rtl.dsu import regmap
+from tricut.sim.harness.dsu import plan_dsu, run_dsu
+
+
+def _sessions(rng, n_plain, n_sessions, first_id=0, arrival_span=4):
+    reqs = [RequestSpec(first_id + i, rng.choice([3, 7, 12, 30, 60]) + rng.randint(0, 3),
+                        rng.randint(1, 4), arrival_step=rng.randint(0, arrival_span),
+                        priority=rng.randint(0, 3)) for i in range(n_plain)]
+    sess = []
+    for k in range(n_sessions):
+        first = RequestSpec(first_id + 100 + k, rng.choice([5, 10, 20, 40]), rng.randint(1, 3),
+                            arrival_step=rng.randint(0, arrival_span), priority=rng.randint(0, 3))
+        turns = tuple(SessionTurn(rng.randint(1, 4), rng.randint(0, 12), rng.randint(1, 3))
+                      for _ in range(rng.randint(1, 3)))
+        sess.append(Session(first, turns))
+    return reqs, sess
+
+
+def _check(res, policy):
+    assert res.differences == [], res.differences[:6]
+    assert res.ended and len(res.ended) == len(res.golden_ended)
+    assert res.moves == res.golden_moves
+    kinds = {m.kind for m in res.moves}
+    allowed = {"keep": {"drop"}, "park": {"park", "restore", "drop"},
+               "park-early": {"park", "restore", "drop"}, "drop": {"drop"}}[policy]
+    assert kinds <= allowed                 # "drop" under keep/park: a continue too large
+    assert policy == "keep" or kinds
+    assert res.degraded_cycle is None
+
+
+def test_regmap_parked_codes():
+    assert regmap.SlotState.PARKED == 3
+    assert [k.name for k in regmap.MoveKind] == ["PARK", "RESTORE", "DROP"]
+    assert tuple(regmap.PARK_POLICY_CODE) == PARK_POLICIES
+    header = regmap.c_header()
+    for text in ("#define DSU_SLOT_ST_PARKED 3u", "#define DSU_MOVE_DROP 2u",
+                 "#define DSU_PARK_PARK_EARLY 2u", "#define DSU_HOST_ROUND_END 0xffffffu",
+                 "#define DSU_SLOT_CONTINUES 12u"):
+        assert text in header
+
+
+def test_plan_with_sessions_is_run_sessions():
+    rng = random.Random(7)
+    reqs, sess = _sessions(rng, 4, 3)
+    plan = plan_dsu(reqs, "fairness-opt", n_slots=4, kv_capacity_tokens=150, sessions=sess,
+                    park_policy="drop", lead=1, sim="amaranth")
+    batches, ended, moves, host = run_sessions(reqs, sess, plan.params, {}, 1)
+    assert plan.golden_batches == batches
+    assert plan.sessions["ended"] == ended and plan.sessions["moves"] == moves
+    assert plan.sessions["host"] == [h for h in host if h[1] != "submit"]
+    resubmits = [h[2][0] for h in host if h[1] == "submit"]
+    assert resubmits and all(r in plan.requests for r in resubmits)
+    assert len(plan.requests) == len(reqs) + len(sess) + len(resubmits)
+    with pytest.raises(ValueError, match="park_policy"):
+        plan_dsu(reqs, sessions=sess, park_policy="evict", sim="amaranth")
+    with pytest.raises(ValueError, match="hang fault with sessions"):
+        plan_dsu(reqs, sessions=sess, faults="hang:cycle=5", sim="amaranth")
+
+
+@pytest.mark.parametrize("policy", PARK_POLICIES)
+def test_sessions_match_golden_amaranth(policy):
+    rng = random.Random(31)
+    reqs, sess = _sessions(rng, 2, 2, arrival_span=2)
+    res = run_dsu(reqs, "throughput-opt", sim="amaranth", n_slots=4, kv_capacity_tokens=200,
+                  sessions=sess, park_policy=policy, lead=1, seed=31)
+    _check(res, policy)
+
+
+def _edge_cases():
+    """(name, policy, requests, sessions, kwargs, a check of the golden run that the case
+    is what its name says)."""
+    cases = []
+    # a restore that does not fit: requests 1 and 2 hold 50 of 55 tokens when session 5 (14
+    # tokens in G2) asks for its restore; the restore and the continue behind it wait
+    reqs = [RequestSpec(1, 30, 10, arrival_step=0), RequestSpec(2, 5, 5, arrival_step=2)]
+    sess = [Session(RequestSpec(5, 12, 2, 0), (SessionTurn(2, 2, 2),))]
+
+    def restore_waits(host, moves):
+        asked = next(r for r, k, _ in host if k == "restore")
+        done = next(m.round for m in moves if m.kind == "restore")
+        return done > asked
+    cases.append(("restore_does_not_fit", "park", reqs, sess,
+                  dict(kv_capacity_tokens=55), restore_waits))
+    # a continue queued before its restore is served (park-early with a lead: the restore
+    # is asked early but cannot fit; the continue arrives and waits behind it)
+    reqs = [RequestSpec(1, 30, 7, arrival_step=0), RequestSpec(2, 3, 5, arrival_step=2)]
+    sess = [Session(RequestSpec(5, 16, 2, 0), (SessionTurn(4, 2, 2), SessionTurn(1, 1, 1)))]
+
+    def continue_before_restore(host, moves):
+        cont = next(r for r, k, _ in host if k == "continue")
+        return next(m.round for m in moves if m.kind == "restore") > cont
+    cases.append(("continue_before_restore", "park-early", reqs, sess,
+                  dict(kv_capacity_tokens=55, lead=2), continue_before_restore))
+    # every slot parked: two slots, two sessions on long tools, a request that must wait
+    reqs = [RequestSpec(1, 5, 2, arrival_step=3)]
+    sess = [Session(RequestSpec(5, 8, 1, 0), (SessionTurn(6, 1, 2),)),
+            Session(RequestSpec(6, 9, 2, 0), (SessionTurn(5, 2, 1),))]
+
+    def all_parked(host, moves):
+        return True                      # checked through the model's rounds below
+    cases.append(("every_slot_parked", "keep", reqs, sess, dict(n_slots=2), all_parked))
+    # a continue that can never fit: failed "too large", its KV dropped, its slot freed
+    reqs = [RequestSpec(1, 5, 2, arrival_step=0)]
+    sess = [Session(RequestSpec(5, 8, 2, 0), (SessionTurn(1, 70, 5), SessionTurn(1, 1, 1)))]
+
+    def too_large(host, moves):
+        return any(m.kind == "drop" for m in moves)
+    cases.append(("continue_too_large", "park", reqs, sess, dict(kv_capacity_tokens=60),
+                  too_large))
+    return cases
+
+
+EDGE = {c[0]: c for c in _edge_cases()}
+
+
+@pytest.mark.parametrize("name", list(EDGE))
+def test_edge_case_golden_is_what_it_says(name):
+    from tricut.models.dsu import DsuParams
+    _, policy, reqs, sess, kw, check = EDGE[name]
+    params = DsuParams(n_slots=kw.get("n_slots", 4), max_batch=kw.get("n_slots", 4),
+                       kv_capacity_tokens=kw.get("kv_capacity_tokens", 1 << 20),
+                       park_policy=policy)
+    rounds = []
+    _, ended, moves, host = run_sessions(reqs, sess, params, {}, kw.get("lead", 0),
+                                         on_round=lambda m, r: rounds.append(r))
+    assert check(host, moves)
+    if name == "every_slot_parked":
+        assert any(r.parked == params.n_slots and r.blocked and not r.batch for r in rounds)
+    if name == "continue_too_large":
+        assert any(o.request == 5 and o.reason == "too large" for o in ended)
+
+
+def _run_edge(name, sim):
+    _, policy, reqs, sess, kw, _check_golden = EDGE[name]
+    kw = dict(kw)
+    n_slots = kw.pop("n_slots", 4)
+    return policy, run_dsu(reqs, "throughput-opt", sim=sim, n_slots=n_slots, sessions=sess,
+                           park_policy=policy, **kw)
+
+
+@pytest.mark.parametrize("name", ["restore_does_not_fit", "continue_too_large"])
+def test_edge_cases_amaranth(name):
+    policy, res = _run_edge(name, "amaranth")
+    assert res.differences == [], res.differences[:6]
+    assert res.moves == res.golden_moves
+
+
+# -- Verilator: every edge case, seeded sessions x policies x profiles, faults, 4 cores -----------
+@pytest.mark.parametrize("name", list(EDGE))
+def test_edge_cases_verilator(name):
+    policy, res = _run_edge(name, "verilator")
+    assert res.differences == [], res.differences[:6]
+    assert res.moves == res.golden_moves
+
+
+@pytest.mark.parametrize("policy, profile, cores, seed", [
+    ("keep", "fairness-opt", 1, 41), ("park", "throughput-opt", 4, 42),
+    ("park-early", "latency-opt", 1, 43), ("drop", "fairness-opt", 4, 44),
+    ("park", "latency-opt", 1, 45), ("keep", "throughput-opt", 1, 46),
+])
+def test_sessions_match_golden_verilator(policy, profile, cores, seed):
+    rng = random.Random(seed)
+    reqs, sess = _sessions(rng, 8, 5, arrival_span=6)
+    picks = {(rng.randrange(8), rng.randrange(12)): rng.choice(["error", "timeout"])
+             for _ in range(3)}
+    faults = ",".join(f"{k}:slot={s}:step={t}" for (s, t), k in sorted(picks.items()))
+    res = run_dsu(reqs, profile, cores=cores, sim="verilator", n_slots=8, max_batch=5,
+                  latency_batch=3, kv_capacity_tokens=300, long_context_tokens=40,
+                  max_retries=1, faults=faults, sessions=sess, park_policy=policy, lead=2,
+                  seed=seed)
+    _check(res, policy)
+    assert res.counters["descriptors"] == sum(len(b) for b in res.batches)
+
+
+def test_wrong_firmware_park_policy_is_caught_amaranth():
+    """The firmware keeps the KV in HBM (keep) while the model and host park it: the host's
+    restore names a slot whose KV is not in G2, the firmware stops with E_HCMD, the
+    heartbeat watchdog degrades the unit and the run is reported different."""
+    reqs = [RequestSpec(1, 5, 2, arrival_step=0)]
+    sess = [Session(RequestSpec(5, 8, 2, 0), (SessionTurn(1, 1, 1),))]
+    res = run_dsu(reqs, "throughput-opt", sim="amaranth", n_slots=4, sessions=sess,
+                  park_policy="park", config_overrides={"park_policy": 0},
+                  heartbeat_limit=3000, max_cycles=30_000)
+    assert res.differences
+    assert res.fw_error == (15 << 8) | 0xFE          # E_HCMD: restore of a slot not in G2
+    assert res.degraded_cycle is not None
