@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parent.parent
 GRID_REL = "sweeps/example_70b.toml"
 GRID = ROOT / GRID_REL
@@ -261,15 +263,6 @@ def report(grid, rows, summary: dict, script_s: float, side: dict, command: str,
     return "\n".join(lines) + "\n"
 
 
-def write_section(doc: Path, begin: str, end: str, body: str) -> None:
-    """Replace the text between the two marker lines of ``doc`` with ``body``."""
-    text = doc.read_text(encoding="utf-8")
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < i:
-        raise SystemExit(f"{SCRIPT}: {doc.relative_to(ROOT)} has no {begin} ... {end} markers")
-    doc.write_text(text[:i + len(begin)] + "\n" + body + text[j:], encoding="utf-8")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=2, help="tricut sweep --workers (default: %(default)s)")
@@ -305,7 +298,7 @@ def main(argv=None) -> int:
                     raise SystemExit(f"sweep_example: expected one {kind} figure, got {found}")
                 (ROOT / FIGURES[kind]).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(found[0], ROOT / FIGURES[kind])
-            write_section(DOC, BEGIN, END, text)
+            write_section(DOC, BEGIN, END, text, SCRIPT)
             print(f"wrote docs/sweeps.md (example), {FIGURES['pareto']}, {FIGURES['heatmap']}", file=sys.stderr)
     print(f"sweep_example: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

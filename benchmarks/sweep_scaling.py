@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parent.parent
 GRID = ROOT / "sweeps" / "scaling32.toml"
 DOC = ROOT / "docs" / "sweeps.md"
@@ -196,15 +198,6 @@ def report(m: dict, repeat: int, command: str, load: tuple[float, float]) -> str
     return "\n".join(lines) + "\n"
 
 
-def write_section(doc: Path, begin: str, end: str, body: str) -> None:
-    """Replace the text between the two marker lines of ``doc`` with ``body``."""
-    text = doc.read_text(encoding="utf-8")
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < i:
-        raise SystemExit(f"{SCRIPT}: {doc.relative_to(ROOT)} has no {begin} ... {end} markers")
-    doc.write_text(text[:i + len(begin)] + "\n" + body + text[j:], encoding="utf-8")
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3, metavar="K",
@@ -221,7 +214,7 @@ def main(argv=None) -> int:
     print(text)
     print(f"sweep_scaling: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if args.write:
-        write_section(DOC, BEGIN, END, text)
+        write_section(DOC, BEGIN, END, text, SCRIPT)
         print("wrote docs/sweeps.md (scaling)", file=sys.stderr)
     return 0
 

@@ -1,0 +1,18 @@
+"""The one way a benchmark script rewrites its section of a docs page: the text between two
+marker lines (e.g. ``<!-- scaling:begin -->`` / ``<!-- scaling:end -->``) is replaced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_section(doc: Path, begin: str, end: str, body: str, script: str) -> None:
+    """Replace the text between the marker lines ``begin`` and ``end`` of ``doc`` with
+    ``body``; a page without them stops ``script`` with one line."""
+    text = doc.read_text(encoding="utf-8")
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{script}: {doc.relative_to(ROOT)} has no {begin} ... {end} markers")
+    doc.write_text(text[:i + len(begin)] + "\n" + body + text[j:], encoding="utf-8")
