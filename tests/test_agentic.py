@@ -170,3 +170,15 @@ def test_compare_runs_every_park_policy_on_the_sample(capsys, tmp_path):
     assert code == 0, cap.err
     one = json.loads(cap.out)
     assert one["park_policy"] == "park" and one["turns"] == 69
+
+
+def test_a_continued_turn_takes_nothing_from_the_prefix_cache():
+    """Only whole prompts (turn 0, and every turn under drop) can hit the prefix cache: a
+    continued turn's context is its own slot's KV and its input is its own. With a cache the
+    keep run saves exactly the shared system-prompt blocks of turns 0 (1,024 tokens each, but
+    for the first session, which fills the cache)."""
+    sessions = _sessions(n=6, turns=3)
+    plain = _run(sessions, "keep").summary
+    cached = _run(sessions, "keep", prefix_cache_tokens=200_000).summary
+    saved = plain["prefill_tokens"] - cached["prefill_tokens"]
+    assert saved == cached["prefill_tokens_saved"] - plain["prefill_tokens_saved"] == 5 * 1024

@@ -491,3 +491,15 @@ def test_ledger_check_against_the_simulator_and_capacity():
         TierLedger(bytes_per_token=-1)
     with pytest.raises(ValueError):
         TierLedger(bytes_per_token=1, capacity={"G9": 1})
+
+
+def test_ledger_retires_only_a_session_that_holds_nothing():
+    from tricut.sim.fast.kv_tiers import LedgerError, TierLedger
+    led = TierLedger(1.0)
+    led.add("a", "G1", 10)
+    with pytest.raises(LedgerError, match="retired while it holds"):
+        led.retire("a")
+    led.drop_all("a")
+    led.retire("a")
+    assert led.sessions() == [] and led.retired == 1
+    led.check()

@@ -192,7 +192,10 @@ class _SessionRun(_Run):
 
     # -- prefill: cached prefix blocks are not recomputed; a continued turn extends its context --------
     def _cached(self, r: Request) -> int:
-        if self.cache is None or not r.prefix_hashes:
+        """Prompt tokens whose KV the prefix cache holds. A continued turn's context is its own
+        slot's KV already (counted as saved there); its new input is the session's own, so it
+        takes nothing from the cache."""
+        if self.cache is None or not r.prefix_hashes or self._continued(self.turns[r.id]):
             return 0
         return min(self.cache.lookup(r.prefix_hashes) * self.cache.block_tokens, r.prompt_tokens - 1)
 
@@ -266,6 +269,7 @@ class _SessionRun(_Run):
         if last or self.opts.park_policy == "drop":       # the DSU freed the slot: its KV is dropped
             self.ledger.drop_all(s.id)
         if last:
+            self.ledger.retire(s.id)
             return
         nxt = self._new_turn(s, t.k + 1)
         nxt.ready_s = at + s.turns[t.k + 1].gap_s

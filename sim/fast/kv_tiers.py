@@ -252,6 +252,7 @@ class TierLedger:
         self.tokens_moved: dict[tuple[str, str], int] = {k: 0 for k in self.bytes_moved}
         self.tokens_dropped: dict[str, int] = {t: 0 for t in self.tiers}
         self.tokens_added: dict[str, int] = {t: 0 for t in self.tiers}
+        self.retired = 0             # sessions forgotten by retire()
 
     def _tier(self, tier: str) -> str:
         if tier not in self.tiers:
@@ -323,6 +324,17 @@ class TierLedger:
         for tier, n in out.items():
             self.drop(session, tier, n)
         return out
+
+    def retire(self, session: Hashable) -> None:
+        """Forget a session that ended and holds nothing (its adds and drops balance), so that
+        the per-step checks and totals walk only the live sessions."""
+        held = self._held.get(session)
+        if held is None:
+            return
+        if any(held.values()) or self._added[session] != self._dropped[session]:
+            raise LedgerError(f"session {session!r} retired while it holds {held}")
+        del self._held[session], self._added[session], self._dropped[session]
+        self.retired += 1
 
     # --- queries ---
     def held(self, session: Hashable) -> dict[str, int]:
