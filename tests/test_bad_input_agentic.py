@@ -69,6 +69,7 @@ CASES = [
     ("simulate", "restore-lead-negative", ["--sessions", SAMPLE, "--restore-lead", "-1"], "argument --restore-lead"),
     ("simulate", "chunked", ["--sessions", SAMPLE, "--prefill", "chunked"], "not chunked"),
     ("simulate", "concurrency", ["--sessions", SAMPLE, "--concurrency", "4"], "--concurrency does not apply to sessions"),
+    ("simulate", "limit-with-sessions", ["--sessions", SAMPLE, "--limit", "5"], "--limit does not apply to sessions"),
     ("simulate", "prefix-cache-negative", ["--sessions", SAMPLE, "--prefix-cache-tokens", "-5"],
      "argument --prefix-cache-tokens"),
     ("simulate", "prefix-cache-too-big", ["--sessions", SAMPLE, "--prefix-cache-tokens", "10000000000"],

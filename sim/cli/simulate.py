@@ -480,9 +480,11 @@ def session_mode(args) -> bool:
         if args.tiers != "none":
             raise InputError("--tiers applies to agentic sessions (--sessions, --agentic) or a prefix cache")
         return False
-    for flag, value in (("--concurrency", args.concurrency), ("--limit" if args.trace is None else None, args.limit),
-                        ("--trace-format" if args.trace is None else None, args.trace_format)):
-        if flag and value is not None:
+    flags = [("--concurrency", args.concurrency)]
+    if args.trace is None:           # a trace with a prefix cache keeps its own --limit and format
+        flags += [("--limit", args.limit), ("--trace-format", args.trace_format)]
+    for flag, value in flags:
+        if value is not None:
             raise InputError(f"{flag} does not apply to sessions")
     if args.prefill == "chunked":
         raise InputError("sessions run with --prefill disaggregated or colocated, not chunked")

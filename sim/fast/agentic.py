@@ -122,7 +122,6 @@ class _SessionRun(_Run):
         self.kv_bytes = step_model.kv_token_bytes        # per token, this GPU's shard
         self.ledger = TierLedger(self.kv_bytes)
         self.move_bytes = 0.0              # HBM bytes of tier moves not yet charged to a step
-        self.moved = {"hbm->g2": 0.0, "g2->hbm": 0.0}
         self.prefill_tokens = 0            # prompt tokens prefilled
         self.prefill_saved = 0             # prompt tokens not prefilled: cached prefix blocks, kept context
         self.flops_saved = 0.0             # prefill FLOPs those tokens would have cost (the TP group)
@@ -289,11 +288,9 @@ class _SessionRun(_Run):
             nbytes = mv.tokens * self.kv_bytes
             if mv.kind == "park":
                 self.ledger.move(s.id, HBM, G2, mv.tokens)
-                self.moved["hbm->g2"] += nbytes
                 self.move_bytes += nbytes
             elif mv.kind == "restore":
                 self.ledger.move(s.id, G2, HBM, mv.tokens)
-                self.moved["g2->hbm"] += nbytes
                 self.move_bytes += nbytes
                 nxt = max((t for t in self.turns.values() if t.session.id == s.id), key=lambda t: t.k)
                 self._event(self.t + transfer_time_s(nbytes, self.opts.g2), "restored", nxt.tid)
@@ -403,7 +400,7 @@ def _result(run: _SessionRun, ttft_slo_s, tpot_slo_s) -> AgenticResult:
         hbm_kv_bytes_peak=float((active + parked).max() * run.kv_bytes),
         parked_hbm_kv_bytes_peak=float(parked.max() * run.kv_bytes),
         g2_kv_bytes_peak=float(g2_tokens.max() * run.kv_bytes),
-        bytes_hbm_to_g2=run.moved["hbm->g2"], bytes_g2_to_hbm=run.moved["g2->hbm"],
+        bytes_hbm_to_g2=run.ledger.bytes_moved[(HBM, G2)], bytes_g2_to_hbm=run.ledger.bytes_moved[(G2, HBM)],
         prefix_hit_rate=run.cache.hit_rate if run.cache is not None else 0.0,
         prefill_tokens=run.prefill_tokens, prefill_tokens_saved=run.prefill_saved,
         prefill_flops_saved=run.flops_saved,

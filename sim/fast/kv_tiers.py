@@ -282,6 +282,15 @@ class TierLedger:
         self._added[session] += tokens
         self.tokens_added[tier] += tokens
 
+    def _take(self, session: Hashable, tier: str, tokens: int, what: str) -> dict | None:
+        """``session``'s counts, after checking it holds ``tokens`` in ``tier``
+        (:class:`LedgerError` naming ``what`` otherwise)."""
+        held = self._held.get(session)
+        have = held[tier] if held else 0
+        if tokens > have:
+            raise LedgerError(f"session {session!r}: cannot {what}: it holds {have} there")
+        return held
+
     def move(self, session: Hashable, from_tier: str, to_tier: str, tokens: int) -> None:
         """Move ``tokens`` of ``session``'s KV from one tier to another (a park, a restore, a
         spill). Moving more than the session holds there raises :class:`LedgerError`."""
@@ -290,11 +299,7 @@ class TierLedger:
         if from_tier == to_tier:
             raise ValueError(f"a move needs two different tiers, got {from_tier!r} twice")
         tokens = self._count(tokens)
-        held = self._held.get(session)
-        have = held[from_tier] if held else 0
-        if tokens > have:
-            raise LedgerError(f"session {session!r}: cannot move {tokens} tokens from {from_tier} "
-                              f"to {to_tier}: it holds {have} there")
+        held = self._take(session, from_tier, tokens, f"move {tokens} tokens from {from_tier} to {to_tier}")
         if tokens == 0:
             return
         held[from_tier] -= tokens
@@ -307,11 +312,7 @@ class TierLedger:
         session ended). Dropping more than it holds there raises :class:`LedgerError`."""
         self._tier(tier)
         tokens = self._count(tokens)
-        held = self._held.get(session)
-        have = held[tier] if held else 0
-        if tokens > have:
-            raise LedgerError(f"session {session!r}: cannot drop {tokens} tokens from {tier}: "
-                              f"it holds {have} there")
+        held = self._take(session, tier, tokens, f"drop {tokens} tokens from {tier}")
         if tokens == 0:
             return
         held[tier] -= tokens

@@ -1308,23 +1308,23 @@ def compare_sessions(ended, moves, golden_ended, golden_moves):
     diffs = []
     key = lambda o: (o.step, o.request, o.status, o.tokens, o.reason)  # noqa: E731
     got, want = sorted(ended, key=key), sorted(golden_ended, key=key)
+    diffs += _first_difference("outcome", " (by round)", got, want)
+    diffs += _first_difference("move", "", moves, golden_moves)
+    return diffs
+
+
+def _first_difference(what: str, order: str, got: list, want: list) -> list[str]:
+    """The first position where two lists differ, and a count mismatch, as messages."""
+    out = []
     for k in range(max(len(got), len(want))):
         g = got[k] if k < len(got) else None
         w = want[k] if k < len(want) else None
         if g != w:
-            diffs.append(f"outcome {k} (by round): got {g}, golden {w}")
+            out.append(f"{what} {k}{order}: got {g}, golden {w}")
             break
     if len(got) != len(want):
-        diffs.append(f"{len(got)} outcomes, golden {len(want)}")
-    for k in range(max(len(moves), len(golden_moves))):
-        g = moves[k] if k < len(moves) else None
-        w = golden_moves[k] if k < len(golden_moves) else None
-        if g != w:
-            diffs.append(f"move {k}: got {g}, golden {w}")
-            break
-    if len(moves) != len(golden_moves):
-        diffs.append(f"{len(moves)} moves, golden {len(golden_moves)}")
-    return diffs
+        out.append(f"{len(got)} {what}s, golden {len(want)}")
+    return out
 
 
 def _golden_sessions(requests, sessions, params, faults, lead, max_rounds=MAX_ROUNDS):
