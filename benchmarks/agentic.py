@@ -23,6 +23,16 @@ in arrival order (what the simulator's cache does under disaggregated prefill; c
 the simulator on the trace's first requests), because the session simulator is slow on
 12,031 one-turn sessions (24 s for the first 2,000 on this machine).
 
+**Prefix blocks spilled to G3.5.** The same sample with a small HBM prefix cache whose evicted
+blocks spill to grace-hopper's G3.5 (``--prefix-spill G3.5``), through the simulator, and the
+full trace replayed with an HBM cache plus a G3.5 level; a G3.5 fetch of one 512-token block
+against recomputing it.
+
+**Tier capacity.** The main workload at :data:`CAPACITY_N` sessions with park over NVLink-C2C on
+h100-sxm5 when G2 is smaller than Grace's (:data:`G2_CAPACITIES_GIB`, a tier file written for
+the run), with and without the G3 NVMe tier: where parks go (G2, G3, dropped and recomputed) and
+what it costs the later turns.
+
 **Figures.** One ``tricut compare --park-policies all --plot`` run (:data:`FIGURE_ARGS`).
 
 ``--write`` copies the figures to docs/figures/agentic_turn_ttft_cdf.png and
@@ -84,7 +94,15 @@ FIGURE_ARGS = ["compare", "--model", MODEL, "--tp", str(TP), "--gpu", "h100-sxm5
                SPEC.format(n=FIGURE_N), "--tiers", "hgx-pcie", "--park-policies", "all",
                "--prefill", "disaggregated", "--slots", "512", "--max-batch", "512", "--no-progress", "--json"]
 
-MARKS = {"main": "agentic:main", "prefix": "agentic:prefix", "figures": "agentic:figures"}
+#: prefix spill: the HBM cache's size on the sample (simulated) and on the full trace (replayed)
+SPILL_SAMPLE_CACHE = 65_536
+SPILL_FULL_CACHE = 2_800_000
+#: tier capacity: sessions, and the G2 sizes (GiB per GPU) tried
+CAPACITY_N = 48
+G2_CAPACITIES_GIB = (447.03, 32.0, 8.0)
+
+MARKS = {"main": "agentic:main", "prefix": "agentic:prefix", "capacity": "agentic:capacity",
+         "figures": "agentic:figures"}
 RESULTS_MARK = "agentic:claims"
 
 
@@ -152,25 +170,27 @@ def hash_lists(path: Path) -> list[dict]:
     return rows
 
 
-def replay(rows: list[dict], capacity) -> dict:
+def replay(rows: list[dict], capacity, lower=0) -> dict:
     """The simulator's prefix cache under disaggregated prefill: per request, in arrival order, a
     lookup (the cached leading blocks, at most prompt - 1 tokens, are not prefilled) and then an
-    insert of the request's blocks."""
+    insert of the request's blocks. ``lower``: tokens of a spill level below HBM."""
     from tricut.sim.fast.kv_tiers import PrefixCache
-    cache, saved, tokens = PrefixCache(capacity), 0, 0
+    cache, saved, tokens = PrefixCache(capacity, lower_tokens=lower), 0, 0
     for r in rows:
         h = r["hash_ids"]
         saved += min(cache.lookup(h) * cache.block_tokens, r["input_length"] - 1) if h else 0
         if h:
             cache.insert(h)
         tokens += r["input_length"]
-    return {"capacity": capacity, "hit_rate": cache.hit_rate, "saved": saved, "prompt_tokens": tokens}
+    return {"capacity": capacity, "lower": lower, "hit_rate": cache.hit_rate, "saved": saved,
+            "prompt_tokens": tokens, "lower_hits": cache.lower_hit_blocks, "lookups": cache.lookups_blocks}
 
 
-def sim_prefix(trace: str, cache: int, gpu: str, limit: int | None = None) -> dict:
+def sim_prefix(trace: str, cache: int, gpu: str, limit: int | None = None, spill: str | None = None) -> dict:
     from tricut.sim.cli.simulate import prepared_run
     argv = ["--model", MODEL, "--tp", str(TP), "--gpu", gpu, "--trace", trace, "--prefill", "disaggregated",
-            "--prefix-cache-tokens", str(cache), "--no-progress"] + (["--limit", str(limit)] if limit else [])
+            "--prefix-cache-tokens", str(cache), "--no-progress"] + (["--limit", str(limit)] if limit else []) \
+        + (["--tiers", "grace-hopper", "--prefix-spill", spill] if spill else [])
     t0 = time.perf_counter()
     _, setup, s = prepared_run(argv)
     s = dict(s)
@@ -188,6 +208,8 @@ def prefix_reuse() -> dict:
                      "budget": None,
                      "replay": [replay(sample, c) for c in SAMPLE_CACHES if c]}
     out["sample"]["budget"] = out["sample"]["runs"][0]["budget"]
+    out["sample"]["spill"] = sim_prefix(SAMPLE, SPILL_SAMPLE_CACHE, "h100-sxm5", spill="G3.5")
+    out["sample"]["spill_replay"] = replay(sample, SPILL_SAMPLE_CACHE, g35_tokens())
     full = ROOT / FULL
     if full.exists():
         rows = hash_lists(full)
@@ -195,8 +217,63 @@ def prefix_reuse() -> dict:
         out["full"] = {"requests": len(rows), "bound": physical_bound(r["hash_ids"] for r in rows),
                        "prompt_tokens": sum(r["input_length"] for r in rows),
                        "replay": [replay(rows, c) for c in FULL_CACHES],
+                       "spill": replay(rows, SPILL_FULL_CACHE, g35_tokens()),
                        "check_sim": check, "check_replay": replay(rows[:CHECK_LIMIT], 2_800_000)}
+    out["fetch_vs_recompute"] = fetch_vs_recompute()
     return out
+
+
+def kv_token_bytes() -> float:
+    from tricut.sim.cli.simulate import setup_of, simulate_parser
+    args = simulate_parser().parse_args(["--model", MODEL, "--tp", str(TP), "--gpu", "h100-sxm5"])
+    return setup_of(args).step_model(args.cuts).kv_token_bytes
+
+
+def g35_tokens() -> int:
+    from tricut.models.tiers import load_tiers
+    return int(load_tiers("grace-hopper").g3_5.capacity_bytes // kv_token_bytes())
+
+
+def fetch_vs_recompute() -> dict:
+    """One 512-token prefix block: fetched from G3.5 (grace-hopper) vs prefilled on the pool."""
+    from tricut.models.tiers import load_tiers
+    from tricut.sim.cli.simulate import setup_of, simulate_parser
+    from tricut.sim.fast.kv_tiers import BLOCK_TOKENS, transfer_time_s
+    args = simulate_parser().parse_args(["--model", MODEL, "--tp", str(TP), "--gpu", "h100-sxm5"])
+    sm = setup_of(args).step_model(args.cuts)
+    g35 = load_tiers("grace-hopper").g3_5
+    return {"fetch_s": transfer_time_s(BLOCK_TOKENS * sm.kv_token_bytes, g35),
+            "recompute_s": sm.prefill_time(BLOCK_TOKENS), "block_bytes": BLOCK_TOKENS * sm.kv_token_bytes}
+
+
+# ------------------------------------------------------------------------------ tier capacity
+def capacity_point(g2_gib: float, with_g3: bool, tmp: Path) -> dict:
+    """The main workload at CAPACITY_N with park over grace-hopper's links, G2 cut to g2_gib."""
+    from tricut.sim.cli.simulate import prepared_run
+    src = (ROOT / "models" / "configs" / "tiers" / "grace-hopper.toml").read_text(encoding="utf-8")
+    lines, table = [], None
+    for line in src.splitlines():
+        if line.startswith("["):
+            table = line.strip("[] ")
+        if table == "g2" and line.startswith("capacity_gib"):
+            line = f"capacity_gib = {g2_gib}"
+        if table in ("g3", "g3_5") and not with_g3:
+            continue
+        lines.append(line)
+    path = tmp / f"g2-{g2_gib}-{int(with_g3)}.toml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = FLAGS + ["--gpu", "h100-sxm5", "--agentic", SPEC.format(n=CAPACITY_N), "--tiers", str(path),
+                    "--park-policy", "park"]
+    t0 = time.perf_counter()
+    _, _, s = prepared_run(argv)
+    s = dict(s)
+    s.update(g2_gib=g2_gib, g3=with_g3, wall_s=time.perf_counter() - t0)
+    return s
+
+
+def tier_capacity(tmp: Path) -> list[dict]:
+    return [capacity_point(g, g3, tmp) for g in G2_CAPACITIES_GIB for g3 in (True, False)
+            if g3 or g != G2_CAPACITIES_GIB[0]]
 
 
 # ------------------------------------------------------------------------------ figures
@@ -429,9 +506,58 @@ def section_prefix(pr: dict, stamp: str) -> str:
         lines.append("")
     else:
         lines += [f"The full conversation trace (`{FULL}`) is not present here; only the sample was run.", ""]
-    lines.append("The simulator's prefix cache lives in HBM and is taken from the DSU's KV budget, so C is "
-                 "bounded by that budget less the longest prompt; no park policy or tier holds prefix "
-                 "blocks yet, so the G2 row is a replay of the cache at that size, not a simulation.")
+    lines.append("The simulator's HBM prefix cache is taken from the DSU's KV budget, so C is bounded by that "
+                 "budget less the longest prompt; the G2 row is a replay of a cache of that size (no policy "
+                 "keeps prefix blocks in G2), not a simulation.")
+    sp, spr, fr = s["spill"], s["spill_replay"], pr["fetch_vs_recompute"]
+    lines += ["", "**Prefix blocks spilled to G3.5** (`--prefix-spill G3.5` with `--tiers grace-hopper`: blocks "
+              "evicted from the HBM cache go to pod storage, 16 TiB per GPU at 50 GB/s, and a later hit fetches "
+              "them over that link before the prefill; the fetch also writes HBM):", "",
+              "| run | HBM cache C (tokens) | prefix hit rate | of which fetched from G3.5 | prefill tokens saved | "
+              "G3.5 bytes written / read (GB per GPU) | TTFT P50 (s) |",
+              "|---|---|---|---|---|---|---|",
+              f"| sample, simulated | {SPILL_SAMPLE_CACHE:,} | {pct(sp['prefix_hit_rate'])} | "
+              f"{sp['prefix_lower_hit_blocks']:,} blocks | {sp['prefill_tokens_saved']:,} "
+              f"({100 * sp['prefill_tokens_saved'] / s['prompt_tokens']:.2f} %) | "
+              f"{sp['prefix_bytes_spilled'] / 1e9:.1f} / {sp['prefix_bytes_fetched'] / 1e9:.1f} | "
+              f"{sec(sp['ttft_p50_s'])} |",
+              f"| sample, replayed | {SPILL_SAMPLE_CACHE:,} | {pct(spr['hit_rate'])} | {spr['lower_hits']:,} blocks | "
+              f"{spr['saved']:,} | – | – |"]
+    if "full" in pr:
+        fs = pr["full"]["spill"]
+        lines.append(f"| full trace, replayed | {SPILL_FULL_CACHE:,} | {pct(fs['hit_rate'])} | "
+                     f"{fs['lower_hits']:,} blocks | {fs['saved']:,} ({100 * fs['saved'] / fs['prompt_tokens']:.2f} %) "
+                     "| – | – |")
+    lines += ["", f"A 512-token block is {fr['block_bytes'] / 1e6:.1f} MB per GPU: fetching it from G3.5 takes "
+              f"{1e3 * fr['fetch_s']:.2f} ms, prefilling it on the pool {1e3 * fr['recompute_s']:.1f} ms "
+              f"({fr['recompute_s'] / fr['fetch_s']:.0f}× longer). G3.5's capacity (about "
+              f"{g35_tokens() / 1e6:.0f}M tokens per GPU) holds every block of the trace, so with the spill level "
+              "the hit rate reaches the physical bound: nothing is forgotten. This is one node's G3.5; sharing it "
+              "across nodes (KV-aware routing) is not modelled, and the bound caps what it could add."]
+    return "\n".join(lines) + "\n"
+
+
+def section_capacity(rows: list[dict], stamp: str) -> str:
+    lines = [stamp, "",
+             f"N = {CAPACITY_N} sessions of the main workload (`{SPEC.format(n=CAPACITY_N)}`), h100-sxm5, "
+             "`--park-policy park` over grace-hopper's links, G2 cut to the size shown (a tier file written by "
+             "the script), with G3 (NVMe, 14 GB/s) or without it. A park goes to G2 while it fits, then to G3, "
+             "else the KV is dropped and recomputed at the restore.", "",
+             "| G2 (GiB per GPU) | G3 | parks to G2 / G3 / dropped | G2 peak (GB) | G3 peak (GB) | recomputed "
+             "tokens | link wait (s) | TTFT turns 1+ P50 / P99 (s) | TPOT P99 (ms) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['g2_gib']:g} | {'yes' if r['g3'] else 'no'} | {r['parks_g2']} / {r['parks_g3']} / "
+                     f"{r['parks_dropped']} | {r['g2_kv_bytes_peak'] / 1e9:.1f} | {r['g3_kv_bytes_peak'] / 1e9:.1f} | "
+                     f"{r['recomputed_tokens']:,} | {r['link_wait_s']:.3f} | {sec(r['ttft_later_p50_s'])} / "
+                     f"{sec(r['ttft_later_p99_s'])} | {ms(r['tpot_p99_s'])} |")
+    lines.append("")
+    for g in G2_CAPACITIES_GIB[1:]:
+        w, wo = (next(r for r in rows if r["g2_gib"] == g and r["g3"] == x) for x in (True, False))
+        lines.append(f"* G2 = {g:g} GiB: with G3, {w['parks_g3']} parks go to NVMe, their moves wait "
+                     f"{w['link_wait_s']:.1f} s in all for the 14 GB/s link, and later-turn TTFT P99 is "
+                     f"{sec(w['ttft_later_p99_s'])} s; without G3, {wo['parks_dropped']} parks are dropped and "
+                     f"{wo['recomputed_tokens']:,} tokens recomputed, and it is {sec(wo['ttft_later_p99_s'])} s.")
     return "\n".join(lines) + "\n"
 
 
@@ -484,7 +610,7 @@ def results_rows(series: list[dict], pr: dict, stamp: str) -> str:
             f"on the pool ({w['pool_p50_s']:.2f} s median, the context's KV shipped to it included); parking can at most free the KV of "
             "the sessions in a tool gap, so it stops paying once the KV of the others fills HBM. Assumptions that "
             "carry it: the synthetic workload (illustrative lengths and gaps), an uncontended prefill pool, "
-            "no link queueing, G2 capacity not enforced (not reached), park-early's oracle tool time, keep "
+            "moves queued per link and direction, G2 capacity enforced (not reached here), park-early's oracle tool time, keep "
             f"never evicting | **supported in the model**: parking holds {ratio} the sessions keep holds, because "
             "keep runs out of HBM (it never evicts: its turns wait for room, then deadlock); " + link_text + "; drop misses the TTFT "
             "SLO at any N (recomputing 35K–130K tokens every turn). Parked slots: in the DSU golden model, "
@@ -498,7 +624,10 @@ def results_rows(series: list[dict], pr: dict, stamp: str) -> str:
                f"vera-rubin 200 GB/s). Prefix reuse on Mooncake conversation: bound {pct(full['bound'])} of "
                f"block references (full trace, {full['requests']:,} requests; sample {pct(s['bound'])}); an "
                f"HBM prefix cache of 2.8M tokens reaches {pct(rep[2_800_000]['hit_rate'])}, one of G2's size "
-               f"(11.7M tokens) {pct(rep[11_700_000]['hit_rate'])}")
+               f"(11.7M tokens) {pct(rep[11_700_000]['hit_rate'])}; the 2.8M HBM cache spilling to one node's "
+               f"G3.5 (`--prefix-spill G3.5`) {pct(full['spill']['hit_rate'])}, a block fetched in "
+               f"{1e3 * pr['fetch_vs_recompute']['fetch_s']:.2f} ms against "
+               f"{1e3 * pr['fetch_vs_recompute']['recompute_s']:.0f} ms to recompute it")
     else:
         fig = (f"not simulated across nodes. G3.5 configured (16 TiB per GPU at 50 GB/s); prefix-reuse bound "
                f"on the Mooncake sample {pct(s['bound'])}")
@@ -506,8 +635,9 @@ def results_rows(series: list[dict], pr: dict, stamp: str) -> str:
             " | the bound is the hit rate of one unbounded cache that sees every request of the trace: sharing KV "
             "across nodes can save at most that share of prefill, whatever the tier; what a shared G3.5 adds over "
             "a per-node cache is the gap between the per-node hit rate and the bound | "
-            "**not tested**: no policy moves KV to G3 / G3.5 and KV-aware routing across nodes is not modelled; "
-            "the bound caps what sharing could save on this trace |")
+            "**not tested across nodes**: one node's G3.5 as a spill level for prefix blocks reaches the bound on "
+            "this trace (it forgets nothing); sharing across nodes needs KV-aware routing, which is not modelled, "
+            "and could add nothing beyond the bound |")
     return "\n".join([stamp, "", "| claim | our figure | physical bound / reasoning | verdict |",
                       "|---|---|---|---|", row1, row2]) + "\n"
 
@@ -529,15 +659,17 @@ def main(argv=None) -> int:
     print(f"{SCRIPT}: prefix reuse ...", file=sys.stderr, flush=True)
     pr = prefix_reuse()
     with tempfile.TemporaryDirectory(prefix="tricut-agentic-") as tmp:
+        print(f"{SCRIPT}: tier capacity ...", file=sys.stderr, flush=True)
+        cap = tier_capacity(Path(tmp))
         print(f"{SCRIPT}: figures ...", file=sys.stderr, flush=True)
         fig_summary, fig_dir = figures(Path(tmp))
         wall = time.perf_counter() - t0
         stamp = (f"_Written by `{command}` on {dt.date.today().isoformat()} ({wall:.0f} s on 2 cores); "
                  "do not edit by hand._")
         texts = {"main": section_main(series, stamp), "prefix": section_prefix(pr, stamp),
-                 "figures": section_figures(fig_summary, stamp)}
+                 "capacity": section_capacity(cap, stamp), "figures": section_figures(fig_summary, stamp)}
         rows = results_rows(series, pr, stamp)
-        for k in ("main", "prefix", "figures"):
+        for k in MARKS:
             print(texts[k])
         print(rows)
         if args.write:

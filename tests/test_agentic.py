@@ -182,3 +182,106 @@ def test_a_continued_turn_takes_nothing_from_the_prefix_cache():
     cached = _run(sessions, "keep", prefix_cache_tokens=200_000).summary
     saved = plain["prefill_tokens"] - cached["prefill_tokens"]
     assert saved == cached["prefill_tokens_saved"] - plain["prefill_tokens_saved"] == 5 * 1024
+
+
+def _small_tiers(g2_tokens, g3_tokens):
+    """G2 and G3 with Grace Hopper's links but room for only so many tokens of this GPU's KV."""
+    from tricut.models.tiers import Tier
+    kv = _setup().step_model(CUTS).kv_token_bytes
+    gh = load_tiers("grace-hopper")
+    return (Tier("G2", gh.g2.link, int(g2_tokens * kv), gh.g2.bandwidth, gh.g2.latency_s),
+            Tier("G3", gh.g3.link, int(g3_tokens * kv), gh.g3.bandwidth, gh.g3.latency_s))
+
+
+@pytest.mark.parametrize("policy", ["park", "park-early"])
+def test_tier_capacity_is_enforced_parks_spill_to_g3_then_recompute(policy):
+    """With G2 and G3 too small for every parked session, parks fill G2, then G3, and the rest
+    are dropped and recomputed at their restore; every turn still completes, the ledger (with
+    the tiers' capacities, checked every round) balances, and the bytes add up."""
+    sessions = _sessions()
+    g2, g3 = _small_tiers(40_000, 30_000)
+    setup = _setup()
+    r = simulate_sessions(sessions, setup.step_model(CUTS), setup.dsu_params(),
+                          AgenticOptions(policy, g2=g2, g3=g3), prefill="colocated")
+    s = r.summary
+    assert (s["failed_turns"], s["turns"]) == (0, 24)
+    assert s["parks_g2"] > 0 and s["parks_g3"] > 0 and s["parks_dropped"] > 0
+    assert s["parks_g2"] + s["parks_g3"] + s["parks_dropped"] == sum(len(x.turns) - 1 for x in sessions)
+    assert s["g2_kv_bytes_peak"] <= g2.capacity_bytes and s["g3_kv_bytes_peak"] <= g3.capacity_bytes
+    kv = r.kv_bytes_per_token
+    parked = sum(x.context_before(k + 1) for x in sessions for k in range(len(x.turns) - 1))
+    assert s["bytes_hbm_to_g2"] + s["bytes_hbm_to_g3"] + s["recomputed_tokens"] * kv == pytest.approx(parked * kv)
+    assert s["bytes_g2_to_hbm"] == s["bytes_hbm_to_g2"] and s["bytes_g3_to_hbm"] == s["bytes_hbm_to_g3"]
+    assert r.occupancy[-1, 1:4].tolist() == [0, 0, 0]
+
+
+def test_a_park_over_capacity_is_caught_by_the_ledger(monkeypatch):
+    """The capacity check can fail: a host that parks into G2 whatever its room breaks it."""
+    from tricut.sim.fast import agentic as mod
+    monkeypatch.setattr(mod._SessionRun, "_park_tier", lambda self, tokens: self.park_tiers[0])
+    g2, g3 = _small_tiers(40_000, 30_000)
+    setup = _setup()
+    with pytest.raises(LedgerError, match="G2 holds .* over its capacity"):
+        simulate_sessions(_sessions(), setup.step_model(CUTS), setup.dsu_params(),
+                          AgenticOptions("park", g2=g2, g3=g3), prefill="colocated")
+
+
+def test_a_restore_waits_for_its_park_on_the_link():
+    """A tool that returns at once: the restore must wait for the park to reach G2 (one link
+    direction each), so the next turn waits for both transfers: keep + park + restore."""
+    s = Session(0, (Turn(8192, 8, 0.0), Turn(512, 8, 0.0)))
+    g2 = load_tiers("hgx-pcie").g2
+    setup = _setup()
+    move = transfer_time_s(s.context_before(1) * setup.step_model(CUTS).kv_token_bytes, g2)
+
+    def later_ttft(policy):
+        r = simulate_sessions([s], setup.step_model(CUTS), setup.dsu_params(),
+                              AgenticOptions(policy, g2=g2), prefill="colocated")
+        return r.turn_ttft_s[1][0], r.summary["link_wait_s"]
+    (keep, _), (park, wait) = later_ttft("keep"), later_ttft("park")
+    assert park == pytest.approx(keep + 2 * move, rel=0.05)
+    assert wait == 0          # the restore waited for its own park, not for another move
+
+
+def test_moves_on_one_link_queue(monkeypatch):
+    """Sessions that all park at once on a slow link: their moves queue (link_wait_s > 0), and
+    later turns wait longer than they would if every move had the link to itself."""
+    sessions = agentic(n_sessions=6, rate=math.inf, turns=2, gap_s=("uniform", 0.05, 0.05), first_input=16384,
+                       turn_input=256, output=8, system_prompt_tokens=0, seed=3,
+                       max_context=131072)
+    g2 = load_tiers("hgx-pcie").g2
+    setup = _setup()
+
+    def run():
+        return simulate_sessions(sessions, setup.step_model(CUTS), setup.dsu_params(), AgenticOptions("park", g2=g2),
+                                 prefill="colocated")
+    r = run()
+    one = transfer_time_s(sessions[0].context_before(1) * r.kv_bytes_per_token, g2)
+    assert r.summary["link_wait_s"] > 5 * one
+    from tricut.sim.fast.kv_tiers import LinkQueue
+    monkeypatch.setattr(LinkQueue, "book", lambda self, ready, nbytes, tier, d: (ready, ready + transfer_time_s(nbytes, tier)))
+    unshared = run()
+    assert max(r.turn_ttft_s[1]) > max(unshared.turn_ttft_s[1]) + one
+
+
+def test_prefix_blocks_spill_to_g35_and_come_back_on_a_hit():
+    """A small HBM prefix cache forgets blocks; with G3.5 (16 TiB per GPU) below it the evicted
+    blocks are fetched back instead: on the Mooncake sample the hit rate rises to the physical
+    bound (nothing is forgotten), above even a 2M-token HBM cache, and the fetches cost link bytes."""
+    from tricut.sim.fast.kv_tiers import physical_bound
+    reqs = read_trace(SAMPLE.replace("agentic_sessions_sample", "mooncake_conversation_sample"))
+    sessions = sessions_from_requests(reqs)
+    setup = _setup(kv_capacity_tokens=10**7)
+    g35 = load_tiers("grace-hopper").g3_5
+    small = _run(sessions, "keep", setup=setup, prefix_cache_tokens=65_536).summary
+    spill = _run(sessions, "keep", setup=setup, prefix_cache_tokens=65_536, prefix_spill=g35).summary
+    big = _run(sessions, "keep", setup=setup, prefix_cache_tokens=2_000_000).summary
+    bound = physical_bound([r.prefix_hashes for r in reqs])
+    assert small["prefix_hit_rate"] < big["prefix_hit_rate"] < spill["prefix_hit_rate"]
+    assert spill["prefix_hit_rate"] == pytest.approx(bound, abs=1e-12)
+    assert spill["prefix_lower_hit_blocks"] > 0 and spill["prefix_bytes_fetched"] > 0
+    assert spill["prefix_bytes_spilled"] > 0 and small["prefix_bytes_fetched"] == 0
+    with pytest.raises(ValueError, match="needs a prefix cache"):
+        AgenticOptions("keep", prefix_spill=g35)
+    with pytest.raises(ValueError, match="spill to G3 or G3.5"):
+        AgenticOptions("keep", prefix_cache_tokens=4096, prefix_spill=load_tiers("grace-hopper").g2)

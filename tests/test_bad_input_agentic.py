@@ -33,6 +33,7 @@ TIERS = {
     "negative-bandwidth": GOOD_TIER.replace("bandwidth_gb_s = 50", "bandwidth_gb_s = -50"),
     "nan-latency": GOOD_TIER.replace("latency_us = 5", "latency_us = nan"),
     "unknown-field": GOOD_TIER + "speed = 1\n",
+    "g2-only": GOOD_TIER,
 }
 
 CASES = [
@@ -74,6 +75,14 @@ CASES = [
      "argument --prefix-cache-tokens"),
     ("simulate", "prefix-cache-too-big", ["--sessions", SAMPLE, "--prefix-cache-tokens", "10000000000"],
      "leaves no KV budget"),
+    ("simulate", "prefix-spill-without-cache", ["--sessions", SAMPLE, "--tiers", "grace-hopper",
+                                                "--prefix-spill", "G3.5"], "--prefix-spill applies to a prefix cache"),
+    ("simulate", "prefix-spill-without-sessions", ["--prefix-spill", "G3"], "--prefix-spill applies to a prefix cache"),
+    ("simulate", "prefix-spill-bad-tier", ["--sessions", SAMPLE, "--prefix-cache-tokens", "4096",
+                                           "--prefix-spill", "G2"], "argument --prefix-spill: invalid choice"),
+    ("simulate", "prefix-spill-tier-absent", ["--sessions", SAMPLE, "--prefix-cache-tokens", "4096",
+                                              "--tiers", "@tier:g2-only", "--prefix-spill", "G3.5"],
+     "has no G3.5 tier"),
     ("compare", "park-policies-without-sessions", ["--park-policies", "all"], "give --sessions or --agentic"),
     ("compare", "park-policies-bad", ["--sessions", SAMPLE, "--park-policies", "keep,hoard"], "'hoard' is not a park policy"),
     ("compare", "park-policies-repeat", ["--sessions", SAMPLE, "--park-policies", "keep,keep"], "repeats a policy"),

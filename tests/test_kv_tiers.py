@@ -503,3 +503,55 @@ def test_ledger_retires_only_a_session_that_holds_nothing():
     led.retire("a")
     assert led.sessions() == [] and led.retired == 1
     led.check()
+
+
+def _tier(name="G2", bandwidth=1e9, latency_s=1e-3, capacity=10**12):
+    from tricut.models.tiers import Tier
+    return Tier(name, "test link", capacity, bandwidth, latency_s)
+
+
+def test_link_queue_by_hand():
+    """Moves on one tier and direction run one at a time, first come first served; the other
+    direction and other tiers do not wait; the waits add up."""
+    from tricut.sim.fast.kv_tiers import LinkQueue
+    g2, g3 = _tier("G2"), _tier("G3")
+    q = LinkQueue()
+    assert q.book(0.0, 1e9, g2, "out") == pytest.approx((0.0, 1.001))        # 1 ms + 1 GB at 1 GB/s
+    assert q.book(0.5, 1e9, g2, "out") == pytest.approx((1.001, 2.002))      # waits 0.501 s
+    assert q.book(0.5, 1e9, g2, "in") == pytest.approx((0.5, 1.501))        # other direction: free
+    assert q.book(0.5, 1e9, g3, "out") == pytest.approx((0.5, 1.501))       # other tier: free
+    assert q.book(3.0, 1e9, g2, "out") == pytest.approx((3.0, 4.001))       # link idle again
+    assert q.book(3.5, 0, g2, "out") == (3.5, 3.5)                          # nothing to move
+    assert q.wait_s == pytest.approx(0.501) and q.moves == 5
+    assert q.free_at(g2, "out") == pytest.approx(4.001)
+    with pytest.raises(ValueError, match="direction"):
+        q.book(0.0, 1.0, g2, "sideways")
+    with pytest.raises(ValueError, match="finite"):
+        q.book(math.nan, 1.0, g2, "in")
+
+
+def test_prefix_cache_spills_to_a_lower_level_and_fetches_back():
+    """With a lower level, a block evicted from HBM is spilled there; a lookup's contiguous run
+    continues into it; insert brings it back (the levels stay exclusive); the lower level drops
+    its oldest block when full."""
+    c = PrefixCache(2 * 512, lower_tokens=2 * 512)
+    c.insert(["a", "b"])
+    c.insert(["c", "d"])                       # evicts b then a (a prefix leaves from its tail)
+    assert c.lru_order() == ["d", "c"]
+    assert c.spilled_blocks == 2 and c.lower_blocks == 2 and c.evicted_blocks == 2
+    assert c.lookup_split(["a", "b", "x"]) == (0, 2)
+    assert c.lower_hit_blocks == 2 and c.hit_blocks == 2
+    c.insert(["a", "b"])                       # fetched back: a, b leave the lower level, d, c spill
+    assert "a" in c and "b" in c and c.lower_blocks == 2 and c.lower_evicted_blocks == 0
+    assert c.lookup_split(["c", "d"]) == (0, 2)
+    assert c.lookup_split(["a", "b"]) == (2, 0)
+    c.insert(["e", "f"])                       # a, b spill; the lower level (c, d) drops its oldest
+    assert c.lower_evicted_blocks == 2 and c.lower_blocks == 2
+    assert c.lookup_split(["c"]) == (0, 0) and c.lookup_split(["a", "b"]) == (0, 2)
+    # without a lower level nothing is spilled, and lookup is the HBM hits alone
+    d = PrefixCache(512)
+    d.insert(["a"])
+    d.insert(["b"])
+    assert d.spilled_blocks == 0 and d.lookup(["a"]) == 0 and d.lookup(["b"]) == 1
+    with pytest.raises(ValueError, match="lower_tokens"):
+        PrefixCache(512, lower_tokens=-1)

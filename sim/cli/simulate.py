@@ -191,6 +191,10 @@ def _agentic_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-cache-tokens", type=_seed, default=0, metavar="N",
                    help="HBM tokens kept for shared prefix blocks (Mooncake hash_ids, session prefixes); their "
                         "prefill is skipped; taken from the DSU's KV budget (default: 0, no prefix cache)")
+    p.add_argument("--prefix-spill", choices=("G3", "G3.5"),
+                   help="with --prefix-cache-tokens: prefix blocks evicted from HBM spill to this tier of --tiers "
+                        "(its capacity), and a later hit fetches them over its link instead of recomputing them "
+                        "(default: evicted blocks are forgotten)")
 
 
 def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = False) -> None:
@@ -404,8 +408,10 @@ def _fmt(key: str, value) -> str:
 SESSION_COLUMNS = ("sessions", "turns", "park_policy", "ttft_turn0_p50_s", "ttft_turn0_p99_s", "ttft_later_p50_s",
                    "ttft_later_p99_s", "session_time_p50_s", "session_time_p99_s", "sessions_held_peak",
                    "hbm_kv_bytes_peak", "parked_hbm_kv_bytes_peak", "g2_kv_bytes_peak", "bytes_hbm_to_g2",
-                   "bytes_g2_to_hbm", "prefix_hit_rate", "prefill_tokens", "prefill_tokens_saved",
-                   "prefill_flops_saved")
+                   "bytes_g2_to_hbm", "g3_kv_bytes_peak", "bytes_hbm_to_g3", "bytes_g3_to_hbm", "parks_g2",
+                   "parks_g3", "parks_dropped", "recomputed_tokens", "link_wait_s", "prefix_hit_rate",
+                   "prefix_lower_hit_blocks", "prefix_bytes_spilled", "prefix_bytes_fetched", "prefill_tokens",
+                   "prefill_tokens_saved", "prefill_flops_saved")
 
 
 def _emit(args, rows: dict[str, dict], session_keys: bool = False) -> None:
@@ -479,7 +485,11 @@ def session_mode(args) -> bool:
                 raise InputError(f"{flag} applies to agentic sessions (--sessions or --agentic), and there are none")
         if args.tiers != "none":
             raise InputError("--tiers applies to agentic sessions (--sessions, --agentic) or a prefix cache")
+        if args.prefix_spill is not None:
+            raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
         return False
+    if args.prefix_spill is not None and args.prefix_cache_tokens == 0:
+        raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
     flags = [("--concurrency", args.concurrency)]
     if args.trace is None:           # a trace with a prefix cache keeps its own --limit and format
         flags += [("--limit", args.limit), ("--trace-format", args.trace_format)]
@@ -513,8 +523,14 @@ def _agentic_options(args, policy):
 
     from ..fast.agentic import AgenticOptions
     tiers = load_tiers(args.tiers)
-    return AgenticOptions(policy, g2=tiers.g2, restore_lead_s=args.restore_lead,
-                          prefix_cache_tokens=args.prefix_cache_tokens)
+    spill = None
+    if args.prefix_spill is not None:
+        spill = tiers.tier(args.prefix_spill)
+        if spill is None:
+            raise InputError(f"--prefix-spill {args.prefix_spill}: the tier config {args.tiers!r} has no "
+                             f"{args.prefix_spill} tier")
+    return AgenticOptions(policy, g2=tiers.g2, g3=tiers.g3, restore_lead_s=args.restore_lead,
+                          prefix_cache_tokens=args.prefix_cache_tokens, prefix_spill=spill)
 
 
 def prepare_sessions(args, policies):

@@ -25,11 +25,24 @@ first decode step's (a continued turn's prefill emits none). A turn's TTFT is me
 tool's return (turn 0: the session's arrival).
 
 Moves between tiers take link time (:func:`.kv_tiers.transfer_time_s`: the tier's latency +
-bytes / its bandwidth, per GPU, the KV shard this GPU holds) and contend with decode for HBM:
-the bytes a move reads from or writes into HBM are added to the next decode step's HBM traffic
-(its time grows by bytes / HBM bandwidth). A :class:`.kv_tiers.TierLedger` counts every
-session's KV tokens per tier after every round; a token is never lost: it is parked, restored
-or explicitly dropped (and recomputed).
+bytes / its bandwidth, per GPU, the KV shard this GPU holds) and queue for their link
+(:class:`.kv_tiers.LinkQueue`: one move at a time per tier and direction, first come first
+served; a restore also waits for its own park to have finished), and contend with decode for
+HBM: the bytes a move reads from or writes into HBM are added to the next decode step's HBM
+traffic (its time grows by bytes / HBM bandwidth).
+
+Tier capacities are enforced. A park goes to G2 while the parked KV fits there; when it does
+not, to G3 (local NVMe) if the system has one with room; when neither has room, the host drops
+the KV and recomputes it when the session is restored (the restore then takes the prefill time
+of the context instead of a transfer; the recompute is a delay of that session's next turn and
+does not pre-empt decode). With a prefix cache and ``prefix_spill`` (a G3 or G3.5 tier), prefix
+blocks evicted from HBM spill there, and a later request whose cached prefix continues into
+them fetches them over that tier's link before its prefill instead of recomputing them.
+
+A :class:`.kv_tiers.TierLedger` counts every session's KV tokens per tier after every round,
+holds each tier to its capacity, and is checked against the DSU model's own view of where every
+session's KV is; a token is never lost: it is parked, restored or explicitly dropped (and
+recomputed).
 """
 
 from __future__ import annotations
@@ -44,7 +57,7 @@ from tricut.models.dsu import PARK_POLICIES, DsuParams, RequestSpec
 
 from tricut.models.tiers import HBM
 
-from .kv_tiers import PrefixCache, TierLedger, transfer_time_s
+from .kv_tiers import LinkQueue, PrefixCache, TierLedger, transfer_time_s
 from .metrics import RequestTimes, percentile, summarise
 from .sessions import Session
 from .system import SimResult, _Run
@@ -53,7 +66,7 @@ from .workload import Request
 
 __all__ = ["AgenticOptions", "AgenticResult", "simulate_sessions", "PARK_POLICIES", "needs_g2"]
 
-G2 = "G2"
+G2, G3 = "G2", "G3"
 
 
 def needs_g2(policy: str) -> bool:
@@ -66,6 +79,8 @@ class AgenticOptions:
     g2: object | None = None               # the G2 tier (models/tiers.py); needed by park, park-early
     restore_lead_s: float | None = None    # park-early: start this long before the tool returns
     prefix_cache_tokens: int = 0           # HBM tokens set aside for shared prefix blocks (0: none)
+    g3: object | None = None               # where parks go when G2 is full (None: no G3, recompute)
+    prefix_spill: object | None = None     # a G3 or G3.5 tier: prefix blocks evicted from HBM go there
 
     def __post_init__(self):
         if self.park_policy not in PARK_POLICIES:
@@ -77,6 +92,11 @@ class AgenticOptions:
             raise ValueError(f"restore lead must be a finite number of seconds >= 0, got {self.restore_lead_s!r}")
         if not isinstance(self.prefix_cache_tokens, int) or self.prefix_cache_tokens < 0:
             raise ValueError(f"prefix cache tokens must be an integer >= 0, got {self.prefix_cache_tokens!r}")
+        if self.prefix_spill is not None:
+            if self.prefix_spill.tier not in ("G3", "G3.5"):
+                raise ValueError(f"prefix blocks spill to G3 or G3.5, not {self.prefix_spill.tier}")
+            if not self.prefix_cache_tokens:
+                raise ValueError("a prefix spill tier needs a prefix cache (prefix cache tokens > 0)")
 
 
 @dataclass
@@ -118,9 +138,23 @@ class _SessionRun(_Run):
         self.current: dict[int, int] = {}          # DSU request id -> the turn running under it
         self.events: list = []                     # (time, seq, kind, tid)
         self._seq = 0
-        self.cache = PrefixCache(opts.prefix_cache_tokens) if opts.prefix_cache_tokens else None
         self.kv_bytes = step_model.kv_token_bytes        # per token, this GPU's shard
-        self.ledger = TierLedger(self.kv_bytes)
+        spill = opts.prefix_spill
+        self.cache = PrefixCache(opts.prefix_cache_tokens,
+                                 lower_tokens=spill.capacity_bytes // self.kv_bytes if spill else 0) \
+            if opts.prefix_cache_tokens else None
+        self.park_tiers = [t for t in (opts.g2, opts.g3) if t is not None]
+        self.ledger = TierLedger(self.kv_bytes, {t.tier: t.capacity_bytes // self.kv_bytes for t in self.park_tiers})
+        self.links = LinkQueue()
+        self.host_tier: dict[int, object] = {}     # session id -> the Tier holding its parked KV (None: dropped)
+        self.park_end: dict[int, float] = {}       # session id -> when its park's transfer ends
+        self.latest: dict[int, _Turn] = {}         # session id -> its latest turn
+        self.parks_to = {t.tier: 0 for t in self.park_tiers}
+        self.parks_dropped = 0             # parks that found no room in any tier: recomputed at restore
+        self.recomputed_tokens = 0
+        self.g3_peak = 0                   # G3 tokens, the most at the end of any round
+        self.prefix_bytes_spilled = 0.0
+        self.prefix_bytes_fetched = 0.0
         self.move_bytes = 0.0              # HBM bytes of tier moves not yet charged to a step
         self.prefill_tokens = 0            # prompt tokens prefilled
         self.prefill_saved = 0             # prompt tokens not prefilled: cached prefix blocks, kept context
@@ -139,6 +173,7 @@ class _SessionRun(_Run):
             self.first[session.id] = t
             t.ready_s = session.turns[0].gap_s
         self.turns[tid] = t
+        self.latest[session.id] = t
         return t
 
     def _continued(self, t: _Turn) -> bool:
@@ -190,38 +225,55 @@ class _SessionRun(_Run):
         super()._send(r, at)
 
     # -- prefill: cached prefix blocks are not recomputed; a continued turn extends its context --------
-    def _cached(self, r: Request) -> int:
-        """Prompt tokens whose KV the prefix cache holds. A continued turn's context is its own
-        slot's KV already (counted as saved there); its new input is the session's own, so it
-        takes nothing from the cache."""
+    def _cached(self, r: Request) -> tuple[int, int]:
+        """``(cached, fetched)``: prompt tokens whose KV the prefix cache holds, and how many of
+        them are in its spill tier (fetched before the prefill). A continued turn's context is
+        its own slot's KV already (counted as saved there); its new input is the session's own,
+        so it takes nothing from the cache."""
         if self.cache is None or not r.prefix_hashes or self._continued(self.turns[r.id]):
-            return 0
-        return min(self.cache.lookup(r.prefix_hashes) * self.cache.block_tokens, r.prompt_tokens - 1)
+            return 0, 0
+        in_hbm, lower = self.cache.lookup_split(r.prefix_hashes)
+        bt = self.cache.block_tokens
+        cached = min((in_hbm + lower) * bt, r.prompt_tokens - 1)
+        return cached, max(0, cached - in_hbm * bt)
 
     def _context(self, t: _Turn) -> int:
         return t.session.context_before(t.k) if self._continued(t) else 0
 
-    def _prefill_parts(self, rid: int) -> tuple[int, int]:
-        """(tokens to compute, tokens they attend to) of one prefill; counts and caches it."""
+    def _prefill_parts(self, rid: int) -> tuple[int, int, float]:
+        """(tokens to compute, tokens they attend to, seconds until spilled prefix blocks are
+        back in HBM) of one prefill; counts and caches it."""
         r, t = self.by_id[rid], self.turns[rid]
-        cached = self._cached(r)
+        cached, fetched = self._cached(r)
+        wait = 0.0
         if self.cache is not None and r.prefix_hashes:
+            spilled = self.cache.spilled_blocks
             self.cache.insert(r.prefix_hashes)
+            tier = self.opts.prefix_spill
+            if tier is not None:
+                out = (self.cache.spilled_blocks - spilled) * self.cache.block_tokens * self.kv_bytes
+                fetch = fetched * self.kv_bytes
+                self.links.book(self.t, out, tier, "out")
+                wait = self.links.book(self.t, fetch, tier, "in")[1] - self.t
+                self.prefix_bytes_spilled += out
+                self.prefix_bytes_fetched += fetch
+                self.move_bytes += out + fetch
         n, c = r.prompt_tokens - cached, self._context(t) + cached
         self.prefill_tokens += n
         self.prefill_saved += c
         # recomputing the c tokens too would cost their GEMMs and their own causal attention
         # (prefill FLOPs of n + c tokens minus those of n tokens after c), on every GPU of the group
         self.flops_saved += (self.sm.gemv_flops_per_request * c + self.sm._prefill_attention_flops(c, 0)) * self.sm.tp
-        return n, c
+        return n, c, wait
 
     def _pool_prefill_s(self, r: Request) -> float:
-        n, context = self._prefill_parts(r.id)
-        return self.sm.prefill_time(n, context)
+        n, context, wait = self._prefill_parts(r.id)
+        return wait + self.sm.prefill_time(n, context)
 
     def _batch_prefill_s(self, rids) -> float:
         parts = [self._prefill_parts(rid) for rid in rids]
-        return self.sm.prefill_batch_time([n for n, _ in parts], self.rng, [c for _, c in parts])
+        return max(w for _, _, w in parts) + \
+            self.sm.prefill_batch_time([n for n, _, _ in parts], self.rng, [c for _, c, _ in parts])
 
     # -- into the DSU --------------------------------------------------------------------------------
     def _first_token(self, rid: int, at: float) -> None:
@@ -273,27 +325,62 @@ class _SessionRun(_Run):
         nxt = self._new_turn(s, t.k + 1)
         nxt.ready_s = at + s.turns[t.k + 1].gap_s
         nxt.restored = not needs_g2(self.opts.park_policy)
-        self._event(nxt.ready_s, "ready", nxt.tid)
-        if needs_g2(self.opts.park_policy):
-            restore_s = transfer_time_s(s.context_before(t.k + 1) * self.kv_bytes, self.opts.g2)
-            lead = 0.0
-            if self.opts.park_policy == "park-early":
-                lead = restore_s if self.opts.restore_lead_s is None else self.opts.restore_lead_s
-            self._event(max(at, nxt.ready_s - lead), "restore", nxt.tid)
+        self._event(nxt.ready_s, "ready", nxt.tid)      # park policies: the restore is asked for at the park
+
+    # -- parks and restores: where the KV goes, how long its link takes -------------------------------
+    def _park_tier(self, tokens: int):
+        """The first park tier (G2, then G3) with room for ``tokens`` more, or None."""
+        for tier in self.park_tiers:
+            if self.ledger.total(tier.tier) + tokens <= self.ledger.capacity[tier.tier]:
+                return tier
+        return None
+
+    def _park(self, sid: int, tokens: int) -> None:
+        tier = self._park_tier(tokens)
+        self.host_tier[sid] = tier
+        nxt = self.latest[sid]
+        if tier is None:                  # no room beyond HBM: drop now, recompute at the restore
+            self.ledger.drop(sid, HBM, tokens)
+            self.parks_dropped += 1
+            restore_s = self._recompute_s(tokens)
+        else:
+            nbytes = tokens * self.kv_bytes
+            self.ledger.move(sid, HBM, tier.tier, tokens)
+            self.move_bytes += nbytes
+            self.park_end[sid] = self.links.book(self.t, nbytes, tier, "out")[1]
+            self.parks_to[tier.tier] += 1
+            restore_s = transfer_time_s(nbytes, tier)
+        lead = 0.0
+        if self.opts.park_policy == "park-early":
+            lead = restore_s if self.opts.restore_lead_s is None else self.opts.restore_lead_s
+        self._event(max(self.t, nxt.ready_s - lead), "restore", nxt.tid)
+
+    def _recompute_s(self, tokens: int) -> float:
+        if self.mode == "disaggregated":
+            return self.sm.prefill_time(tokens)
+        return self.sm.prefill_batch_time([tokens], self.rng)
+
+    def _restore(self, sid: int, tokens: int) -> None:
+        tier = self.host_tier.pop(sid)
+        if tier is None:
+            self.ledger.add(sid, HBM, tokens)
+            self.recomputed_tokens += tokens
+            done = self.t + self._recompute_s(tokens)
+        else:
+            nbytes = tokens * self.kv_bytes
+            self.ledger.move(sid, tier.tier, HBM, tokens)
+            self.move_bytes += nbytes
+            done = self.links.book(max(self.t, self.park_end.pop(sid)), nbytes, tier, "in")[1]
+        self._event(done, "restored", self.latest[sid].tid)
 
     # -- after each round: the DSU's KV moves -----------------------------------------------------------
     def _after_round(self, rnd, step) -> None:
         for mv in self.model.moves:       # park / restore (a turn that ends under drop is dropped there)
-            s = self.turns[mv.request].session        # mv.request: a turn-0 (slot) or a dropped turn's id
-            nbytes = mv.tokens * self.kv_bytes
+            sid = self.turns[mv.request].session.id   # mv.request: a turn-0 (slot) or a dropped turn's id
             if mv.kind == "park":
-                self.ledger.move(s.id, HBM, G2, mv.tokens)
-                self.move_bytes += nbytes
+                self._park(sid, mv.tokens)
             elif mv.kind == "restore":
-                self.ledger.move(s.id, G2, HBM, mv.tokens)
-                self.move_bytes += nbytes
-                nxt = max((t for t in self.turns.values() if t.session.id == s.id), key=lambda t: t.k)
-                self._event(self.t + transfer_time_s(nbytes, self.opts.g2), "restored", nxt.tid)
+                self._restore(sid, mv.tokens)
         self.model.moves.clear()
         for o in rnd.ended:              # a continue that can never fit: failed, its slot freed
             t = self.turns[self.current.get(o.request, o.request)]
@@ -304,6 +391,7 @@ class _SessionRun(_Run):
         self.ledger.check(observed=parked[0])
         held = sum(1 for sid in self.ledger.sessions() if self.ledger.held(sid).get(HBM, 0) > 0)
         self.occupancy.append((self.t, self.ledger.total(HBM) - parked[1], parked[1], self.ledger.total(G2), held))
+        self.g3_peak = max(self.g3_peak, self.ledger.total(G3))
 
     def _dsu_view(self):
         """Where the DSU model says each session's KV is — its slot's ``seq_len`` in HBM or G2,
@@ -316,7 +404,12 @@ class _SessionRun(_Run):
             if slot is None:
                 continue
             sid = self.turns[slot.request].session.id
-            tier = G2 if slot.kv_where == "g2" else HBM
+            tier = HBM
+            if slot.kv_where == "g2":     # the DSU's "g2" is wherever the host put it, or dropped
+                host = self.host_tier.get(sid)
+                if host is None:
+                    continue
+                tier = host.tier
             seen.setdefault(sid, {})[tier] = seen.get(sid, {}).get(tier, 0) + slot.seq_len
             if slot.state == "parked" and tier == HBM:
                 parked_hbm += slot.seq_len
@@ -401,6 +494,12 @@ def _result(run: _SessionRun, ttft_slo_s, tpot_slo_s) -> AgenticResult:
         parked_hbm_kv_bytes_peak=float(parked.max() * run.kv_bytes),
         g2_kv_bytes_peak=float(g2_tokens.max() * run.kv_bytes),
         bytes_hbm_to_g2=run.ledger.bytes_moved[(HBM, G2)], bytes_g2_to_hbm=run.ledger.bytes_moved[(G2, HBM)],
+        g3_kv_bytes_peak=float(run.g3_peak * run.kv_bytes),
+        bytes_hbm_to_g3=run.ledger.bytes_moved[(HBM, G3)], bytes_g3_to_hbm=run.ledger.bytes_moved[(G3, HBM)],
+        parks_g2=run.parks_to.get(G2, 0), parks_g3=run.parks_to.get(G3, 0), parks_dropped=run.parks_dropped,
+        recomputed_tokens=run.recomputed_tokens, link_wait_s=run.links.wait_s,
+        prefix_bytes_spilled=run.prefix_bytes_spilled, prefix_bytes_fetched=run.prefix_bytes_fetched,
+        prefix_lower_hit_blocks=run.cache.lower_hit_blocks if run.cache is not None else 0,
         prefix_hit_rate=run.cache.hit_rate if run.cache is not None else 0.0,
         prefill_tokens=run.prefill_tokens, prefill_tokens_saved=run.prefill_saved,
         prefill_flops_saved=run.flops_saved,

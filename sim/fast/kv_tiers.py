@@ -6,6 +6,11 @@
 * :class:`PrefixCache`: deduplicates 512-token prefix blocks (Mooncake's ``hash_ids``) across
   requests and sessions, with LRU eviction of blocks no running request uses;
   :func:`physical_bound` is the hit rate no cache can beat.
+* :class:`LinkQueue`: moves that share a tier's link and direction queue for it, first come
+  first served, each at the link's full bandwidth in turn.
+* :class:`PrefixCache`'s optional lower level (``lower_tokens``): prefix blocks evicted from HBM
+  spill to a tier beyond it (G3 or G3.5), from where a later hit fetches them instead of
+  recomputing them.
 * :class:`TierLedger`: how many KV tokens each session holds in each tier, changed only by
   explicit adds, moves and drops, and a :meth:`TierLedger.check` the simulator runs every step
   so that no block is ever lost silently.
@@ -22,8 +27,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from tricut.models.tiers import HBM, TIERS, Tier
 
-__all__ = ["BLOCK_TOKENS", "LedgerError", "transfer_time_s", "hbm_bytes_of_move", "PrefixCache",
-           "block_references", "physical_bound", "TierLedger"]
+__all__ = ["BLOCK_TOKENS", "LedgerError", "transfer_time_s", "hbm_bytes_of_move", "LinkQueue",
+           "PrefixCache", "block_references", "physical_bound", "TierLedger"]
 
 #: Mooncake's prefix-block size: one ``hash_ids`` entry per 512 prompt tokens (the last block
 #: may be partial).
@@ -69,6 +74,48 @@ def hbm_bytes_of_move(nbytes: float, src: str | None = None, dst: str | None = N
     return nbytes if HBM in (src, dst) else 0.0
 
 
+class LinkQueue:
+    """The links between HBM and the tiers beyond it, one queue per (tier, direction).
+
+    A move books its link with :meth:`book`: it starts when both the move is ready (``ready_s``)
+    and every move booked earlier on the same tier and direction has finished (first come, first
+    served; a move never overtakes one booked before it), and takes :func:`transfer_time_s` of
+    its bytes — the whole link is its own while it runs. The two directions (``"out"``: HBM to
+    the tier, a park or a spill; ``"in"``: the tier to HBM, a restore or a fetch) and different
+    tiers are independent. :attr:`wait_s` sums the time moves waited for their link."""
+
+    DIRECTIONS = ("out", "in")
+
+    def __init__(self):
+        self._free: dict[tuple[str, str], float] = {}
+        self.wait_s = 0.0
+        self.moves = 0
+
+    def free_at(self, tier: Tier, direction: str) -> float:
+        """When the link of ``tier`` in ``direction`` is next free (0 if never used)."""
+        return self._free.get(self._key(tier, direction), 0.0)
+
+    def _key(self, tier: Tier, direction: str) -> tuple[str, str]:
+        if direction not in self.DIRECTIONS:
+            raise ValueError(f"direction must be one of {', '.join(self.DIRECTIONS)}, got {direction!r}")
+        return tier.tier, direction
+
+    def book(self, ready_s: float, nbytes: float, tier: Tier, direction: str) -> tuple[float, float]:
+        """Queue one move of ``nbytes`` that can start at ``ready_s``: ``(start, end)`` in
+        seconds. A move of 0 bytes takes no time and does not wait."""
+        if not math.isfinite(ready_s):
+            raise ValueError(f"a move must be ready at a finite time, got {ready_s!r}")
+        key = self._key(tier, direction)
+        if _bytes(nbytes) == 0:
+            return ready_s, ready_s
+        start = max(ready_s, self._free.get(key, 0.0))
+        end = start + transfer_time_s(nbytes, tier)
+        self._free[key] = end
+        self.wait_s += start - ready_s
+        self.moves += 1
+        return start, end
+
+
 class PrefixCache:
     """Prefix blocks (by hash) whose KV is cached, shared by every request and session.
 
@@ -83,22 +130,37 @@ class PrefixCache:
 
     ``capacity_tokens`` may be ``math.inf`` (an infinite cache: :attr:`hit_rate` then reaches
     :func:`physical_bound` of the lookups, if the hashes are prefix hashes like Mooncake's).
+
+    ``lower_tokens`` > 0 adds a lower level beyond HBM (a G3 or G3.5 tier): a block evicted from
+    HBM is spilled there (:attr:`spilled_blocks`) instead of forgotten, the lower level dropping
+    its own least recently spilled block when full. The levels are exclusive: a block is in one
+    or the other. A lookup's contiguous run may continue into the lower level
+    (:meth:`lookup_split`); :meth:`insert` brings such blocks back into HBM.
     """
 
-    def __init__(self, capacity_tokens: float, block_tokens: int = BLOCK_TOKENS):
+    def __init__(self, capacity_tokens: float, block_tokens: int = BLOCK_TOKENS, lower_tokens: float = 0):
         if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
             raise ValueError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
         if isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, (int, float)) \
                 or math.isnan(capacity_tokens) or capacity_tokens < 0:
             raise ValueError(f"capacity_tokens must be a number >= 0 (or math.inf), got {capacity_tokens!r}")
+        if isinstance(lower_tokens, bool) or not isinstance(lower_tokens, (int, float)) \
+                or math.isnan(lower_tokens) or lower_tokens < 0:
+            raise ValueError(f"lower_tokens must be a number >= 0 (or math.inf), got {lower_tokens!r}")
         self.block_tokens = block_tokens
         self.capacity_blocks: float = math.inf if math.isinf(capacity_tokens) \
             else int(capacity_tokens) // block_tokens
+        self.lower_capacity_blocks: float = math.inf if math.isinf(lower_tokens) \
+            else int(lower_tokens) // block_tokens
         self._blocks: OrderedDict[Hashable, int] = OrderedDict()   # hash -> pin count; LRU first
+        self._lower: OrderedDict[Hashable, None] = OrderedDict()   # spilled blocks; oldest first
         self.lookups_blocks = 0
-        self.hit_blocks = 0
+        self.hit_blocks = 0              # both levels
+        self.lower_hit_blocks = 0        # of which in the lower level
         self.inserted_blocks = 0
-        self.evicted_blocks = 0
+        self.evicted_blocks = 0          # left HBM (spilled or forgotten)
+        self.spilled_blocks = 0          # of which spilled to the lower level
+        self.lower_evicted_blocks = 0    # forgotten by the lower level
 
     # --- state ---
     def __len__(self) -> int:
@@ -129,24 +191,44 @@ class PrefixCache:
         for h in reversed(hashes):          # the first block ends most recently used
             self._blocks.move_to_end(h)
 
+    @property
+    def lower_blocks(self) -> int:
+        return len(self._lower)
+
     def lookup(self, hashes: Sequence[Hashable]) -> int:
-        """The number of leading blocks of ``hashes`` that are cached (a prefix hit). Counts
-        ``len(hashes)`` looked-up blocks and the hits, and marks the hit blocks used."""
-        n = 0
+        """The number of leading blocks of ``hashes`` that are cached in either level (a prefix
+        hit): the sum of :meth:`lookup_split`."""
+        return sum(self.lookup_split(hashes))
+
+    def lookup_split(self, hashes: Sequence[Hashable]) -> tuple[int, int]:
+        """``(in_hbm, in_lower)``: the leading blocks of ``hashes`` that are cached, by level
+        (the run is contiguous across levels). Counts ``len(hashes)`` looked-up blocks and the
+        hits, and marks the HBM hits used."""
+        n = lower = 0
         for h in hashes:
-            if h not in self._blocks:
+            if h in self._blocks:
+                n += 1
+            elif h in self._lower:
+                lower += 1
+            else:
                 break
-            n += 1
         self.lookups_blocks += len(hashes)
-        self.hit_blocks += n
-        self._touch(hashes[:n])
-        return n
+        self.hit_blocks += n + lower
+        self.lower_hit_blocks += lower
+        self._touch([h for h in hashes[:n + lower] if h in self._blocks])
+        return n, lower
 
     def _evict_one(self, keep: set) -> bool:
         for h, pins in self._blocks.items():
             if pins == 0 and h not in keep:
                 del self._blocks[h]
                 self.evicted_blocks += 1
+                if self.lower_capacity_blocks >= 1:
+                    if len(self._lower) + 1 > self.lower_capacity_blocks:
+                        self._lower.popitem(last=False)
+                        self.lower_evicted_blocks += 1
+                    self._lower[h] = None
+                    self.spilled_blocks += 1
                 return True
         return False
 
@@ -160,7 +242,10 @@ class PrefixCache:
         for h in hashes:
             if h in self._blocks:
                 continue
+            fetched = self._lower.pop(h, 0) is None       # back from the lower level: it leaves there
             if len(self._blocks) + 1 > self.capacity_blocks and not self._evict_one(keep):
+                if fetched:                                # no room in HBM after all: it stays below
+                    self._lower[h] = None
                 break
             self._blocks[h] = 0
             added += 1
