@@ -6,10 +6,11 @@ Golden and naive on purpose. Two halves, joined by a stream of block *operations
   an access pattern into the operation stream the TE and the prefetcher generate: per step,
   per layer (in the descriptor's layer order), per slot: the new token's K/V write ``W``,
   then the demand reads ``R`` of the blocks attention reads, interleaved with prefetches
-  ``P`` of predicted blocks, ``distance`` blocks ahead of the demand. The policy decides
-  what is predicted and with which residency class every block is allocated. Nothing in the
-  front end looks at the tag store, so the operation stream is a pure function of
-  (descriptors, pattern, policy, seed).
+  ``P`` of predicted blocks, ``distance`` blocks ahead of the demand; and the restore
+  ops ``S`` of the DSU's restore moves (``StepDesc.restores``) when each step descriptor is
+  loaded. The policy decides what is predicted and with which residency class every block
+  is allocated. Nothing in the front end looks at the tag store, so the operation stream is
+  a pure function of (descriptors, pattern, policy, seed).
 * the **core** (:class:`CDUCore`) applies each operation to a set-associative tag store
   (LRU ages, residency classes) and records one :class:`Txn` per operation: the decision
   (hit, miss-allocate, bypass, ...), the victim and whether an HBM read is issued. The RTL
@@ -38,6 +39,10 @@ Definitions (also in ``docs/cdu.md``)
   and update a resident block; a write that starts a new block (``fresh``) allocates it
   without any HBM read (nothing of it exists in HBM yet). L2 blocks are therefore never
   dirty and an eviction writes nothing back.
+* A restore (``S``) moves one block of a parked request from host memory (G2) into HBM over
+  the host link. It is not an L2 access: the tag store is not touched (no allocation, no age
+  or class change, no eviction; an L2 copy of the same block stays valid), no HBM read is
+  issued; only ``restores`` and ``restore_bytes`` count it.
 
 Counters (each has one definition; identities checked by :meth:`CDUCore.check`)::
 
@@ -53,6 +58,7 @@ Counters (each has one definition; identities checked by :meth:`CDUCore.check`):
                       = evictions + occupancy                (occupancy at the end)
     hbm_read_bytes    = (misses + prefetch_issued) * block_bytes
     hbm_write_bytes   = writes * token_bytes
+    restores          = S ops                 restore_bytes = restores * block_bytes
     accuracy = prefetch_useful / prefetch_issued
     coverage = prefetch_useful / (prefetch_useful + misses)
 """
@@ -86,12 +92,13 @@ CLASS_STREAM, CLASS_NORMAL, CLASS_KEEP, CLASS_PIN = 0, 1, 2, 3
 HINTS = ("auto", "stream", "priority", "pin")
 POLICIES = ("disabled", "static", "adaptive")
 PATTERNS = ("full", "window", "topk", "reread")
-#: operation kinds (:data:`Op`): R demand read, W new-token write, P prefetch
-KINDS = ("R", "W", "P")
+#: operation kinds (:data:`Op`): R demand read, W new-token write, P prefetch, S restore (one
+#: block of a parked request moved from host memory, G2, into HBM by the host-link DMA)
+KINDS = ("R", "W", "P", "S")
 #: decisions of the core (:data:`Txn`): R: hit, miss_alloc, miss_bypass; P: pf_issue,
-#: pf_redundant, pf_drop; W: w_hit, w_alloc, w_bypass
+#: pf_redundant, pf_drop; W: w_hit, w_alloc, w_bypass; S: restore
 RESULTS = ("hit", "miss_alloc", "miss_bypass", "pf_issue", "pf_redundant", "pf_drop",
-           "w_hit", "w_alloc", "w_bypass")
+           "w_hit", "w_alloc", "w_bypass", "restore")
 
 #: One block operation. kind: one of KINDS.
 #: cls: residency class to allocate with (0 = do not allocate). fresh: W starts a new block.
@@ -116,6 +123,10 @@ class StepDesc:
     step: int
     slots: tuple
     layers: tuple         # layer order of the step (TE order)
+    #: the DSU's restore moves of the step: ``(req, layer, seq_len)`` triples, in order; each
+    #: becomes the S ops of blocks ``0 .. ceil(seq_len/16) - 1`` of (req, layer)
+    #: (:meth:`FrontEnd.ops` says when)
+    restores: tuple = ()
 
 
 #: odd strides of the set-index hash: consecutive blocks of one (request, layer) go to
@@ -183,6 +194,7 @@ class CDUCore:
         "prefetch_dropped", "prefetch_useful", "prefetch_late", "prefetch_useless",
         "prefetch_unused", "writes", "write_hits", "write_allocs", "write_bypass", "evictions",
         "fills", "hbm_read_bytes", "hbm_write_bytes", "occupancy", "occupancy_peak",
+        "restores", "restore_bytes",
     )
 
     def __init__(self, sets, ways, block_bytes=1, token_bytes=1, latency=0, reserve=None):
@@ -333,6 +345,11 @@ class CDUCore:
                     ok, victim = self._allocate(tag, op.cls, False, self.now)
                 result = "w_alloc" if ok else "w_bypass"
                 c["write_allocs" if ok else "write_bypass"] += 1
+        elif op.kind == "S":
+            # G2 -> HBM over the host link: the L2 tag store is not involved
+            c["restores"] += 1
+            c["restore_bytes"] += self.block_bytes
+            result = "restore"
         else:
             raise ValueError(f"CDUCore: unknown op kind {op.kind!r}")
         if hbm:
@@ -371,6 +388,7 @@ class CDUCore:
             ("fills", c["evictions"] + c["occupancy"]),
             ("hbm_read_bytes", (c["misses"] + c["prefetch_issued"]) * self.block_bytes),
             ("hbm_write_bytes", c["writes"] * self.token_bytes),
+            ("restore_bytes", c["restores"] * self.block_bytes),
         ]
         for name, value in ids:
             assert c[name] == value, f"counter identity broken: {name} = {c[name]} != {value}"
@@ -595,6 +613,20 @@ class FrontEnd:
     boundaries); before the ``i``-th demand read of unit ``k`` it issues prefetches until it
     is ``distance`` blocks past ``base_k + i`` (it first jumps to ``base_k`` if behind); for a
     streamed unit (``stream`` hint) ``i`` counts as 0: its reads do not move the window.
+    Units are *planned* (predicted list and classes fixed) lazily, in unit order: at the
+    unit's start, or earlier when the prefetch pointer has reached the end of the planned
+    lists (the *walk*; only with ``distance > 0`` and a policy other than ``disabled``,
+    which predicts nothing).
+
+    Restores (``StepDesc.restores``) are issued when the step's descriptor is *loaded*: just
+    before the first unit of that step is planned -- so after every op already issued, and
+    before every op of the step, including the prefetches of its blocks that the walk issues
+    during the previous step. The descriptors of steps without units are loaded on the way
+    to the next step that has one; when the walk finds no unit left to plan, every remaining
+    descriptor is loaded; after the last unit, any descriptor not yet loaded is. Each
+    ``(req, layer, seq_len)`` triple, in order, gives the S ops of blocks ``0 ..
+    ceil(seq_len/16) - 1`` (class 0, not fresh). This is the order in which the RTL front
+    end takes the step beats (it expands each restore beat when it takes it).
     """
 
     def __init__(self, policy, frames, distance=16, entries=64, recent_tokens=STATIC_RECENT_TOKENS):
@@ -628,28 +660,49 @@ class FrontEnd:
 
     def ops(self, steps, demand):
         """Yield Ops for the list of StepDesc ``steps``."""
-        units = [(st, sd, layer) for st in steps for layer in st.layers for sd in st.slots]
+        steps = list(steps)
+        units = [(n, st, sd, layer) for n, st in enumerate(steps) for layer in st.layers
+                 for sd in st.slots]
         plans = []                     # per unit: (pred, cls) computed lazily in TE order
         pstream = []                   # (unit index, block) from absolute position poff on
         bases = []
+        restores = []                  # S ops of descriptors loaded, not yet yielded
+        loaded = 0                     # step descriptors loaded so far
         p = poff = 0
+        # the walk: the prefetch pointer plans units ahead (disabled predicts nothing)
+        walk = self.distance > 0 and self.policy != "disabled"
+
+        def load(upto):
+            nonlocal loaded
+            for st in steps[loaded:upto]:
+                for req, layer, seq_len in st.restores:
+                    restores.extend(Op("S", req, layer, b, CLASS_STREAM, False)
+                                    for b in range(-(-seq_len // BLOCK_TOKENS)))
+            loaded = max(loaded, upto)
 
         def plan(k):
             while len(plans) <= k:
-                st, sd, layer = units[len(plans)]
+                n, st, sd, layer = units[len(plans)]
+                load(n + 1)
                 pr, cls = self._unit_plan(sd, layer)
                 bases.append(poff + len(pstream))
                 pstream.extend((len(plans), b) for b in pr)
                 plans.append((pr, cls))
             return plans[k]
 
+        def flush():
+            out = list(restores)
+            restores.clear()
+            return out
+
         prev_step = None
-        for k, (st, sd, layer) in enumerate(units):
+        for k, (_, st, sd, layer) in enumerate(units):
             if st is not prev_step:
                 if self.pred is not None:
                     self.pred.new_step()
                 prev_step = st
             _, cls = plan(k)
+            yield from flush()
             d = demand(st, sd, layer)
             if d is None:          # trace without this unit: nothing happens for it
                 continue
@@ -665,21 +718,26 @@ class FrontEnd:
             streamed = self.policy == "disabled" or sd.hint == "stream"
             for i, b in enumerate(d):
                 lead = 0 if streamed else i
-                if self.distance:
+                if walk:
                     while True:
                         # make sure the plans reach p
                         while p >= poff + len(pstream) and len(plans) < len(units):
                             plan(len(plans))
+                        if p >= poff + len(pstream) and len(plans) == len(units):
+                            load(len(steps))      # nothing left to plan: the rest is read
+                        yield from flush()
                         if p >= poff + len(pstream) or p >= bases[k] + lead + self.distance:
                             break
                         uk, pb = pstream[p - poff]
-                        ust, usd, ul = units[uk]
+                        _, ust, usd, ul = units[uk]
                         pcls = plans[uk][1](pb)
                         yield Op("P", usd.request, ul, pb, pcls, False)
                         p += 1
                 yield Op("R", sd.request, layer, b, cls(b), False)
             if self.pred is not None and sd.hint != "stream":
                 self.pred.observe(sd.slot, layer, d, nb)
+        load(len(steps))
+        yield from flush()
 
 
 # --------------------------------------------------------------------------- run

@@ -155,6 +155,66 @@ def test_odd_callbacks_equal_golden(policy):
         check_case(descs, policy, random_geometry(rng), demand=odd_demand(rng))
 
 
+def with_restores(rng, descs, p_empty=0.3):
+    """The steps with random restore moves (0-3 per step, contexts 0..100 tokens, requests and
+    layers possibly those of the batch) and, now and then, steps with no units in between."""
+    out = []
+    for st in descs:
+        if rng.random() < p_empty:
+            out.append(StepDesc(st.step, (), rng.choice([(), st.layers]),
+                                tuple((rng.randrange(40), rng.randrange(30), rng.randint(0, 60))
+                                      for _ in range(rng.randint(1, 2)))))
+        rs = tuple((rng.choice([sd.request for sd in st.slots] + [rng.randrange(40)]),
+                    rng.choice(st.layers), rng.randint(0, 100))
+                   for _ in range(rng.randint(0, 3)))
+        out.append(StepDesc(st.step, st.slots, st.layers, rs))
+    return out
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_restores_equal_golden(pattern, policy):
+    """Step descriptors with restore moves (and unit-less steps carrying only restores): the
+    S transactions in the golden's order (checksum) and the restore counters."""
+    rng = random.Random(f"restore-{pattern}-{policy}")
+    seen = 0
+    for n in range(8):
+        descs = with_restores(rng, random_descs(rng, "mixed"))
+        geo = random_geometry(rng)
+        want, core = check_case(descs, policy, geo, pattern, random_pattern_args(rng),
+                                via_pattern=(n % 2 == 0), block_bytes=3)
+        s = sum(1 for t in core.txns if t.kind == "S")
+        assert want["restores"] == s and want["restore_bytes"] == 3 * s
+        seen += s
+        if s and any(t.kind != "S" for t in core.txns):
+            last = want, core
+    assert seen > 0
+    # the checksum sees where the S transactions are
+    want, core = last
+    t = list(core.txns)
+    i = next(i for i, x in enumerate(t) if x.kind == "S")
+    j = next(j for j, x in enumerate(t) if x.kind != "S")
+    t[i], t[j] = t[j], t[i]
+    assert txn_checksum(t) != want["txn_checksum"]
+
+
+def test_restores_with_traces_equal_golden():
+    rng = random.Random("restore-trace")
+    for policy in POLICIES:
+        for _ in range(6):
+            descs = with_restores(rng, random_descs(rng, "mixed"))
+            check_case(descs, policy, random_geometry(rng), demand=trace_demand(rng, descs))
+
+
+def test_restore_argument_errors():
+    st = [StepDesc(0, (SlotDesc(0, 0, 20),), (0,), ((1 << 23, 0, 16),))]
+    with pytest.raises(ValueError, match="restore request must be an integer"):
+        run_fast(st, pattern_demand(Pattern("full")), "static", 2, 2)
+    st = [StepDesc(0, (SlotDesc(0, 0, 20),), (0,), ((0, 0),))]
+    with pytest.raises(ValueError, match=r"a restore is \(req, layer, seq_len\)"):
+        run_fast(st, pattern_demand(Pattern("full")), "static", 2, 2)
+
+
 def test_all_pinned_bypass_and_keep_budget():
     """All-pinned sets make every later allocation bypass; a store small enough that the
     adaptive keep budget is exceeded exercises the keep hash."""

@@ -9,6 +9,7 @@ Verilator (tests/cocotb/cdu_fe_equiv.py); every run ends with the drained check.
 
 import itertools
 import random
+import re
 import sys
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from tricut.models.cdu import SlotDesc, StepDesc, predictor_budget_bits
 from tricut.rtl.cdu.core import COUNTERS
 from tricut.rtl.cdu.frontend import FrontEndRTL, predictor_bits
 from tricut.rtl.cdu.top import CDU
-from tricut.sim.harness.cdu import RtlMismatch, compare_ops, compare_rtl, run_frontend_rtl, run_rtl
+from tricut.sim.harness.cdu import (RtlMismatch, compare_ops, compare_rtl, op_tuple,
+                                    run_frontend_rtl, run_rtl)
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
 
 sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
@@ -103,7 +105,8 @@ def test_frontend_idle_backpressure_matrix(idle, backpressure):
 def test_whole_cdu_idle_backpressure_matrix(idle, backpressure):
     """The whole CDU on a short random descriptor stream (topk, adaptive) with retried HBM
     errors under every (idle, backpressure) pair of schedules: == model txn by txn."""
-    ops, front = B.fe_vectors(B.random_steps(400, steps=3), "topk", "adaptive", seed=4)
+    ops, front = B.fe_vectors(B.random_steps(400, steps=3, restores=0.5), "topk", "adaptive",
+                              seed=4)
     assert front["lookahead"] < B.FE_PARAMS["units"]
     rng = random.Random(41)
     err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
@@ -111,6 +114,72 @@ def test_whole_cdu_idle_backpressure_matrix(idle, backpressure):
                   backpressure=backpressure)
     compare_rtl(ops, got, **B.PARAMS)
     assert got["regs"] == [got["counters"][k] for k in COUNTERS]
+
+
+@pytest.mark.parametrize("pattern,policy", CASES)
+def test_frontend_restores_equal_model(pattern, policy):
+    """Restore beats in the steps (``B.restore_steps``: two per step, a step of restores
+    only, zero- and one-token restores, a trailing step) with and without the prefetch walk,
+    and seeded random steps with restores, their beats interleaved at random with the slot
+    and layer beats: == model op by op, the S ops where the model puts them (at each step
+    descriptor's load)."""
+    n = CASES.index((pattern, policy))
+    for k, dist in enumerate((0, 4)):
+        ops, front = B.fe_vectors(B.restore_steps(), pattern, policy, distance=dist, seed=n)
+        assert front["lookahead"] < B.FE_PARAMS["units"]
+        compare_ops(ops, B.run_fe(front, seed=n + k, p_valid=0.6, p_ready=0.6))
+        got = run_frontend_rtl(B.shuffled_beats(B.restore_steps(), n + k), front["lists"],
+                               front["config"], dict(front["params"], frames=front["frames"]),
+                               seed=n, p_valid=0.6, p_ready=0.6)
+        compare_ops(ops, got)
+        kinds = "".join(o.kind for o in ops)
+        assert kinds.count("S") == 3 + 1 + 0 + 3 + 1 + 2
+        assert kinds.startswith("SSSW")
+        runs = re.findall(r"S+(.|$)", kinds)      # what follows each run of restores
+        if dist and policy != "disabled":
+            # the walk loads later steps (and the trailing one) in the middle of a unit's
+            # reads, before the prefetches of their blocks
+            assert set(runs) - {"W", ""}, runs
+        else:
+            # without the walk a step is loaded at its first unit's start, the trailing
+            # one after the last read
+            assert set(runs) <= {"W", ""} and kinds.endswith("RSS"), runs
+    descs = B.random_steps(500 + n, steps=5, restores=0.7)
+    assert any(st.restores for st in descs)
+    ops, front = B.fe_vectors(descs, pattern, policy, seed=n)
+    got = run_frontend_rtl(B.shuffled_beats(descs, n), front["lists"], front["config"],
+                           dict(front["params"], frames=front["frames"]), seed=n, p_valid=0.5,
+                           p_ready=0.5)
+    compare_ops(ops, got)
+
+
+@pytest.mark.parametrize(**MATRIX)
+def test_whole_cdu_restores_idle_backpressure_matrix(idle, backpressure):
+    """The whole CDU on the restore steps (static, distance 4: S ops issued by the walk in
+    the middle of a unit) and on random steps with restores, with retried HBM errors, under
+    every (idle, backpressure) pair: == model transaction by transaction, ``restores``
+    counted."""
+    for descs, pattern in ((B.restore_steps(), "full"), (B.random_steps(600, steps=3,
+                                                                        restores=0.8), "topk")):
+        ops, front = B.fe_vectors(descs, pattern, "static" if pattern == "full" else "adaptive",
+                                  seed=5)
+        rng = random.Random(43)
+        err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
+        got = run_rtl(None, params=B.PARAMS, seed=4, err=err, front=front, idle=idle,
+                      backpressure=backpressure)
+        core = compare_rtl(ops, got, **B.PARAMS)
+        assert got["counters"]["restores"] == core.counters()["restores"] > 0
+        assert got["regs"] == [got["counters"][k] for k in COUNTERS]
+
+
+def test_restore_beat_outside_a_step_is_bad():
+    """A restore beat before any header is a bad step beat: flagged, no S op."""
+    descs = [StepDesc(0, (SlotDesc(0, 0, 20),), (0,))]
+    ops, front = B.fe_vectors(descs, "full", "static")
+    stray = dict(front["beats"][0], kind=B.KIND_RESTORE, req=1, layer=0, seq_len=40)
+    got = run_frontend_rtl([stray] + front["beats"], [], front["config"], front["params"])
+    assert got["bad_step"] and not any(o[0] == 3 for o in got["ops"])
+    assert got["ops"] == [op_tuple(o) for o in ops]
 
 
 def test_frontend_cycles_per_op():

@@ -106,6 +106,89 @@ def test_writes():
     assert c["hbm_write_bytes"] == 12 and c["hbm_read_bytes"] == 0 and c["hits_reuse"] == 1
 
 
+def S(req, block, cls=CLASS_STREAM, layer=0):
+    return Op("S", req, layer, block, cls, False)
+
+
+def test_restore_leaves_the_tag_store_alone():
+    """An S op moves a block G2 -> HBM: no allocation, no age or class change, no eviction,
+    no HBM read; a resident copy stays a hit. Each line below would change if S touched the
+    tag store (allocated, made the way youngest, re-classed it or cleared pf)."""
+    core = CDUCore(sets=1, ways=2, block_bytes=64, token_bytes=2)
+    results(core, [R(0, 0), P(0, 1)])
+    before = [dict(e) for e in core.entries[0]], list(core.ages[0])
+    # the older block last: a touch by S(0, 0) could not be undone by S(0, 1)
+    got = results(core, [S(0, 1, CLASS_PIN), S(0, 7), S(0, 7), S(0, 0, CLASS_KEEP)])
+    assert got == [("restore", None, False)] * 4
+    assert ([dict(e) for e in core.entries[0]], list(core.ages[0])) == before
+    assert core.where == {(0, 0, 0): (0, 0), (0, 0, 1): (0, 1)}      # 7 not allocated
+    assert [e["cls"] for e in core.entries[0]] == [CLASS_NORMAL, CLASS_NORMAL]
+    assert core.entries[0][1]["pf"]                                   # still an unread prefetch
+    # block 0 (used before the prefetch of 1) is still the oldest: the next fill evicts it;
+    # had S(0, 0) touched it, block 1 would go; had S(0, 0, keep) re-classed it, block 1 too;
+    # had S(0, 1, pin) pinned block 1, the prefetch of 7 would evict block 2
+    got = results(core, [R(0, 1), R(0, 2), P(0, 7)])
+    assert got == [("hit", None, False), ("miss_alloc", (0, 0, 0), True),
+                   ("pf_issue", (0, 0, 1), True)]   # 7 was never allocated by its restores
+    c = core.check()
+    assert (c["restores"], c["restore_bytes"]) == (4, 4 * 64)
+    assert c["hits_prefetched"] == 1 and c["accesses"] == 3 and c["fills"] == 4
+    assert c["hbm_read_bytes"] == 4 * 64 and c["hbm_write_bytes"] == 0
+    # identity checked
+    core.c["restore_bytes"] += 1
+    with pytest.raises(AssertionError, match="restore_bytes"):
+        core.check()
+
+
+def test_restore_random_streams_same_as_without_them():
+    """Random R/W/P streams with S ops mixed in give exactly the transactions and counters of
+    the same stream without them (apart from the S transactions and the restore counters)."""
+    for seed in range(5):
+        rng = random.Random(seed)
+        ops = [Op(rng.choice("RRWPS"), rng.randrange(3), rng.randrange(2), rng.randrange(12),
+                  rng.choice([0, 1, 1, 2, 3]), rng.random() < 0.5) for _ in range(400)]
+        a, b = CDUCore(2, 2, block_bytes=8, latency=3), CDUCore(2, 2, block_bytes=8, latency=3)
+        ta = [a.apply(o) for o in ops]
+        tb = [b.apply(o) for o in ops if o.kind != "S"]
+        assert [t for t in ta if t.kind != "S"] == tb
+        ca, cb = a.check(), b.check()
+        n = sum(o.kind == "S" for o in ops)
+        assert (ca.pop("restores"), ca.pop("restore_bytes")) == (n, 8 * n) and n > 0
+        assert (cb.pop("restores"), cb.pop("restore_bytes")) == (0, 0)
+        assert ca == cb
+
+
+def test_front_end_restores_at_the_step_load():
+    """Restores come first in their step: before its first unit's ops and before every
+    prefetch of its blocks that the walk issues during the previous step; a step without
+    units is loaded on the way to the next one; restores of trailing steps come last."""
+    steps = [StepDesc(0, (SlotDesc(0, 0, 40),), (0,), restores=((5, 1, 20),)),
+             StepDesc(1, (), (0,), restores=((6, 0, 1),)),              # no units
+             StepDesc(2, (SlotDesc(0, 0, 41),), (0,), restores=((7, 0, 33), (8, 1, 0))),
+             StepDesc(3, (), (), restores=((9, 0, 16),))]
+    dem = lambda st, sd, ly: list(range(-(-sd.seq_len // 16)))  # noqa: E731
+    ops = list(FrontEnd("static", 64, distance=4).ops(steps, dem))
+    kinds = "".join(o.kind for o in ops)
+    s_ops = [(o.req, o.layer, o.block) for o in ops if o.kind == "S"]
+    assert s_ops == [(5, 1, 0), (5, 1, 1), (6, 0, 0), (7, 0, 0), (7, 0, 1), (7, 0, 2),
+                     (9, 0, 0)]
+    assert all(o.cls == CLASS_STREAM and not o.fresh for o in ops if o.kind == "S")
+    # step 0 (3 blocks, distance 4): its restore, W, the prefetches of its own 3 blocks; the
+    # walk then runs out of planned blocks and plans step 2's unit: steps 1 and 2 are loaded
+    # there (their restores), before the first prefetch of step 2's blocks; when the walk
+    # runs out again no unit is left: the trailing step 3 is loaded (its restore) mid-stream
+    assert kinds == "SS" "W" "PPP" "S" "SSS" "PRPRP" "S" "R" "WRRR"
+    # without the walk (distance 0, or disabled) a step is loaded at its first unit's start
+    # (steps 1 and 2 right before step 2's W), the trailing step after the last read
+    for fe in (FrontEnd("static", 64, distance=0), FrontEnd("disabled", 64, distance=4)):
+        ops = list(fe.ops(steps, dem))
+        assert "".join(o.kind for o in ops) == "SS" "WRRR" "SSSS" "WRRR" "S"
+        # without restores the op stream is the one of the same steps without them
+        plain = [StepDesc(t.step, t.slots, t.layers) for t in steps]
+        assert [o for o in ops if o.kind != "S"] == list(
+            type(fe)(fe.policy, 64, distance=fe.distance).ops(plain, dem))
+
+
 def test_sets_are_independent():
     sets = 4
     core = CDUCore(sets=sets, ways=1)
@@ -415,12 +498,14 @@ def test_hardware_codes_derived_from_the_model_names_are_unchanged():
     """The names are declared once (models/cdu.py); the codes the RTL, the twin's checksum and
     the harnesses use are derived from their order and must stay today's values."""
     from tricut.rtl.cdu.frontend import HASH_MUL
-    from tricut.rtl.cdu.layouts import HINT, KIND, PATTERN, POLICY, RESULT
+    from tricut.rtl.cdu.layouts import HINT, KIND, KIND_BITS, PATTERN, POLICY, RESULT, STEP_KIND
     from tricut.sim.fast.cdu_twin import KIND_CODE, RESULT_CODE
-    assert KIND == KIND_CODE == {"R": 0, "W": 1, "P": 2}
+    assert KIND == KIND_CODE == {"R": 0, "W": 1, "P": 2, "S": 3}
+    assert KIND_BITS == 3            # codes 4..7: bad descriptors
     assert RESULT == RESULT_CODE == {
         "hit": 0, "miss_alloc": 1, "miss_bypass": 2, "pf_issue": 3, "pf_redundant": 4,
-        "pf_drop": 5, "w_hit": 6, "w_alloc": 7, "w_bypass": 8}
+        "pf_drop": 5, "w_hit": 6, "w_alloc": 7, "w_bypass": 8, "restore": 9}
+    assert STEP_KIND == {"header": 0, "slot": 1, "layer": 2, "restore": 3}
     assert HINT == {"auto": 0, "stream": 1, "priority": 2, "pin": 3}
     assert POLICY == {"disabled": 0, "static": 1, "adaptive": 2}
     assert PATTERN == {"full": 0, "window": 1, "list": 2, "reread": 3}

@@ -97,6 +97,44 @@ def test_keep_cap_edge_cases_equal_model(reserve):
                             p_ready=0.4, max_latency=30), **params)
 
 
+def test_restore_leaves_the_tag_store_alone():
+    """The model's hand-computed restore case on a 1-set, 2-way RTL: S ops on a resident
+    block (with class keep), an unread prefetched one (pin) and an absent one give
+    ``restore`` and change nothing -- the later victims prove the ages, classes and the pf
+    bit unchanged and the absent block not allocated. Would fail if S touched the tag store."""
+    params = dict(sets=1, ways=2, mshrs=4, rq_depth=4, max_retries=2, reserve=0)
+    ops = [B.Op("R", 0, 0, 0, 1, False), B.Op("P", 0, 0, 1, 1, False),
+           B.Op("S", 0, 0, 1, 3, False), B.Op("S", 0, 0, 7, 0, False),
+           B.Op("S", 0, 0, 7, 1, False), B.Op("S", 0, 0, 0, 2, False),
+           B.Op("R", 0, 0, 1, 1, False), B.Op("R", 0, 0, 2, 1, False),
+           B.Op("P", 0, 0, 7, 1, False)]
+    for pv, lat in ((1, 1), (0.4, 30)):
+        got = _run_rtl(B.ops_to_descs(ops), params=params, seed=2, p_valid=pv, p_ready=pv,
+                       max_latency=lat)
+        core = B.compare(ops, got, **params)
+        assert [(t.result, t.victim) for t in core.txns[6:]] == [
+            ("hit", None), ("miss_alloc", (0, 0, 0)), ("pf_issue", (0, 0, 1))]
+        assert got["counters"]["restores"] == 4 and got["counters"]["hits_prefetched"] == 1
+        assert [r[:4] for r in got["ready"]] == [(0, 0, 0, 0), (0, 0, 1, 1), (0, 0, 2, 0)]
+
+
+@pytest.mark.parametrize("idle,backpressure", IDLE_BACKPRESSURE,
+                         ids=[matrix_id(p) for p in IDLE_BACKPRESSURE])
+def test_random_mix_with_restores_idle_backpressure_matrix(idle, backpressure):
+    """A seeded random R/P/W/S mix (restores of resident, in-flight and absent blocks, runs
+    of them merged into one descriptor) with retried HBM errors under every (idle,
+    backpressure) pair: == model transaction by transaction."""
+    ops = B.random_ops(31, n=120)
+    assert sum(o.kind == "S" for o in ops) >= 10
+    rng = random.Random(31)
+    err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.25  # noqa: E731
+    got = run_rtl(B.ops_to_descs(ops), seed=6, idle=idle, backpressure=backpressure, err=err,
+                  max_latency=20)
+    core = B.compare(ops, got, **B.PARAMS)
+    assert core.counters()["restores"] == got["counters"]["restores"] > 0
+    assert got["regs"] == [got["counters"][k] for k in COUNTERS]
+
+
 def test_throughput_one_op_per_cycle():
     """Hits on filled blocks with no backpressure: one operation decided per cycle."""
     ops = [B.Op("W", 0, 0, b, 1, True) for b in range(8)] + \
@@ -151,10 +189,33 @@ def _persistent(ops, bad, got):
 
 def test_bad_descriptor_and_bad_response_flags():
     lay_ok = dict(kind=0, req=0, layer=0, block=0, count=1, cls=1, fresh=0)
-    got = run_rtl([dict(lay_ok, count=0), dict(lay_ok, kind=3), lay_ok], p_valid=1, p_ready=1,
+    got = run_rtl([dict(lay_ok, count=0), dict(lay_ok, kind=7), lay_ok], p_valid=1, p_ready=1,
                   bad_resp_at=2)
     assert got["bad_desc"] and got["bad_resp"]
     assert len(got["txns"]) == 1 and got["idle"]
+
+
+@pytest.mark.parametrize("bad", [dict(kind=4), dict(kind=5), dict(kind=6), dict(kind=7),
+                                 dict(count=0), dict(kind=3, count=0)])
+def test_bad_descriptors_consumed_sticky_nothing_done(bad):
+    """Kind codes 4..7 (3-bit field, 0..3 = R W P S) and count 0 are bad descriptors:
+    consumed without any operation, sticky ``bad_desc``; the good descriptors around them
+    (an S run among them) are decided as if the bad ones were not there."""
+    ok = [dict(kind=0, req=1, layer=0, block=0, count=2, cls=1, fresh=0),
+          dict(kind=3, req=1, layer=0, block=0, count=3, cls=0, fresh=0),
+          dict(kind=0, req=1, layer=0, block=1, count=1, cls=1, fresh=0)]
+    descs = [ok[0], dict(ok[0], **bad), ok[1], dict(ok[1], **bad), ok[2]]
+    for pv in (1, 0.5):
+        got = run_rtl(descs, seed=3, p_valid=pv, p_ready=pv)
+        assert got["bad_desc"] and got["idle"]
+        ops = [B.Op("R", 1, 0, 0, 1, False), B.Op("R", 1, 0, 1, 1, False)] + \
+            [B.Op("S", 1, 0, b, 0, False) for b in range(3)] + [B.Op("R", 1, 0, 1, 1, False)]
+        model = B.model_of(ops, **B.PARAMS)
+        assert [t[4] for t in got["txns"]] == [1, 1, 9, 9, 9, 0]     # miss, miss, restore x3, hit
+        assert got["counters"]["restores"] == 3 and got["counters"]["accesses"] == 3
+        assert len(got["txns"]) == len(model.txns)
+    good = run_rtl([ok[0], ok[1], ok[2]], seed=3, p_valid=1, p_ready=1)
+    assert not good["bad_desc"]
 
 
 @pytest.mark.parametrize("kw,msg", [

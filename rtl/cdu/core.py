@@ -22,7 +22,7 @@ COUNTERS = (
     "misses_bypass", "prefetch_requests", "prefetch_issued", "prefetch_redundant",
     "prefetch_dropped", "prefetch_useless", "writes", "write_hits", "write_allocs",
     "write_bypass", "evictions", "fills", "hbm_reads", "hbm_retries", "hbm_failures",
-    "occupancy", "occupancy_peak", "prefetch_late",
+    "occupancy", "occupancy_peak", "prefetch_late", "restores",
 )
 
 
@@ -113,6 +113,9 @@ class CDUCoreRTL(CheckedComponent):
     ValueError
         Naming the first bad parameter and its value (:func:`check_params`), before the
         component exists.
+
+    A restore (S) takes only the ``txn`` register: result ``restore``, no tag-store change,
+    no MSHR, no ready-queue entry; it counts in ``restores``.
 
     Timing: one operation is decided in the cycle it is valid on ``op`` if the ``txn``
     register is free (or being read), a free MSHR exists when it needs an HBM read and the
@@ -302,15 +305,16 @@ class CDUCoreRTL(CheckedComponent):
         Returns
         -------
         SimpleNamespace
-            Combinational, in the cycle the operation is on ``op``: ``isR``/``isW``/``isP``,
-            ``cls_nz``, ``alloc`` (it takes a frame), ``hbm`` (it needs an HBM read),
-            ``result`` (``txn.result`` code), ``new_id`` (the free MSHR it gets, lowest
-            index) and ``fire`` (taken: ``op.ready``).
+            Combinational, in the cycle the operation is on ``op``:
+            ``isR``/``isW``/``isP``/``isS``, ``cls_nz``, ``alloc`` (it takes a frame),
+            ``hbm`` (it needs an HBM read), ``result`` (``txn.result`` code), ``new_id`` (the
+            free MSHR it gets, lowest index) and ``fire`` (taken: ``op.ready``).
         """
         op = self.op.p
         M, Q, idb = self.mshrs, self.rq_depth, self.widths.id
         hit = lk.hit
         isR, isW, isP = op.kind == KIND["R"], op.kind == KIND["W"], op.kind == KIND["P"]
+        isS = op.kind == KIND["S"]
         cls_nz = op.cls != 0
         alloc = Signal()
         hbm = Signal()
@@ -325,6 +329,8 @@ class CDUCoreRTL(CheckedComponent):
         with m.Elif(isP):
             m.d.comb += result.eq(Mux(hit, RESULT["pf_redundant"],
                                       Mux(alloc, RESULT["pf_issue"], RESULT["pf_drop"])))
+        with m.Elif(isS):
+            m.d.comb += result.eq(RESULT["restore"])
         with m.Else():
             m.d.comb += result.eq(Mux(hit, RESULT["w_hit"],
                                       Mux(alloc, RESULT["w_alloc"], RESULT["w_bypass"])))
@@ -340,8 +346,8 @@ class CDUCoreRTL(CheckedComponent):
             fire.eq(self.op.valid & txn_free & (~hbm | m_free_any) & (~isR | (rq.count < Q))),
             self.op.ready.eq(fire),
         ]
-        return SimpleNamespace(isR=isR, isW=isW, isP=isP, cls_nz=cls_nz, alloc=alloc, hbm=hbm,
-                               result=result, new_id=new_id, fire=fire)
+        return SimpleNamespace(isR=isR, isW=isW, isP=isP, isS=isS, cls_nz=cls_nz, alloc=alloc,
+                               hbm=hbm, result=result, new_id=new_id, fire=fire)
 
     # ---------------------------------------------------------------- MSHRs and retry
     def _elaborate_hbm_response(self, m, mshr):
@@ -403,7 +409,7 @@ class CDUCoreRTL(CheckedComponent):
         op = self.op.p
         valid, pend, pid = tags.valid, tags.pend, tags.pid
         sidx, hit, hway, vway = lk.sidx, lk.hit, lk.hway, lk.vway
-        fire, alloc, isR, isP = dec.fire, dec.alloc, dec.isR, dec.isP
+        fire, alloc, isR, isP, isS = dec.fire, dec.alloc, dec.isR, dec.isP, dec.isS
         done_v, done_fail, done_id = done.done_v, done.done_fail, done.done_id
         # frames: a completed read clears pend; a failed one invalidates the frame
         fail_dec = Signal(range(S * W + 1))
@@ -419,10 +425,10 @@ class CDUCoreRTL(CheckedComponent):
                 fail_terms.append(match & done_fail & valid[s][i] & ~overwritten)
         m.d.comb += fail_dec.eq(_tree_sum(fail_terms))
 
-        # apply the decision
+        # apply the decision (a restore changes nothing: no age, class or pf update)
         touch = Signal()
         tway = Signal(ab)
-        m.d.comb += [touch.eq(fire & ((hit & ~(isR & lk.h_pf) & ~isP) | alloc)),
+        m.d.comb += [touch.eq(fire & ((hit & ~(isR & lk.h_pf) & ~isP & ~isS) | alloc)),
                      tway.eq(Mux(hit, hway, vway))]
         t_age = _at(lk.row.age, tway)
         age, cls, pf, ftag = tags.age, tags.cls, tags.pf, tags.tag
@@ -435,7 +441,7 @@ class CDUCoreRTL(CheckedComponent):
                         m.d.sync += age[s][i].eq(age[s][i] + 1)
             for i in range(W):
                 with m.If(fire & (sidx == s)):
-                    with m.If(hit & (hway == i) & ~isP):
+                    with m.If(hit & (hway == i) & ~isP & ~isS):
                         with m.If(dec.cls_nz):
                             m.d.sync += cls[s][i].eq(lk.hit_cls)
                         with m.If(isR):
@@ -583,6 +589,7 @@ class CDUCoreRTL(CheckedComponent):
         inc("write_bypass", fire & isW & ~hit & ~alloc)
         inc("evictions", fire & alloc & vic_valid)
         inc("fills", fire & alloc)
+        inc("restores", fire & dec.isS)
         occ_next = cnt.occupancy + (fire & alloc & ~vic_valid) - fail_dec
         m.d.sync += cnt.occupancy.eq(occ_next)
         with m.If(occ_next > cnt.occupancy_peak):

@@ -1,6 +1,6 @@
 """CDU front end: block address generation and prediction, from DSU step descriptors to the
-operation stream of ``models/cdu.FrontEnd`` (W, R, P with residency classes), in its exact
-order."""
+operation stream of ``models/cdu.FrontEnd`` (W, R, P with residency classes, S restores), in
+its exact order."""
 
 from types import SimpleNamespace
 
@@ -72,10 +72,18 @@ class FrontEndRTL(CheckedComponent):
     ``config`` in (stable during a run). Sticky ``bad_step``, ``bad_demand``, ``overflow``.
     ``idle``: waiting for a step descriptor with nothing planned and no op pending.
 
+    Restores: the walker takes a step's beats when it needs the step's first unit (or, with
+    nothing left to plan, until the final step); a ``restore`` beat (req, layer, seq_len),
+    taken inside a step, emits the S ops of blocks ``0 .. ceil(seq_len/16) - 1`` (class 0),
+    one per cycle (state RESTORE), before the walker takes the next beat -- the model's
+    "restores when the step descriptor is loaded" (``models/cdu.FrontEnd.ops``). Nothing of a
+    restore is stored beyond the beat being expanded.
+
     One unit (slot, layer) costs: 1 cycle (start) + 1 (W) + one cycle per R and per P
     (+ 1 at the end of a generated demand list), + 1 per plan of a unit (+ 1 per descriptor
     beat when the walker loads a step), + for ``adaptive``: 4 cycles of predictor update
-    (+ 2 per demand block with pattern ``list``), + 1 (pop).
+    (+ 2 per demand block with pattern ``list``), + 1 (pop). A restore beat of ``n``
+    blocks costs 1 + ``n`` cycles (its beat, then one S op per cycle).
 
     A parameter out of its range raises ``ValueError`` naming it and its value, before the
     component exists.
@@ -129,6 +137,7 @@ class FrontEndRTL(CheckedComponent):
             self._elaborate_walker(m, s)
             self._elaborate_demand(m, s)
             self._elaborate_observe(m, s)
+            self._elaborate_restore(m, s)
             with m.State("POP"):
                 # pushes happen only in PLAN, so count never moves both ways at once
                 m.d.sync += [s.rd.eq(Mux(s.rd == s.Q - 1, 0, s.rd + 1)), s.count.eq(s.count - 1)]
@@ -155,7 +164,8 @@ class FrontEndRTL(CheckedComponent):
             unit (``i_dem``, ``g_cur``, ``gA``, ``gS``, ``a_run``, ``a_open``, ``run``,
             ``prevb``, ``have_prev``; the demand buffer ``buf`` of ``D`` blocks, ``nbuf``);
             the predictor update (``orow``, ``hits``, ``newbit``, ``j``, ``fin_a``,
-            ``fin_w``); ``plan_b`` (the walker was entered from STREAM).
+            ``fin_w``); ``plan_b`` (the walker was entered from STREAM); the restore beat
+            being expanded (``r_req``, ``r_layer``, next block ``r_blk``, blocks ``r_nb``).
         """
         w, E = self.widths, self.entries
         BB, SB = w.block, self.slot_bits
@@ -206,7 +216,11 @@ class FrontEndRTL(CheckedComponent):
         hits = Signal(E)
         j = Signal(range(D + 1))
         plan_b = Signal()
+        # the restore beat being expanded: (req, layer), next block, blocks
+        r_req, r_layer = Signal(w.req), Signal(w.layer)
+        r_blk, r_nb = Signal(BB + 1), Signal(BB + 1)
         return SimpleNamespace(
+            r_req=r_req, r_layer=r_layer, r_blk=r_blk, r_nb=r_nb,
             unit_layout=unit_layout, slot_layout=slot_layout, row_layout=row_layout,
             rows=rows, mem=mem, rp=rp, wp=wp,
             slots=slots, layers=layers, n_slots=n_slots, n_layers=n_layers, si=si, li=li,
@@ -329,6 +343,15 @@ class FrontEndRTL(CheckedComponent):
             with m.Case(STEP_KIND["layer"]):
                 with m.If(ok_layer):
                     m.d.sync += [layers[n_layers].eq(st.layer), n_layers.eq(nl_next)]
+                with m.Else():
+                    m.d.sync += self.bad_step.eq(1)
+            with m.Case(STEP_KIND["restore"]):
+                with m.If(in_step):
+                    nb = _nblocks(st.seq_len)
+                    m.d.sync += [s.r_req.eq(st.req), s.r_layer.eq(st.layer), s.r_blk.eq(0),
+                                 s.r_nb.eq(nb)]
+                    with m.If(nb != 0):
+                        m.next = "RESTORE"
                 with m.Else():
                     m.d.sync += self.bad_step.eq(1)
             with m.Default():
@@ -489,6 +512,18 @@ class FrontEndRTL(CheckedComponent):
                                 m.next = "OBS_RD"
                             with m.Else():
                                 m.next = "POP"
+
+    def _elaborate_restore(self, m, s):
+        """State RESTORE: the S ops of the restore beat just taken, blocks ``0 .. r_nb - 1``
+        of (``r_req``, ``r_layer``), one per cycle while ``ops`` is free; then back to PLAN
+        (which goes on taking the step's beats, or plans)."""
+        with m.State("RESTORE"):
+            with m.If(s.out_free):
+                u = SimpleNamespace(req=s.r_req, layer=s.r_layer)
+                m.d.sync += s.emit("S", u, s.r_blk, 0)
+                m.d.sync += s.r_blk.eq(s.r_blk + 1)
+                with m.If(s.r_blk + 1 == s.r_nb):
+                    m.next = "PLAN"
 
     def _elaborate_observe(self, m, s):
         """States OBS_RD .. OBS_WB (adaptive policy): read the head unit's predictor row,

@@ -4,7 +4,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import Widths, desc_layout, op_layout
+from .layouts import KIND, Widths, desc_layout, op_layout
 
 __all__ = ["Intake"]
 
@@ -15,8 +15,8 @@ class Intake(wiring.Component):
     ``op`` is registered: the first op of a descriptor is valid on the cycle after the
     descriptor's transfer, then one op per cycle while ``op.ready`` is high. ``desc.ready``
     is high when no run is being expanded (or its last op transfers on this cycle).
-    A descriptor with ``count == 0`` or ``kind == 3`` is consumed without any op and sets the
-    sticky ``bad_desc`` output.
+    A descriptor with ``count == 0`` or an undefined ``kind`` (``>= len(KIND)``, i.e. 4..7) is
+    consumed without any op and sets the sticky ``bad_desc`` output.
     """
 
     def __init__(self, widths: Widths = None):
@@ -41,7 +41,7 @@ class Intake(wiring.Component):
 
         with m.If(self.desc.valid & free):
             d = self.desc.p
-            with m.If((d.count == 0) | (d.kind == 3)):
+            with m.If((d.count == 0) | (d.kind >= len(KIND))):
                 m.d.sync += self.bad_desc.eq(1)
             with m.Else():
                 m.d.sync += [

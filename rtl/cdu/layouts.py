@@ -3,13 +3,14 @@
 Streams (``amaranth.lib.stream``; payloads LSB first):
 
 * ``desc`` in: a run of block operations ``block, block+1, ..., block+count-1`` of one
-  ``kind`` (R demand read, W new-token write, P prefetch) for (``req``, ``layer``), with
-  the residency class ``cls`` (0 stream, 1 normal, 2 keep, 3 pin) and ``fresh`` (W starts a
-  new block). ``count`` = 0 or ``kind`` = 3 is a bad descriptor: consumed, nothing done,
-  sticky ``status_bad_desc`` set.
+  ``kind`` (3 bits: R demand read, W new-token write, P prefetch, S restore G2 -> HBM) for
+  (``req``, ``layer``), with the residency class ``cls`` (0 stream, 1 normal, 2 keep, 3 pin)
+  and ``fresh`` (W starts a new block). ``count`` = 0 or ``kind`` >= 4 is a bad descriptor:
+  consumed, nothing done, sticky ``bad_desc`` set.
 * ``op`` (intake -> core): one block operation, the fields of ``desc`` without ``count``.
-* ``txn`` out: one beat per operation, in operation order: the decision (``result`` code),
-  the victim (``victim_valid`` and its tag) and ``hbm`` (an HBM read was issued).
+* ``txn`` out: one beat per operation, in operation order: the decision (``result`` code;
+  ``restore`` for every S op, which never touches the tag store), the victim
+  (``victim_valid`` and its tag) and ``hbm`` (an HBM read was issued).
 * ``hbm_req`` out: ``id`` (MSHR index), the block's tag, ``retry`` (0 on the first attempt).
 * ``hbm_resp`` in: ``id`` and ``err``. Responses may come in any order.
 * ``ready`` out (to the TE): one beat per demand read, in order, once its data is in L2 (or
@@ -23,18 +24,21 @@ from amaranth.lib import data
 
 from tricut.models.cdu import HINTS, KINDS, PATTERNS, POLICIES, RESULTS
 
-__all__ = ["KIND", "RESULT", "RESULT_NAME", "HINT", "POLICY", "PATTERN", "Widths", "desc_layout",
-           "op_layout", "txn_layout", "hbm_req_layout", "hbm_resp_layout", "ready_layout", "status_layout"]
+__all__ = ["KIND", "KIND_BITS", "RESULT", "RESULT_NAME", "HINT", "POLICY", "PATTERN", "Widths",
+           "desc_layout", "op_layout", "txn_layout", "hbm_req_layout", "hbm_resp_layout",
+           "ready_layout", "status_layout"]
 
 # Every code below is the name's position in its tuple in models/cdu.py (the one declaration
 # of the names); tests/test_cdu_model.py pins the codes, which the RTL depends on.
 
-#: op kind codes (``models/cdu.KINDS``): R 0, W 1, P 2; 3 is a bad descriptor
+#: op kind codes (``models/cdu.KINDS``): R 0, W 1, P 2, S 3; 4..7 are bad descriptors
 KIND = {k: i for i, k in enumerate(KINDS)}
+#: width of the ``kind`` field of ``desc``, ``op`` and ``txn``
+KIND_BITS = 3
 #: ``txn.result`` codes (``models/cdu.RESULTS``)
 RESULT = {r: i for i, r in enumerate(RESULTS)}
 RESULT_NAME = {v: k for k, v in RESULT.items()}
-assert len(KIND) < 4 and len(RESULT) <= 16      # 2-bit kind with a spare code, 4-bit result
+assert len(KIND) < 2 ** KIND_BITS and len(RESULT) <= 16   # kind with spare codes, 4-bit result
 
 
 class Widths:
@@ -55,17 +59,17 @@ class Widths:
 
 
 def desc_layout(w: Widths):
-    return data.StructLayout({"kind": unsigned(2), **w.tag(), "count": unsigned(w.count),
+    return data.StructLayout({"kind": unsigned(KIND_BITS), **w.tag(), "count": unsigned(w.count),
                               "cls": unsigned(2), "fresh": unsigned(1)})
 
 
 def op_layout(w: Widths):
-    return data.StructLayout({"kind": unsigned(2), **w.tag(), "cls": unsigned(2),
+    return data.StructLayout({"kind": unsigned(KIND_BITS), **w.tag(), "cls": unsigned(2),
                               "fresh": unsigned(1)})
 
 
 def txn_layout(w: Widths):
-    return data.StructLayout({"kind": unsigned(2), **w.tag(), "result": unsigned(4),
+    return data.StructLayout({"kind": unsigned(KIND_BITS), **w.tag(), "result": unsigned(4),
                               "victim_valid": unsigned(1),
                               "victim": data.StructLayout(w.tag()), "hbm": unsigned(1)})
 
@@ -89,9 +93,11 @@ def status_layout(w: Widths):
 # --------------------------------------------------------------------------- front end
 
 #: ``step`` beat kinds: a step descriptor is a ``HEADER`` beat (step number), then its
-#: ``SLOT`` beats (slot, request, seq_len, hint) and ``LAYER`` beats (TE layer order) in any
+#: ``SLOT`` beats (slot, request, seq_len, hint), ``LAYER`` beats (TE layer order) and
+#: ``RESTORE`` beats (req, layer, seq_len: a restore move of the DSU; the front end emits the
+#: S ops of blocks ``0 .. ceil(seq_len/16) - 1`` when it takes the beat) in any
 #: interleaving; its final beat has ``last``; ``end`` on that beat says no step follows.
-STEP_KIND = {"header": 0, "slot": 1, "layer": 2}
+STEP_KIND = {"header": 0, "slot": 1, "layer": 2, "restore": 3}
 #: DSU hint codes (``models/cdu.HINTS``): auto 0, stream 1, priority 2, pin 3
 HINT = {h: i for i, h in enumerate(HINTS)}
 #: front-end policy codes (``config`` port; ``models/cdu.POLICIES``): disabled 0, static 1,

@@ -18,6 +18,10 @@ configurations); this module re-implements the same decisions with arrays:
   (ordering the ways exactly like the golden's age permutation), valid ways are a prefix of
   the set (the golden always fills the lowest invalid way and never invalidates), a lookup
   scans the set's valid ways.
+* restores (``StepDesc.restores``): S transactions at the moment the golden loads each step
+  descriptor (just before the first unit of the step is planned; when the prefetch walk finds
+  no unit left to plan; after the last unit) -- counters ``restores``/``restore_bytes`` and
+  the checksum; they never touch the tag store.
 * demand: with ``pattern=`` a :class:`~tricut.models.cdu.Pattern` named ``full``, ``window``
   or ``reread``, the demand lists (two block ranges per unit) are generated inside the
   compiled loop and ``demand`` is not called per unit (it must then be that pattern's
@@ -29,7 +33,7 @@ Every compiled function runs with ``boundscheck=True`` (about 15 % slower): an u
 buffer raises ``IndexError`` instead of silently corrupting memory and counters.
 
 Tags are encoded as one int64 ``req * 2**40 + layer * 2**24 + block``; requests must be
-< 2**23, layers < 2**16 and blocks < 2**24 (else ``ValueError``).
+< 2**23, layers < 2**16 and blocks < 2**24 (else ``ValueError``; the same for restores).
 """
 
 from __future__ import annotations
@@ -56,8 +60,14 @@ REQ_LIMIT, LAYER_LIMIT, BLOCK_LIMIT = 1 << 23, 1 << 16, 1 << 24
 _NAMES = CDUCore.COUNTERS
 (C_ACC, C_HITS, C_HREUSE, C_HPF, C_MISS, C_MALLOC, C_MBYP, C_PFREQ, C_PFISS, C_PFRED, C_PFDROP,
  C_PFUSEFUL, C_PFLATE, C_PFUSELESS, C_PFUNUSED, C_WRITES, C_WHITS, C_WALLOC, C_WBYP, C_EVICT,
- C_FILLS, C_HBMR, C_HBMW, C_OCC, C_OCCPEAK) = range(len(_NAMES))
+ C_FILLS, C_HBMR, C_HBMW, C_OCC, C_OCCPEAK, C_REST, C_RBYTES) = range(len(_NAMES))
 assert _NAMES[C_OCCPEAK] == "occupancy_peak" and _NAMES[C_HBMR] == "hbm_read_bytes"
+assert _NAMES[C_REST] == "restores" and _NAMES[C_RBYTES] == "restore_bytes"
+_NC = len(_NAMES)
+#: the checksum word of a restore (kind S, result restore, no HBM read, no victim)
+_S_WORD = KIND_CODE["S"] | (RESULT_CODE["restore"] << 3)
+_W_KIND, _P_KIND = KIND_CODE["W"], KIND_CODE["P"]
+assert KIND_CODE["R"] == 0
 
 _H0 = np.uint64(0xCBF29CE484222325)
 _PRIME = np.uint64(0x100000001B3)
@@ -101,7 +111,7 @@ def _enc(req, layer, block):
 
 def txn_checksum(txns):
     """The checksum :func:`run_fast` reports, computed from a golden ``CDUCore.txns`` list:
-    per transaction the words (kind | result << 2 | hbm << 6 | has victim << 7), the
+    per transaction the words (kind | result << 3 | hbm << 7 | has victim << 8), the
     encoded tag and the encoded victim tag (0 if none) folded in order (FNV-1a style with an
     xor-shift); an int in [0, 2**64)."""
     n = len(txns)
@@ -110,8 +120,8 @@ def txn_checksum(txns):
     vtag = np.zeros(n, np.int64)
     for i, t in enumerate(txns):
         has = t.victim is not None
-        w0[i] = KIND_CODE[t.kind] | (RESULT_CODE[t.result] << 2) | (int(bool(t.hbm)) << 6) \
-            | (int(has) << 7)
+        w0[i] = KIND_CODE[t.kind] | (RESULT_CODE[t.result] << 3) | (int(bool(t.hbm)) << 7) \
+            | (int(has) << 8)
         tag[i] = _enc(t.req, t.layer, t.block)
         if has:
             vtag[i] = _enc(*t.victim)
@@ -397,9 +407,26 @@ def _observe(q, sbuf, n, nb, entries, ps_seen, ps_a, ps_w, ps_n, tb_blk, tb_conf
 
 
 @njit(cache=True, boundscheck=True)
-def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
+def _load(upto, loaded, r_off, r_req, r_layer, r_nb, h, C):
+    """Load the step descriptors ``loaded .. upto - 1``: the S transactions of their restores
+    (golden FrontEnd.ops' load). Returns (descriptors loaded, checksum)."""
+    for st in range(loaded, upto):
+        for j in range(r_off[st], r_off[st + 1]):
+            rl = (r_req[j] << 40) | (r_layer[j] << 24)
+            for b in range(r_nb[j]):
+                C[C_REST] += 1
+                C[C_RBYTES] += 1
+                h = _mix(h, _S_WORD)
+                h = _mix(h, rl | b)
+                h = _mix(h, 0)
+    return max(loaded, upto), h
+
+
+@njit(cache=True, boundscheck=True)
+def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive, walk,
          u_req, u_layer, u_slot, u_nb, u_seq, u_pidx, u_cmode, u_pmode, u_obs, u_new,
-         u_dkind, u_d0, u_d1, dflat, maxd, npred, ecap):
+         u_dkind, u_d0, u_d1, dflat, maxd, npred, ecap, u_sidx, r_off, r_req, r_layer, r_nb):
+    NSTEPS = r_off.shape[0] - 1
     U = u_req.shape[0]
     NS = sets * W
     # tag store
@@ -410,7 +437,7 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
     epf = np.zeros(NS, np.uint8)
     eready = np.zeros(NS, np.float64)
     nvalid = np.zeros(sets, np.int64)
-    C = np.zeros(25, np.int64)
+    C = np.zeros(_NC, np.int64)
     # predictor state
     ps_seen = np.zeros(npred, np.uint8)
     ps_a = np.zeros(npred, np.int64)
@@ -450,11 +477,13 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
     ppu = -1
     ppb = -2
     pps = 0
+    loaded = 0
     for k in range(U):
         if adaptive and u_new[k]:
             keep_prev = keep_cur
             keep_cur = 0
         while nplanned <= k:
+            loaded, h = _load(u_sidx[nplanned] + 1, loaded, r_off, r_req, r_layer, r_nb, h, C)
             plan_end = _plan(nplanned, plan_end, u_pmode, u_nb, u_pidx, ps_seen, ps_a, ps_w,
                              ps_n, tb_blk, tb_conf, base, plen, pA, pS, kA, kS, midn, kn,
                              mid_flat, keep_flat, ecap)
@@ -517,7 +546,7 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
             else:
                 res = 8
                 C[C_WBYP] += 1
-        h = _mix(h, 1 | (res << 2) | (hasv << 7))
+        h = _mix(h, _W_KIND | (res << 3) | (hasv << 8))
         h = _mix(h, tag)
         h = _mix(h, vtag)
 
@@ -529,14 +558,19 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
         streamed = u_pmode[k] == PM_NONE
         for di in range(dlen):
             b = dbuf[di]
-            if distance > 0:
+            if walk:
                 lim = bk + (0 if streamed else di) + distance
                 while True:
                     while p >= plan_end and nplanned < U:
+                        loaded, h = _load(u_sidx[nplanned] + 1, loaded, r_off, r_req, r_layer,
+                                          r_nb, h, C)
                         plan_end = _plan(nplanned, plan_end, u_pmode, u_nb, u_pidx, ps_seen,
                                          ps_a, ps_w, ps_n, tb_blk, tb_conf, base, plen, pA, pS,
                                          kA, kS, midn, kn, mid_flat, keep_flat, ecap)
                         nplanned += 1
+                    if p >= plan_end and nplanned == U:
+                        # nothing left to plan: the remaining descriptors are read
+                        loaded, h = _load(NSTEPS, loaded, r_off, r_req, r_layer, r_nb, h, C)
                     if p >= plan_end or p >= lim:
                         break
                     # ---- P of stream position p
@@ -586,7 +620,7 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
                         else:
                             res = 5
                             C[C_PFDROP] += 1
-                    h = _mix(h, 2 | (res << 2) | (hbm << 6) | (hasv << 7))
+                    h = _mix(h, _P_KIND | (res << 3) | (hbm << 7) | (hasv << 8))
                     h = _mix(h, ptag)
                     h = _mix(h, vtag)
                     p += 1
@@ -639,7 +673,7 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
                 else:
                     res = 2
                     C[C_MBYP] += 1
-            h = _mix(h, (res << 2) | (hbm << 6) | (hasv << 7))
+            h = _mix(h, (res << 3) | (hbm << 7) | (hasv << 8))
             h = _mix(h, tag)
             h = _mix(h, vtag)
             now += 1
@@ -664,6 +698,8 @@ def _run(sets, W, keep_cap, distance, latency, entries, budget, rb, adaptive,
             if e != 0:
                 err = e
                 break
+    if err == 0:
+        loaded, h = _load(NSTEPS, loaded, r_off, r_req, r_layer, r_nb, h, C)
     unused = 0
     for i in range(NS):
         if tags[i] >= 0 and epf[i]:
@@ -730,8 +766,30 @@ def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, toke
         raise ValueError(f"pattern must be a tricut.models.cdu.Pattern, got {pattern!r}")
     internal = pattern is not None and pattern.name in ("full", "window", "reread")
 
+    descs = list(descs)
     units = [(st, sd, layer) for st in descs for layer in st.layers for sd in st.slots]
     U = len(units)
+    u_sidx = np.array([n for n, st in enumerate(descs) for _ in st.layers for _ in st.slots],
+                      dtype=np.int64)
+    r_off = np.zeros(len(descs) + 1, np.int64)
+    rs = []
+    for n, st in enumerate(descs):
+        for r in st.restores:
+            if len(r) != 3:
+                raise ValueError(f"run_fast: a restore is (req, layer, seq_len), got {r!r}")
+            req, layer, seq = r
+            for name, v, lim in (("request", req, REQ_LIMIT), ("layer", layer, LAYER_LIMIT)):
+                if not isinstance(v, (int, np.integer)) or not 0 <= v < lim:
+                    raise ValueError(f"run_fast: restore {name} must be an integer in "
+                                     f"[0, {lim}), got {v!r}")
+            if not isinstance(seq, (int, np.integer)) or not 0 <= seq <= BLOCK_LIMIT * BLOCK_TOKENS:
+                raise ValueError("run_fast: restore seq_len must be an integer in "
+                                 f"[0, {BLOCK_LIMIT * BLOCK_TOKENS}], got {seq!r}")
+            rs.append((req, layer, _ceil_blocks(seq)))
+        r_off[n + 1] = len(rs)
+    r_req = np.array([r[0] for r in rs] or [0], np.int64)
+    r_layer = np.array([r[1] for r in rs] or [0], np.int64)
+    r_nb = np.array([r[2] for r in rs] or [0], np.int64)
     u_req = np.empty(U, np.int64)
     u_layer = np.empty(U, np.int64)
     u_slot = np.empty(U, np.int64)
@@ -819,9 +877,11 @@ def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, toke
     npred = max(len(pidx), 1)
     ecap = max(1, entries) if adaptive else 1      # the table outlives a step: up to entries blocks
 
+    walk = distance > 0 and policy != "disabled"     # golden FrontEnd.ops' prefetch walk
     C, h, err = _run(S, W, core0.keep_cap, distance, float(latency), int(entries), budget, rb, adaptive,
-                     u_req, u_layer, u_slot, u_nb, u_seq, u_pidx, u_cmode, u_pmode, u_obs, u_new,
-                     u_dkind, u_d0, u_d1, dflat, maxd, npred, ecap)
+                     walk, u_req, u_layer, u_slot, u_nb, u_seq, u_pidx, u_cmode, u_pmode, u_obs,
+                     u_new, u_dkind, u_d0, u_d1, dflat, maxd, npred, ecap, u_sidx, r_off, r_req,
+                     r_layer, r_nb)
     if err == E_EMPTY_TABLE:
         raise ValueError("min() arg is an empty sequence (adaptive predictor with entries "
                          f"= {entries} cannot hold a scatter block; the golden fails the same way)")
@@ -829,6 +889,7 @@ def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, toke
     nread, nwrite = c["hbm_read_bytes"], c["hbm_write_bytes"]
     c["hbm_read_bytes"] = _bytes(block_bytes, nread)
     c["hbm_write_bytes"] = _bytes(token_bytes, nwrite)
+    c["restore_bytes"] = _bytes(block_bytes, c["restore_bytes"])
     c["frames"] = S * W
     c["hit_rate"] = c["hits"] / c["accesses"] if c["accesses"] else 0.0
     c["reuse_hit_rate"] = c["hits_reuse"] / c["accesses"] if c["accesses"] else 0.0

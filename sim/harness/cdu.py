@@ -167,7 +167,7 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
 
     def decided(ctx):
         c = ctx.get(dut.counters)
-        return c.accesses + c.prefetch_requests + c.writes, c.hbm_failures
+        return c.accesses + c.prefetch_requests + c.writes + c.restores, c.hbm_failures
 
     async def bench(ctx):
         if front is not None:
@@ -682,11 +682,15 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
 
 def step_beats(descs):
     """Model StepDescs -> ``step`` stream beats (dicts of ``rtl/cdu/layouts.step_layout``):
-    per step a header, its slots, its layers; ``last`` on the step's final beat, ``end`` on
-    the final beat of the final step."""
+    per step a header, its restores (in order), its slots, its layers; ``last`` on the
+    step's final beat, ``end`` on the final beat of the final step. (Any interleaving of a
+    step's restore, slot and layer beats gives the same ops, as long as the restores keep
+    their order.)"""
     beats = []
     for n, st in enumerate(descs):
         b = [dict(kind=STEP_KIND["header"], step=st.step)]
+        b += [dict(kind=STEP_KIND["restore"], req=req, layer=ly, seq_len=seq_len)
+              for req, ly, seq_len in st.restores]
         b += [dict(kind=STEP_KIND["slot"], slot=sd.slot, req=sd.request, seq_len=sd.seq_len,
                    hint=_HINT_CODE[sd.hint]) for sd in st.slots]
         b += [dict(kind=STEP_KIND["layer"], layer=ly) for ly in st.layers]

@@ -76,8 +76,14 @@ def pattern_ops(pattern, policy, seed, steps=3, reqs=2, layers=2, distance=3, fr
     return list(fe.ops(descs, lambda st, sd, l: pat.blocks(st.step, sd.request, l, sd.seq_len)))
 
 
-def random_ops(seed, n=200, reqs=3, layers=2, blocks=12):
+def random_ops(seed, n=200, reqs=3, layers=2, blocks=12, restores=1 / 6):
+    """A seeded random mix of R, P and W ops over a few tags, with S (restore) ops mixed in:
+    after each op, with probability ``restores``, an S op of one of the last few ops' tags
+    (mostly resident or in flight) or of a random tag. The S ops come from their own
+    generator, so the R/P/W ops are those of ``restores=0`` (and so are their decisions: S
+    changes nothing)."""
     rng = random.Random(seed)
+    srng = random.Random(f"restores-{seed}")
     ops = []
     for _ in range(n):
         kind = rng.choice("RRRPPW")
@@ -85,6 +91,13 @@ def random_ops(seed, n=200, reqs=3, layers=2, blocks=12):
                          if rng.random() < 0.2 else [CLASS_NORMAL, CLASS_KEEP])
         ops.append(Op(kind, rng.randrange(reqs), rng.randrange(layers), rng.randrange(blocks),
                       cls, rng.random() < 0.5))
+        if srng.random() < restores:
+            if srng.random() < 0.7:        # a recently used tag: often resident
+                o = ops[-srng.randint(1, min(6, len(ops)))]
+                tag = (o.req, o.layer, o.block)
+            else:
+                tag = (srng.randrange(reqs), srng.randrange(layers), srng.randrange(blocks))
+            ops.append(Op("S", *tag, srng.choice([0, 0, 1, 2, 3]), False))
     return ops
 
 
@@ -92,7 +105,9 @@ def edge_ops():
     """Named edge cases in one stream (sets=4, ways=2; blocks 0, 4, 8 share set 0)."""
     return [
         Op("R", 0, 0, 0, CLASS_PIN, False), Op("R", 0, 0, 4, CLASS_PIN, False),   # fill set 0, pinned
+        Op("S", 0, 0, 0, CLASS_STREAM, False),      # restore of a resident (in flight) block
         Op("R", 0, 0, 8, CLASS_NORMAL, False),      # all pinned -> bypass read
+        Op("S", 0, 0, 8, CLASS_NORMAL, False),      # restore of an absent block: no allocation
         Op("P", 0, 0, 8, CLASS_NORMAL, False),      # prefetch into all-pinned set -> dropped
         Op("R", 0, 0, 0, CLASS_NORMAL, False),      # hit, unpins block 0
         Op("P", 0, 0, 8, CLASS_NORMAL, False),      # now evicts block 0
@@ -105,8 +120,10 @@ def edge_ops():
         Op("P", 1, 1, 5, CLASS_STREAM, False),      # streamed prefetch: dropped
         Op("P", 2, 0, 3, CLASS_NORMAL, False), Op("P", 2, 0, 7, CLASS_NORMAL, False),
         Op("P", 2, 0, 11, CLASS_NORMAL, False),     # evicts an unused prefetch (useless)
+        Op("S", 2, 0, 7, CLASS_KEEP, False),        # restore of an unread prefetched block
         Op("R", 2, 0, 11, CLASS_NORMAL, False), Op("R", 2, 0, 11, CLASS_NORMAL, False),
-    ] + [Op("R", 3, 1, b, CLASS_NORMAL, False) for b in range(10)]   # miss burst > MSHRs
+    ] + [Op("R", 3, 1, b, CLASS_NORMAL, False) for b in range(10)] + [   # miss burst > MSHRs
+        Op("S", 1, 1, b, CLASS_STREAM, False) for b in range(6)]         # restore run
 
 
 def keep_cap_ops():
@@ -142,6 +159,32 @@ def keep_cap_ops():
     ]
 
 
+def shuffled_beats(descs, seed):
+    """``step_beats`` with each step's slot, layer and restore beats in a random interleaving
+    (each kind kept in its order; ``last``/``end`` moved to the step's new final beat)."""
+    rng = random.Random(seed)
+    out = []
+    for b in step_beats(descs):
+        if b["kind"] == KIND_HEADER:
+            out.append([dict(b)])
+        else:
+            out[-1].append(dict(b))
+    beats = []
+    for head, *body in out:
+        last = (body or [head])[-1]
+        flags = dict(last=last["last"], end=last["end"])
+        queues = [[x for x in body if x["kind"] == k] for k in sorted({x["kind"] for x in body})]
+        mixed = []
+        while any(queues):
+            q = rng.choice([q for q in queues if q])
+            mixed.append(dict(q.pop(0), last=0, end=0))
+        if mixed:
+            head = dict(head, last=0, end=0)
+            mixed[-1].update(flags)
+        beats += [head] + mixed
+    return beats
+
+
 compare = compare_rtl
 
 
@@ -150,15 +193,22 @@ compare = compare_rtl
 from tricut.models.cdu import PATTERNS, POLICIES  # noqa: E402, F401  (the benches' grid)
 from tricut.sim.harness.cdu import (  # noqa: E402
     compare_ops, fe_config, frontend_reference_lookahead, run_frontend_rtl, step_beats)
+from tricut.rtl.cdu.layouts import STEP_KIND  # noqa: E402
+
+KIND_HEADER, KIND_RESTORE = STEP_KIND["header"], STEP_KIND["restore"]
 
 FE_PARAMS = dict(slot_bits=2, max_slots=4, max_layers=8, entries=4, units=16, max_demand=16)
 
 
 def random_steps(seed, steps=4, pool=5, max_batch=3, layers=3, p_empty=0.1, hint_change=0.2,
-                 seq=(1, 120)):
+                 seq=(1, 120), restores=0.0):
     """Seeded random DSU step descriptors: requests from a pool join and leave (each keeps
     its slot), seq_len grows by one per step it decodes, hints change now and then, a step
-    may be an empty batch, layer order is a random permutation per step."""
+    may be an empty batch, layer order is a random permutation per step. ``restores``: the
+    probability of a step carrying restore moves (1-2 triples: a pool request that is not
+    in the batch, a layer, 0..80 tokens), drawn from a separate generator so the steps are
+    those of ``restores=0``."""
+    rrng = random.Random(f"restores-{seed}")
     rng = random.Random(seed)
     seq = {r: rng.randrange(*seq) for r in range(pool)}
     slot_of = {r: r % 4 for r in range(pool)}
@@ -180,8 +230,28 @@ def random_steps(seed, steps=4, pool=5, max_batch=3, layers=3, p_empty=0.1, hint
                 hint[r] = rng.choice(["auto", "stream", "priority", "pin"])
             sl.append(SlotDesc(slot_of[r], r, seq[r], hint[r]))
         ly = tuple(rng.sample(range(layers), rng.randrange(1, layers + 1)))
-        out.append(StepDesc(t, tuple(sl), ly))
+        rs = ()
+        if rrng.random() < restores:
+            out_of_batch = [r for r in range(pool) if r not in batch] or list(range(pool))
+            rs = tuple((rrng.choice(out_of_batch), rrng.randrange(layers), rrng.randint(0, 80))
+                       for _ in range(rrng.randint(1, 2)))
+        out.append(StepDesc(t, tuple(sl), ly, rs))
     return out
+
+
+def restore_steps():
+    """Named restore cases in one descriptor stream: two restores in one step (kept in
+    order), a step of restores only (no slots), a zero-token restore (no ops), a restore of
+    a request whose blocks are resident in L2 (request 0), one of a single token, and a
+    trailing step with no units."""
+    S = SlotDesc
+    return [
+        StepDesc(0, (S(0, 0, 40), S(1, 1, 20)), (0, 1), restores=((2, 1, 33),)),
+        StepDesc(1, (), (0,), restores=((3, 0, 16), (2, 0, 0))),          # restores only
+        StepDesc(2, (S(0, 0, 41), S(1, 2, 34)), (1, 0), restores=((0, 0, 48), (4, 1, 1))),
+        StepDesc(3, (S(0, 0, 42),), (0,)),
+        StepDesc(4, (), (), restores=((1, 1, 21),)),                        # trailing
+    ]
 
 
 def make_pattern(name, seed, **kw):

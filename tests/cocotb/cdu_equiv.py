@@ -205,6 +205,7 @@ async def random_and_edge_equal_model_with_errors(dut):
         got = await run(dut, B.ops_to_descs(ops), seed, p_valid=0.5, p_ready=0.5, err=err)
         B.compare(ops, got, **B.PARAMS)
         assert got["errors_injected"] > 0
+        assert got["counters"]["restores"] == sum(o.kind == "S" for o in ops) > 0
     ops = B.edge_ops()
     B.compare(ops, await run(dut, B.ops_to_descs(ops), 9, p_valid=0.3, p_ready=0.3,
                              max_latency=40), **B.PARAMS)

@@ -51,7 +51,8 @@ async def every_pattern_and_policy_equal_model(dut):
     await start(dut)
     capped = set()
     for n, (pattern, policy) in enumerate((p, q) for p in B.PATTERNS for q in B.POLICIES):
-        ops, front = B.fe_vectors(B.random_steps(300 + n, steps=4), pattern, policy, seed=n)
+        ops, front = B.fe_vectors(B.random_steps(300 + n, steps=4, restores=0.5), pattern,
+                                  policy, seed=n)
         assert front["lookahead"] < B.FE_PARAMS["units"]
         capped |= set(B.cap_events(ops, **B.PARAMS))
         rng = random.Random(n)
@@ -63,12 +64,19 @@ async def every_pattern_and_policy_equal_model(dut):
 
 
 @cocotb.test()
-async def edge_cases_and_long_context_predictor(dut):
+async def edge_cases_restores_and_long_context_predictor(dut):
     await start(dut)
     for n, pattern in enumerate(B.PATTERNS):
         ops, front = B.fe_vectors(B.edge_steps(), pattern, "adaptive",
                                   pat=B.make_pattern(pattern, 3, window=8))
         B.compare(ops, await run(dut, front, n, p_valid=0.3, p_ready=0.3), **B.PARAMS)
+    for n, policy in enumerate(B.POLICIES):
+        # restore beats: S ops at each step descriptor's load (mid-unit with the walk)
+        ops, front = B.fe_vectors(B.restore_steps(), "full", policy, seed=n)
+        front = dict(front, beats=B.shuffled_beats(B.restore_steps(), n))
+        got = await run(dut, front, 20 + n, p_valid=0.5, p_ready=0.5)
+        B.compare(ops, got, **B.PARAMS)
+        assert got["counters"]["restores"] == 10
     descs = B.random_steps(61, steps=6, max_batch=2, layers=2, p_empty=0, hint_change=0.05,
                            seq=(200, 2000))
     ops, front = B.fe_vectors(descs, "topk", "adaptive",
