@@ -122,6 +122,11 @@ def _tile_te_array(**p):
     return TEArray(**p)
 
 
+def _tile_attention(**p):
+    from tricut.rtl.tile.attention_tile import AttentionTile
+    return AttentionTile(**p)
+
+
 def _tile_hbm(**p):
     from tricut.rtl.tile.behavioural.hbm import HbmModel
     return HbmModel(**p)
@@ -153,6 +158,13 @@ UNITS: dict[str, Unit] = {
                                            "kv_dtype": "bf16", "tag_bits": 16},
                           "TE array of the decode tile: round-robin dispatch, in-order tagged "
                           "output (docs/tile.md)"),
+    "tile-attention": Unit(_tile_attention, {"engines": 1, "head_dim": 64, "G": 2, "lanes": 4,
+                                             "kv_dtype": "bf16", "num_layers": 2,
+                                             "num_kv_heads": 2, "split_tokens": 16,
+                                             "slot_bits": 2, "max_ctx": 64, "num_requests": 4,
+                                             "max_beats": 16, "max_outstanding": 4},
+                           "Attention path of the decode tile: KV streamer, TE array, split-K "
+                           "combine, Q and output buffers (docs/tile.md)"),
     "tile-hbm": Unit(_tile_hbm, {"words": 1024, "data_bits": 256, "latency": 100,
                                  "max_outstanding": 8, "max_beats": 16, "id_bits": 4,
                                  "reorder": False, "seed": 1, "faults": ()},
