@@ -21,6 +21,13 @@ def _j(**kw):
     return json.dumps({k: v for k, v in dict(_OK, **kw).items() if v is not ...})
 
 
+def _s(session, turn, inp, out, t=0.02, **kw):
+    """One line of a session file (turn 0: ``t`` is arrival_s, else gap_s)."""
+    row = {"session": session, "turn": turn, ("gap_s" if turn else "arrival_s"): t,
+           "input_tokens": inp, "output_tokens": out, **kw}
+    return json.dumps(row) + "\n"
+
+
 FILES = {
     "empty": "",
     "blank_lines": "\n   \n\n",
@@ -67,6 +74,23 @@ FILES = {
     "tokens_huge": "".join(_j(id=i, max_new_tokens=65_535) + "\n" for i in range(40)),
     "tokens_rounds": "".join(_j(id=i, max_new_tokens=65_535) + "\n" for i in range(200)),
     "ok": _j() + "\n" + _j(id=1, arrival_step=1) + "\n",
+    # session files (sim/fast/sessions.py's format)
+    "s_ok": _s(0, 0, 10, 2) + _s(0, 1, 4, 2) + _s(5, 0, 8, 1, t=0.04),
+    "s_not_json": '{"session": 0, "turn": 0, "arrival_s": 0\n',
+    "s_unknown_key": _s(0, 0, 10, 2, colour=1),
+    "s_turn_skipped": _s(0, 0, 10, 2) + _s(0, 2, 4, 2),
+    "s_requests_format": _j() + "\n",
+    "s_output_over_field": _s(0, 0, 10, 1 << 16),
+    "s_input_over_field": _s(0, 0, 1 << 23, 2),
+    "s_turn_output_over_field": _s(0, 0, 10, 2) + _s(0, 1, 4, 1 << 16),
+    "s_turn_input_over_field": _s(0, 0, 10, 2) + _s(0, 1, 1 << 24, 2),
+    "s_context_over_seq_len": _s(0, 0, 8_000_000, 2) + _s(0, 1, 8_000_000, 2)
+    + _s(0, 2, 8_000_000, 2),
+    "s_drop_prompt": _s(0, 0, 8_000_000, 2) + _s(0, 1, 400_000, 2),
+    "s_id_over_field": _s(1 << 16, 0, 10, 2),
+    "s_arrival_over_field": _s(0, 0, 10, 2) + _s(1, 0, 10, 2, t=400_000.0),
+    "s_gap_over_rounds": _s(0, 0, 10, 2) + _s(0, 1, 4, 2, t=30_000.0),
+    "s_late": _s(0, 0, 10, 2) + _s(1, 0, 10, 2, t=400.0),
     "long_ok": "".join(_j(id=i, max_new_tokens=100, arrival_step=i) + "\n" for i in range(40)),
 }
 
@@ -204,6 +228,78 @@ CASES = [
      "--sim verilator is faster"),
 ]
 
+S = R + ["--sessions"]
+CASES += [
+    # -- sessions (--sessions FILE, --agentic SPEC) and their flags --------------------------
+    (S + ["@dir/missing.jsonl"], "sessions_missing", "file not found"),
+    (S + ["@dir"], "sessions_is_dir", "is a directory"),
+    (S + ["@empty"], "sessions_empty", "no sessions"),
+    (S + ["@s_not_json"], "sessions_not_json", ":1: not valid JSON"),
+    (S + ["@s_unknown_key"], "sessions_unknown_key", ":1: unknown key 'colour'"),
+    (S + ["@s_turn_skipped"], "sessions_turn_skipped", ":2: session 0 turn 2 out of order"),
+    (S + ["@s_requests_format"], "sessions_given_requests", ":1: unknown key 'prompt_tokens'"),
+    (S + ["@s_ok", "--requests", "@ok"], "sessions_and_requests",
+     "argument --requests: not allowed with argument --sessions"),
+    (S + ["@s_ok", "--synthetic", "4"], "sessions_and_synthetic",
+     "argument --synthetic: not allowed with argument --sessions"),
+    (S + ["@s_ok", "--agentic", "sessions=2"], "sessions_and_agentic",
+     "argument --agentic: not allowed with argument --sessions"),
+    (S + ["@s_ok", "--park-policy", "evict"], "park_policy_unknown",
+     "argument --park-policy: invalid choice: 'evict'"),
+    (R + ["--park-policy", "park"], "park_policy_without_sessions",
+     "--park-policy applies to sessions (--sessions or --agentic), and there are none"),
+    (R + ["--requests", "@ok", "--park-policy", "drop"], "park_policy_with_requests",
+     "--park-policy applies to sessions"),
+    (S + ["@s_ok", "--park-policy", "park-early", "--restore-lead", "-1"],
+     "restore_lead_negative", "argument --restore-lead: must be a number of rounds >= 0"),
+    (S + ["@s_ok", "--park-policy", "park-early", "--restore-lead", "1.5"],
+     "restore_lead_fraction", "'1.5' is not a whole number of rounds"),
+    (S + ["@s_ok", "--park-policy", "park-early", "--restore-lead", str(10 ** 7)],
+     "restore_lead_huge", "--restore-lead must be an integer in 0..1,000,000"),
+    (S + ["@s_ok", "--park-policy", "park", "--restore-lead", "2"], "restore_lead_not_early",
+     "--restore-lead applies to --park-policy park-early"),
+    (S + ["@s_ok", "--restore-lead", "2"], "restore_lead_default_policy",
+     "--restore-lead applies to --park-policy park-early"),
+    (R + ["--restore-lead", "2"], "restore_lead_without_sessions",
+     "--restore-lead applies to sessions"),
+    (S + ["@s_ok", "--round-s", "0"], "round_s_zero", "argument --round-s: must be a number"),
+    (S + ["@s_ok", "--round-s", "nan"], "round_s_nan", "argument --round-s: must be a number"),
+    (S + ["@s_ok", "--round-s", "fast"], "round_s_word", "'fast' is not a number of seconds"),
+    (R + ["--round-s", "0.01"], "round_s_without_sessions", "--round-s applies to sessions"),
+    # sessions that do not fit the hardware's fields: one error naming session, turn, field
+    (S + ["@s_output_over_field"], "session_output_over_field",
+     "session 0 turn 0: max_new_tokens must be an integer in 1..65,535 (the hardware's field), "
+     "not 65536 [output_tokens]"),
+    (S + ["@s_input_over_field"], "session_input_over_field",
+     "session 0 turn 0: prompt_tokens must be an integer in 1..8,388,607"),
+    (S + ["@s_turn_output_over_field"], "session_turn_output_over_field",
+     "session 0 turn 1: max_new_tokens must be an integer in 1..65,535 (the host command's"),
+    (S + ["@s_turn_input_over_field"], "session_turn_input_over_field",
+     "session 0 turn 1: new_tokens must be an integer in 0..16,777,215"),
+    (S + ["@s_context_over_seq_len"], "session_context_over_seq_len",
+     "session 0 turn 2: the context reaches 24,000,006 tokens, a slot's seq_len"),
+    (S + ["@s_drop_prompt", "--park-policy", "drop"], "session_drop_prompt_over_field",
+     "session 0 turn 1: its whole prompt of 8,400,002 tokens (resubmitted under park policy "
+     "drop)"),
+    (S + ["@s_id_over_field"], "session_id_over_field",
+     "session 65536: the id must be below 65,536"),
+    (S + ["@s_arrival_over_field"], "session_arrival_over_field",
+     "session 1 turn 0: arrival_step must be an integer in 0..16,777,215"),
+    (S + ["@s_gap_over_rounds"], "session_gap_over_rounds",
+     "session 0 turn 1: gap must be an integer in 1..1,000,000 (rounds), not 1500000 "
+     "[gap_s / --round-s]"),
+    (S + ["@s_late", "--sim", "amaranth"], "sessions_amaranth_too_long",
+     "--sim verilator is faster"),
+    (S + ["@s_ok", "--max-cycles", "5000"], "sessions_max_cycles", "more than --max-cycles 5,000"),
+    (R + ["--agentic", "colour=red"], "agentic_unknown_key", "agentic spec: unknown key 'colour'"),
+    (R + ["--agentic", "sessions=70000"], "agentic_too_many",
+     "--agentic: sessions=70,000: at most 65,536"),
+    (R + ["--agentic", "sessions=2,output=70000"], "agentic_output_over_field",
+     "max_new_tokens must be an integer in 1..65,535"),
+    (R + ["--agentic", "sessions=2,turns=3,gap=30000"], "agentic_gap_over_rounds",
+     "gap must be an integer in 1..1,000,000 (rounds)"),
+]
+
 #: (command, case id) for counting
 BAD_INPUTS = [(" ".join(argv[:2]), case) for argv, case, _ in CASES]
 
@@ -245,9 +341,17 @@ def test_good_inputs_reach_the_simulation(tmp_path, capsys, monkeypatch):
                  R + ["--requests", "@ok", "--faults", "error:slot=0:step=1", "--faults-strict"],
                  R + ["--requests", "@arrival_20k", "--sim", "amaranth", "--allow-long"],
                  R + ["--requests", "@long_ok", "--max-cycles", "1000000"],
-                 R + ["--synthetic", "40", "--max-cycles", "60000"]):
+                 R + ["--synthetic", "40", "--max-cycles", "60000"],
+                 R + ["--sessions", "@s_ok", "--park-policy", "park-early", "--restore-lead",
+                      "3", "--sim", "amaranth"],
+                 R + ["--sessions", "@s_drop_prompt", "--park-policy", "keep"],
+                 R + ["--agentic", "sessions=2,turns=2,output=4,input=30,turn_input=8,gap=0.1",
+                      "--park-policy", "drop", "--round-s", "0.05"]):
         code, cap = run_cli(expand_argv(argv, tmp_path, FILES, (64 << 20) + 1), capsys)
         assert code == 130, (argv, cap.err)
-    assert len(reached) == 6
+    assert len(reached) == 9
     assert reached[2].faults_not_fired == []
     assert reached[3].rounds == 20_002
+    assert reached[6].params.park_policy == "park-early" and reached[6].sessions["host"]
+    assert reached[7].golden_outcomes[0].reason == "too large"     # 8M tokens > the KV budget
+    assert reached[8].params.park_policy == "drop" and reached[8].sessions["moves"]

@@ -6,6 +6,7 @@ sessions and the named edge cases (a restore that does not fit, a continue queue
 restore is served, every slot parked, a continue that can never fit). docs/dsu.md, "Parked
 slots"."""
 
+import json
 import random
 
 import pytest
@@ -66,8 +67,8 @@ def test_plan_with_sessions_is_run_sessions():
     assert len(plan.requests) == len(reqs) + len(sess) + len(resubmits)
     with pytest.raises(ValueError, match="park_policy"):
         plan_dsu(reqs, sessions=sess, park_policy="evict", sim="amaranth")
-    with pytest.raises(ValueError, match="hang fault with sessions"):
-        plan_dsu(reqs, sessions=sess, faults="hang:cycle=5", sim="amaranth")
+    hung = plan_dsu(reqs, sessions=sess, faults="hang:cycle=5", sim="amaranth")
+    assert hung.hang == 5 and hung.sessions is not None     # the host takes the sessions over
 
 
 @pytest.mark.parametrize("policy", PARK_POLICIES)
@@ -197,3 +198,132 @@ def test_wrong_firmware_park_policy_is_caught_amaranth():
     assert res.differences
     assert res.fw_error == (15 << 8) | 0xFE          # E_HCMD: restore of a slot not in G2
     assert res.degraded_cycle is not None
+
+
+# -- the CLI: tricut dsu run --sessions FILE ------------------------------------------------------
+#: a small session file: three sessions (ids 3, 7, 9), 6 turns, arrivals and gaps in seconds
+SESSION_FILE = "".join(
+    json.dumps(row) + "\n" for row in (
+        {"session": 3, "turn": 0, "arrival_s": 0.0, "input_tokens": 20, "output_tokens": 3},
+        {"session": 3, "turn": 1, "gap_s": 0.04, "input_tokens": 5, "output_tokens": 2},
+        {"session": 7, "turn": 0, "arrival_s": 0.02, "input_tokens": 40, "output_tokens": 2},
+        {"session": 7, "turn": 1, "gap_s": 0.06, "input_tokens": 9, "output_tokens": 3},
+        {"session": 7, "turn": 2, "gap_s": 0.02, "input_tokens": 4, "output_tokens": 1},
+        {"session": 9, "turn": 0, "arrival_s": 0.06, "input_tokens": 12, "output_tokens": 2}))
+
+
+def _cli_golden_counts(path, policy, lead):
+    """The counts the CLI must print, computed here from the golden model directly."""
+    from tricut.models.dsu import DsuParams
+    from tricut.sim.cli.dsu_cmd import dsu_sessions, session_counts
+    from tricut.sim.fast.sessions import read_sessions
+    sess = dsu_sessions(read_sessions(path), 0.02)
+    assert [x.first.id for x in sess] == [3, 7, 9]
+    assert [t.gap for t in sess[1].turns] == [3, 1]          # 0.06 s and 0.02 s at 20 ms
+    params = DsuParams(n_slots=4, max_batch=4, latency_batch=1, park_policy=policy)
+    _, ended, moves, _ = run_sessions([], sess, params, {}, lead)
+    return session_counts(ended, moves)
+
+
+@pytest.mark.parametrize("policy, lead", [("park-early", 2), ("drop", None)])
+def test_cli_sessions_amaranth(policy, lead, tmp_path, capsys):
+    from conftest import run_cli
+    path = tmp_path / "s.jsonl"
+    path.write_text(SESSION_FILE)
+    argv = ["dsu", "run", "--sessions", str(path), "--sim", "amaranth", "--slots", "4",
+            "--park-policy", policy, "--json"] + (["--restore-lead", str(lead)] if lead else [])
+    code, cap = run_cli(argv, capsys)
+    assert code == 0, cap.err
+    out = json.loads(cap.out)
+    assert out["differences"] == []
+    summary = out["sessions"]
+    want = _cli_golden_counts(path, policy, lead or 0)
+    assert summary["rtl"] == summary["golden"] == want
+    assert summary["sessions"] == 3 and summary["turns"] == 6 and want["completed"] == 6
+    assert summary["park_policy"] == policy and summary["restore_lead_rounds"] == (lead or 0)
+    kinds = {"park-early": {"park": 3, "restore": 3, "drop": 0},
+             "drop": {"park": 0, "restore": 0, "drop": 3}}[policy]
+    assert want["moves"] == kinds
+    assert len(out["moves"]) == sum(kinds.values()) and len(out["ended"]) == 6
+    # text: the counts of both sides and the verdict
+    code, cap = run_cli([a for a in argv if a != "--json"], capsys)
+    assert code == 0, cap.err
+    mv = want["moves"]
+    line = (f"6 turns ended: 6 completed, 0 failed; moves: {mv['park']} park, "
+            f"{mv['restore']} restore, {mv['drop']} drop")
+    assert f"RTL run: {line}" in cap.out and f"golden model: {line}" in cap.out
+    assert "RTL == golden model: every round's batch, every outcome and every move" in cap.out
+
+
+def test_cli_sessions_wrong_expectation_fails(tmp_path, capsys, monkeypatch):
+    """A golden expectation changed by one token of one move: the run must exit 1 naming it."""
+    from conftest import run_cli
+
+    import tricut.sim.harness.dsu as h
+    real = h._golden_sessions
+
+    def wrong(*a, **kw):
+        batches, last, counts, sess = real(*a, **kw)
+        m = sess["moves"][-1]
+        sess["moves"][-1] = type(m)(m.round, m.request, m.kind, m.tokens + 1, m.slot)
+        return batches, last, counts, sess
+    monkeypatch.setattr(h, "_golden_sessions", wrong)
+    path = tmp_path / "s.jsonl"
+    path.write_text(SESSION_FILE)
+    code, cap = run_cli(["dsu", "run", "--sessions", str(path), "--sim", "amaranth",
+                         "--slots", "4", "--park-policy", "park"], capsys)
+    assert code == 1
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tricut: error: DSU RTL differs from the golden "
+                                               "model: move 5: got"), cap.err
+
+
+# -- a hung firmware: the host takes the sessions over ---------------------------------------------
+def _hang_run(hang):
+    rng = random.Random(31)
+    reqs, sess = _sessions(rng, 2, 2, arrival_span=2)
+    return run_dsu(reqs, "throughput-opt", sim="amaranth", n_slots=4, kv_capacity_tokens=200,
+                   sessions=sess, park_policy="park", lead=1, seed=31,
+                   faults=f"hang:cycle={hang}", heartbeat_limit=5000)
+
+
+#: cycles (from the release) at which the firmware of the case above has two sessions parked
+#: in G2, their restores and continues pushed by the host but not served, and the park move
+#: of the turn that ended in the last round not yet emitted (collect() of that round)
+HANG_PARKED = 8100
+
+
+def test_takeover_with_parked_sessions_amaranth():
+    """The firmware hangs with parked slots and queued host commands; the host rebuilds the
+    model from the slot records, the streams and its own commands and finishes the run:
+    every batch, every turn's outcome and every move equal to the no-fault golden run."""
+    res = _hang_run(HANG_PARKED)
+    assert res.degraded_cycle is not None and res.faults_fired == [f"hang:cycle={HANG_PARKED}"]
+    n = res.rounds_rtl
+    assert 0 < n < len(res.golden_batches)              # both the firmware and the host ran
+    assert res.differences == [], res.differences[:6]
+    assert res.moves == res.golden_moves and len(res.ended) == len(res.golden_ended)
+    # what the host carried over: sessions parked in G2 before the takeover and restored
+    # after it, and moves the host made itself
+    parked = {m.request for m in res.golden_moves if m.kind == "park" and m.round < n}
+    later = {m.request for m in res.golden_moves if m.kind == "restore" and m.round >= n}
+    assert parked & later
+    assert any(m.round >= n for m in res.moves)
+    assert all(o.status == "completed" for o in res.ended)
+
+
+def test_takeover_that_forgets_the_queued_continues_is_caught_amaranth(monkeypatch):
+    """The same hang with a host that drops the continues it had pushed: the sessions' next
+    turns never run (the host's model refuses the next restore of a KV already in HBM); the
+    run is reported different (a test of the check itself)."""
+    from tricut.models.dsu import DsuModel
+    real = DsuModel.resume.__func__
+
+    def forgetful(cls, *a, **kw):
+        kw["continues"] = ()
+        return real(cls, *a, **kw)
+    monkeypatch.setattr(DsuModel, "resume", classmethod(forgetful))
+    res = _hang_run(HANG_PARKED)
+    assert res.degraded_cycle is not None
+    assert res.differences and any(d.startswith("takeover: ") for d in res.differences), \
+        res.differences[:4]

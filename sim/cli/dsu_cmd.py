@@ -1,6 +1,7 @@
 """`tricut dsu run`: the scheduler firmware on the DSU RTL cluster against its golden model.
 
-Every bad input (flags, the requests file, the fault spec, a run that cannot fit its budget)
+Every bad input (flags, the requests or session file, the fault spec, a session that does not
+fit the hardware's fields, a run that cannot fit its budget)
 ends as one line ``tricut: error: ...`` and exit status 2 before any simulation. Exit 1: the
 run did not verify (the RTL differs from the golden model, the run hit its cycle budget, or
 with ``--faults-strict`` an injected hang did not fire); the one line says which.
@@ -8,23 +9,37 @@ with ``--faults-strict`` an injected hang did not fire); the one line says which
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
+import re
 import stat
 import sys
 import time
 from pathlib import Path
 
-from tricut.models.dsu import PROFILES
+from tricut.models.dsu import PARK_POLICIES, PROFILES
 from tricut.models.jsonl import iter_jsonl_objects, stat_input_file
 
 from .errors import InputError, one_line_argparse
 
-__all__ = ["add_commands", "read_dsu_requests", "MAX_REQUESTS_FILE_BYTES", "LONG_RUN_S"]
+__all__ = ["add_commands", "read_dsu_requests", "dsu_sessions", "session_counts",
+           "MAX_REQUESTS_FILE_BYTES", "LONG_RUN_S", "ROUND_S", "PARK_EARLY_LEAD"]
 
 #: a requests file larger than this is refused (65,536 requests of ~100 bytes fit easily)
 MAX_REQUESTS_FILE_BYTES = 64 << 20
 #: runs whose estimated simulation time is longer are refused unless --allow-long
 LONG_RUN_S = 3600
+
+#: --round-s: the seconds one scheduling round stands for when a session file's (or the
+#: generator's) arrivals and tool gaps become rounds. An assumption (a 20 ms decode step),
+#: not a measurement
+ROUND_S = 0.02
+#: --round-s range (a shorter round turns a session's seconds into more rounds than the
+#: hardware's 24-bit round counter holds long before the lower end)
+ROUND_S_RANGE = (1e-6, 3600.0)
+#: --restore-lead default under park-early, in rounds (lead 0 would be park)
+PARK_EARLY_LEAD = 1
 
 _REQUEST_FIELDS = {"id": 0, "prompt_tokens": None, "max_new_tokens": None, "arrival_step": 0,
                    "priority": 0}
@@ -75,6 +90,55 @@ def read_dsu_requests(path: Path):
     if not out:
         raise InputError(f"{path}: no requests in the file")
     return out
+
+
+def _rounds(seconds: float, round_s: float) -> int:
+    """Seconds to whole rounds, rounded half up."""
+    return math.floor(seconds / round_s + 0.5)
+
+
+def dsu_sessions(sessions, round_s: float = ROUND_S):
+    """The sessions of a session file or of the generator (``sim/fast/sessions.py``) as the
+    golden model's (:class:`tricut.models.dsu.Session`): a session's first turn is request
+    ``session id`` (priority 0) arriving in round ``arrival_s / round_s`` (rounded), with
+    ``input_tokens`` as its prompt and ``output_tokens`` to decode; every later turn returns
+    ``max(1, gap_s / round_s)`` rounds after the previous one ended, with ``input_tokens`` of
+    new input and ``output_tokens`` to decode. Session ids are request ids: below 65,536.
+    The turns' fields are checked against the hardware's by :func:`plan_dsu`."""
+    from tricut.models.dsu import RequestSpec, Session, SessionTurn
+
+    from ..harness.dsu import MAX_REQUESTS
+    if len(sessions) > MAX_REQUESTS:
+        raise InputError(f"{len(sessions):,} sessions: at most {MAX_REQUESTS:,} (a session's "
+                         f"id is its first turn's request id, 16 bits)")
+    out = []
+    for x in sessions:
+        if x.id >= MAX_REQUESTS:
+            raise InputError(f"session {x.id}: the id must be below {MAX_REQUESTS:,} (it is "
+                             f"the first turn's request id, 16 bits)")
+        t0 = x.turns[0]
+        first = RequestSpec(x.id, t0.input_tokens, t0.output_tokens,
+                            _rounds(t0.gap_s, round_s), 0)
+        turns = tuple(SessionTurn(max(1, _rounds(t.gap_s, round_s)), t.input_tokens,
+                                  t.output_tokens) for t in x.turns[1:])
+        out.append(Session(first, turns))
+    return out
+
+
+def session_counts(ended, moves) -> dict:
+    """Outcome and move counts of a session run: turns completed and failed (by reason),
+    moves and their tokens by kind."""
+    failed: dict[str, int] = {}
+    for o in ended:
+        if o.status != "completed":
+            failed[o.reason] = failed.get(o.reason, 0) + 1
+    kinds = ("park", "restore", "drop")
+    return {"turns_ended": len(ended),
+            "completed": sum(o.status == "completed" for o in ended),
+            "failed": sum(failed.values()), "failed_by_reason": dict(sorted(failed.items())),
+            "tokens": sum(o.tokens for o in ended),
+            "moves": {k: sum(m.kind == k for m in moves) for k in kinds},
+            "moved_tokens": {k: sum(m.tokens for m in moves if m.kind == k) for k in kinds}}
 
 
 def _short(text, limit=40):
@@ -158,9 +222,19 @@ def cmd_dsu_run(args) -> int:
                              "record waves yet; use --sim amaranth")
     if args.max_cycles is not None and args.max_cycles < 1:
         raise InputError(f"--max-cycles must be at least 1, not {args.max_cycles}")
-    if args.requests is not None:
-        reqs = read_dsu_requests(args.requests)
+    sessions, policy, lead, round_s = None, "keep", 0, None
+    if args.sessions is not None or args.agentic is not None:
+        sessions, policy, lead, round_s = _session_workload(args)
+        reqs = []
     else:
+        for flag, value in (("--park-policy", args.park_policy),
+                            ("--restore-lead", args.restore_lead), ("--round-s", args.round_s)):
+            if value is not None:
+                raise InputError(f"{flag} applies to sessions (--sessions or --agentic), and "
+                                 f"there are none")
+    if sessions is None and args.requests is not None:
+        reqs = read_dsu_requests(args.requests)
+    elif sessions is None:
         n = 8 if args.synthetic is None else args.synthetic
         if not 1 <= n <= MAX_REQUESTS:
             raise InputError(f"--synthetic must be 1..{MAX_REQUESTS:,} (request ids are 16 "
@@ -171,7 +245,8 @@ def cmd_dsu_run(args) -> int:
         plan = plan_dsu(reqs, args.profile, cores=args.cores, faults=faults, sim=args.sim,
                         n_slots=args.slots, seed=args.seed, max_cycles=args.max_cycles,
                         faults_strict=args.faults_strict,
-                        max_seconds=None if args.allow_long else LONG_RUN_S)
+                        max_seconds=None if args.allow_long else LONG_RUN_S,
+                        sessions=sessions, park_policy=policy, lead=lead)
     except ValueError as e:
         msg = str(e)
         if args.allow_long or "allowed" not in msg:
@@ -187,7 +262,9 @@ def cmd_dsu_run(args) -> int:
     progress = None
     if sys.stderr.isatty():
         progress = Progress(sys.stderr, plan, f"dsu {args.sim}")
-        progress.start(f"{len(reqs):,} requests, {plan.rounds:,} rounds in the golden "
+        what = f"{len(reqs):,} requests" if sessions is None else \
+            f"{len(sessions):,} sessions ({_n_turns(sessions):,} turns, {policy})"
+        progress.start(f"{what}, {plan.rounds:,} rounds in the golden "
                        f"schedule, about {plan.estimate_cycles:,} cycles "
                        f"(≈{_dur(plan.estimate_seconds())}); starting the simulator"
                        + (" (a first Verilator build takes 1-3 min)"
@@ -199,16 +276,26 @@ def cmd_dsu_run(args) -> int:
             progress.close()
 
     # -- report ----------------------------------------------------------------------------
+    summary = None
+    if sessions is not None:
+        summary = {"sessions": len(sessions), "turns": _n_turns(sessions), "park_policy": policy,
+                   "restore_lead_rounds": lead, "round_s": round_s,
+                   "rtl": session_counts(result.ended, result.moves),
+                   "golden": session_counts(plan.sessions["ended"], plan.sessions["moves"])}
     if args.json:
         out = result.to_json()
         out["faults_requested"] = [str(f) for f in plan.faults]
+        if summary is not None:
+            out["sessions"] = summary
         print(json.dumps(out, indent=2))
     else:
-        _print_text(result, plan)
+        _print_text(result, plan, summary)
     if result.budget_exhausted:
+        got, want = (len(result.outcomes), len(reqs)) if sessions is None else \
+            (len(result.ended), len(plan.sessions["ended"]))
         print(f"tricut: error: stopped at the cycle budget ({result.max_cycles:,} cycles, "
               f"--max-cycles) in round {result.counters.get('round', '?')} of "
-              f"{plan.rounds:,}, {len(result.outcomes):,} of {len(reqs):,} outcomes: the run "
+              f"{plan.rounds:,}, {got:,} of {want:,} outcomes: the run "
               f"is incomplete, not compared; raise --max-cycles", file=sys.stderr)
         return 1
     if result.differences:
@@ -222,28 +309,91 @@ def cmd_dsu_run(args) -> int:
               file=sys.stderr)
         return 1
     if not args.json:
-        print("RTL == golden model: every round's batch and every outcome")
+        print("RTL == golden model: every round's batch and every outcome" if sessions is None
+              else "RTL == golden model: every round's batch, every outcome and every move")
     return 0
 
 
+def _n_turns(sessions):
+    return sum(1 + len(x.turns) for x in sessions)
+
+
+def _session_workload(args):
+    """``(sessions, park policy, lead in rounds, seconds per round)`` of ``--sessions`` /
+    ``--agentic`` and their flags, every check made."""
+    from ..fast.sessions import agentic, parse_agentic_spec, read_sessions
+    from ..harness.dsu import MAX_REQUESTS, REQUEST_LIMITS
+    policy = args.park_policy or "keep"
+    if args.restore_lead is not None and policy != "park-early":
+        raise InputError("--restore-lead applies to --park-policy park-early")
+    lead = args.restore_lead if args.restore_lead is not None else \
+        PARK_EARLY_LEAD if policy == "park-early" else 0
+    round_s = ROUND_S if args.round_s is None else args.round_s
+    if args.sessions is not None:
+        found = read_sessions(args.sessions)
+    else:
+        spec = parse_agentic_spec(args.agentic)
+        if spec["n_sessions"] > MAX_REQUESTS:
+            raise InputError(f"--agentic: sessions={spec['n_sessions']:,}: at most "
+                             f"{MAX_REQUESTS:,} (a session's id is a 16-bit request id)")
+        if spec.get("max_context") is None:    # a context the hardware's fields hold
+            spec["max_context"] = REQUEST_LIMITS["prompt_tokens"][1] - 1
+        found = agentic(**spec)
+    return dsu_sessions(found, round_s), policy, lead, round_s
+
+
+def _non_negative_rounds(text):
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of rounds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of rounds >= 0, not {value}")
+    return value
+
+
+def _round_seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    lo, hi = ROUND_S_RANGE
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in {lo:g}..{hi:g}, "
+                                         f"not {text}")
+    return value
+
+
+#: a session's fields in the harness's messages -> where they come from in a session file
+_SESSION_FIELDS = {"prompt_tokens": "input_tokens", "max_new_tokens": "output_tokens",
+                   "new_tokens": "input_tokens", "arrival_step": "arrival_s / --round-s",
+                   "gap": "gap_s / --round-s"}
+
+
 def _flags(msg):
-    """Name the CLI flags in the harness's messages."""
+    """Name the CLI flags in the harness's messages (and a session field's source)."""
+    m = re.match(r"session \d+ turn \d+: (\w+) must", msg)
+    if m and m[1] in _SESSION_FIELDS:
+        return f"{msg} [{_SESSION_FIELDS[m[1]]}]"
     for name, flag in (("n_slots", "--slots"), ("seed", "--seed"), ("cores", "--cores"),
-                       ("max_cycles", "--max-cycles")):
+                       ("max_cycles", "--max-cycles"), ("lead", "--restore-lead")):
         if msg.startswith(name + " "):
             return flag + msg[len(name):]
     return msg
 
 
-def _print_text(result, plan):
+def _print_text(result, plan, summary=None):
     for rnd, batch in enumerate(result.batches):
         if batch:
             print(f"round {rnd:4d}: " + "  ".join(f"s{d.slot}:r{d.request}@{d.seq_len}"
                                                   for d in batch))
-    print("outcomes:")
-    for rid, o in sorted(result.outcomes.items()):
-        print(f"  request {rid}: {o.status}, {o.tokens} tokens"
-              + (f" ({o.reason})" if o.reason else ""))
+    if summary is None:
+        print("outcomes:")
+        for rid, o in sorted(result.outcomes.items()):
+            print(f"  request {rid}: {o.status}, {o.tokens} tokens"
+                  + (f" ({o.reason})" if o.reason else ""))
+    else:
+        _print_sessions(result, summary)
     lat = sorted(x["cycles"] for x in result.latencies)
     if lat:
         print(f"scheduler latency per round: median {lat[len(lat) // 2]} cycles "
@@ -265,6 +415,30 @@ def _print_text(result, plan):
         print(f"waves: {result.wave}")
 
 
+def _print_sessions(result, summary):
+    print("outcomes (every turn, in stream order):")
+    for o in result.ended:
+        print(f"  round {o.step:4d}: request {o.request}: {o.status}, {o.tokens} tokens"
+              + (f" ({o.reason})" if o.reason else ""))
+    print("moves:")
+    for m in result.moves:
+        print(f"  round {m.round:4d}: {m.kind} request {m.request} (slot {m.slot}), "
+              f"{m.tokens} tokens")
+    run = "RTL run" if result.degraded_cycle is None else \
+        f"RTL run (the host from round {result.rounds_rtl})"
+    for label, c in ((run, summary["rtl"]), ("golden model", summary["golden"])):
+        failed = ", ".join(f"{n} {why}" for why, n in c["failed_by_reason"].items())
+        mv = c["moves"]
+        print(f"{label}: {c['turns_ended']} turns ended: {c['completed']} completed, "
+              f"{c['failed']} failed" + (f" ({failed})" if failed else "")
+              + f"; moves: {mv['park']} park, {mv['restore']} restore, {mv['drop']} drop")
+    print(f"sessions: {summary['sessions']} ({summary['turns']} turns), park policy "
+          f"{summary['park_policy']}"
+          + (f", restore lead {summary['restore_lead_rounds']} rounds"
+             if summary["park_policy"] == "park-early" else "")
+          + f", {summary['round_s']:g} s a round")
+
+
 def add_commands(sub) -> None:
     dsu = sub.add_parser("dsu", help="DSU: the scheduler firmware on the RTL cluster, checked against its golden model",
                          description="Decoding Scheduler Unit (docs/dsu.md, docs/dsu-scheduler.md).")
@@ -276,7 +450,9 @@ def add_commands(sub) -> None:
                     "completions and injected faults, prints every round's batch, every request's outcome "
                     "and the scheduler latency, and exits 1 on any difference from models/dsu.py. "
                     "--requests: JSONL with prompt_tokens, max_new_tokens and optional id, arrival_step "
-                    "(round), priority (0..3). --faults: e.g. error:slot=3:step=5,timeout:slot=7:step=2,"
+                    "(round), priority (0..3). --sessions/--agentic: agentic sessions, parked between "
+                    "turns by --park-policy; batches, every turn's outcome and every KV move are "
+                    "compared. --faults: e.g. error:slot=3:step=5,timeout:slot=7:step=2,"
                     "hang:cycle=20000 (a fault that does not fire is reported; --faults-strict makes it an "
                     "error). Exit status: 0 RTL == golden model; 1 the run did not verify (a difference, "
                     "the cycle budget ran out, or a --faults-strict hang did not fire); 2 bad input, "
@@ -286,6 +462,30 @@ def add_commands(sub) -> None:
     src.add_argument("--requests", type=Path, metavar="FILE")
     src.add_argument("--synthetic", type=int, metavar="N",
                      help="N random small requests, 1..65,536 (default: 8)")
+    src.add_argument("--sessions", type=Path, metavar="FILE",
+                     help="agentic sessions: a session file (JSONL, one turn a line, the format "
+                          "of tricut simulate --sessions, docs/agentic.md); a session's id is "
+                          "its first turn's request id (below 65,536), its times become rounds "
+                          "(--round-s); the host pushes restores and continues round by round "
+                          "and every move is compared too")
+    src.add_argument("--agentic", metavar="SPEC",
+                     help="synthetic agentic sessions, e.g. sessions=4,rate=inf,turns=2,output=8,"
+                          "input=64,turn_input=16,gap=0.1 (keys of tricut simulate --agentic; "
+                          "max_context defaults to what the hardware's fields hold)")
+    p.add_argument("--park-policy", choices=PARK_POLICIES,
+                   help="sessions: what a parked session's KV does during its tool call: keep "
+                        "(stays in HBM), park (moved to G2, restored when the tool returns), "
+                        "park-early (restored --restore-lead rounds before it returns), drop "
+                        "(freed; the next turn is a new request with the whole context) "
+                        "(default: keep)")
+    p.add_argument("--restore-lead", type=_non_negative_rounds, metavar="ROUNDS",
+                   help="park-early only: the host asks for the restore this many scheduling "
+                        f"rounds before the tool returns (rounds, not seconds; default: "
+                        f"{PARK_EARLY_LEAD})")
+    p.add_argument("--round-s", type=_round_seconds, metavar="SECONDS",
+                   help="sessions: seconds one scheduling round stands for, to turn arrival_s "
+                        "and gap_s into rounds (rounded; a gap is at least 1 round) "
+                        f"(default: {ROUND_S:g}, an assumed 20 ms decode step)")
     p.add_argument("--profile", choices=PROFILES, default="throughput-opt")
     p.add_argument("--cores", type=int, choices=(1, 2, 3, 4), default=1)
     p.add_argument("--slots", type=int, default=8,

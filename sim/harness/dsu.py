@@ -32,8 +32,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ...models.dsu import (ERROR, OK, PARK_POLICIES, PROFILES, TIMEOUT, Descriptor, DsuModel,
-                          DsuParams, Move, Outcome, RequestSpec, Session, Slot, run_sessions)
+from ...models.dsu import (ERROR, OK, PARK_POLICIES, PROFILES, TIMEOUT, Continue, Descriptor,
+                          DsuModel, DsuParams, Move, Outcome, RequestSpec, Session, Slot,
+                          run_sessions)
 from ...rtl.dsu.cluster import HOST_LOCAL_BASE
 from ...rtl.dsu.layouts import (COMPLETION_LAYOUT, DESCRIPTOR_LAYOUT, INTAKE_LAYOUT, MOVE_LAYOUT,
                                 OUTCOME_LAYOUT)
@@ -47,6 +48,7 @@ from .streams import MemoryModel, Schedule, Sink, Source, drained
 __all__ = ["Fault", "parse_faults", "build_dsu_firmware", "DsuEnv", "DsuRunResult", "run_dsu",
            "DsuPlan", "plan_dsu", "run_plan", "execute", "make_spec", "compare", "firmware_words",
            "REQUEST_LIMITS", "MAX_REQUESTS", "MAX_ROUNDS", "CONFIG_LIMITS", "sim_rate",
+           "CONTINUE_LIMITS", "SEQ_LEN_LIMIT", "check_session_fields",
            "CONFIG_FIELDS", "MEM_BYTES"]
 
 MEM_BYTES = 0x8000
@@ -475,7 +477,8 @@ class DsuEnv:
             self._push_host_round()
         # end of run / takeover
         if self.takeover == "wait" and not o["round_busy"] and self.comp.idle \
-                and not self.host_ops and self.host_cur is None:
+                and not self.host_ops and self.host_cur is None \
+                and not o["outcomes_valid"] and not o["moves_valid"]:
             self.takeover = "reading"
             self._start_takeover()
         if self.takeover is None and not self.finishing and self.run and self._all_ended() \
@@ -559,6 +562,9 @@ class DsuEnv:
 
     def _poll_exit(self):
         def got(v):
+            if v == 0xDEADBEEF and self.takeover == "wait":
+                return             # it stopped after the last outcome, before its exit: the
+                                   # takeover reads the state (and finds nothing left to do)
             if v == 0xDEADBEEF:
                 for _ in range(32):
                     self._read(self._reg("ID"), None)    # ~64 cycles later
@@ -603,6 +609,14 @@ class DsuEnv:
         self._read(self._reg("ID"), lambda v: self._host_schedule(recs))
 
     def _host_schedule(self, recs):
+        if self.sessions:
+            try:
+                self._host_schedule_sessions(recs)
+            except ValueError as e:
+                self.errors.append(f"takeover: {e}")
+            self.takeover = "done"
+            self.done = True
+            return
         slots, consumed = {}, set(self.outcomes)
         for s, r in recs.items():
             if r["STATE"] == SlotState.FREE:
@@ -635,6 +649,130 @@ class DsuEnv:
         self.outcomes = dict(model.outcomes)
         self.takeover = "done"
         self.done = True
+
+    def _host_schedule_sessions(self, recs):
+        """The takeover of a session run (docs/dsu.md, "Degraded mode"). The host rebuilds
+        the model's state between rounds from the slot records (``PARKED`` included), the
+        outcomes and moves it has taken from the streams and the commands it has pushed:
+
+        * what the firmware left half done when it stopped, the host finishes as the model
+          would: a turn that ended in the last round without its ``park`` (``drop``) move
+          gets the move (under ``drop`` the slot is then free); a continue that can never
+          fit whose ``drop`` move is out but whose ``FREE`` is not gets its failed outcome;
+        * a parked KV is in G2 when its last park/restore move is a park (park policies),
+          its reservation 0 there and ``seq_len`` in HBM; an active slot reserves
+          ``seq_len + tokens_left``;
+        * the admission counter is the turns started: per admitted request its outcomes
+          other than "too large" plus one when it is active;
+        * the pushed commands not yet served (a restore: no restore move for it; a continue:
+          fewer turns started than pushed) stay queued in push order, the commands of later
+          rounds are issued at their rounds, as ``run_sessions`` does.
+        """
+        from collections import Counter
+        policy, rnd0 = self.params.park_policy, self.rounds_rtl
+        by_req, moves_of = {}, {}
+        for o in self.ended:
+            by_req.setdefault(o.request, []).append(o)
+        for m in self.moves:
+            moves_of.setdefault(m.request, []).append(m.kind)
+        slots, extra_moves, extra_ended = {}, [], []
+        for s, r in sorted(recs.items()):
+            state, rid = r["STATE"], r["REQUEST"]
+            if state == SlotState.FREE:
+                continue
+            if state not in (SlotState.ACTIVE, SlotState.PARKED):
+                raise ValueError(f"slot {s} in state {state}")
+            if state == SlotState.ACTIVE:
+                slots[s] = Slot(rid, r["SEQ_LEN"], r["TOKENS_LEFT"], r["PRIORITY"],
+                                r["ARRIVAL_SEQ"], r["CHECKPOINT"],
+                                r["SEQ_LEN"] + r["TOKENS_LEFT"], r["GENERATED"], r["RETRIES"],
+                                r["WAIT"], bool(r["CONTINUES"]))
+                continue
+            kinds = moves_of.setdefault(rid, [])
+            done = [o for o in by_req.get(rid, []) if o.status == "completed"]
+            if not done:
+                raise ValueError(f"slot {s} parked, request {rid} has no completed turn")
+            if policy != "drop" and kinds and kinds[-1] == "drop":
+                extra_ended.append(Outcome(rid, "failed", 0, "too large", rnd0))
+                continue                           # its continue could never fit: FREE
+            if policy == "drop":
+                if "drop" not in kinds:
+                    extra_moves.append(Move(done[-1].step, rid, "drop", r["SEQ_LEN"], s))
+                continue                           # dropped: the slot is free
+            if policy != "keep" and kinds.count("park") < len(done):
+                extra_moves.append(Move(done[-1].step, rid, "park", r["SEQ_LEN"], s))
+                kinds.append("park")
+            tier = [k for k in kinds if k in ("park", "restore")]
+            in_g2 = policy != "keep" and tier[-1] == "park"
+            slots[s] = Slot(rid, r["SEQ_LEN"], r["TOKENS_LEFT"], r["PRIORITY"],
+                            r["ARRIVAL_SEQ"], r["CHECKPOINT"], 0 if in_g2 else r["SEQ_LEN"],
+                            r["GENERATED"], r["RETRIES"], r["WAIT"], True, "parked",
+                            "g2" if in_g2 else "hbm")
+        ended = self.ended + extra_ended
+        by_req = {}
+        for o in ended:
+            by_req.setdefault(o.request, []).append(o)
+        active = {sl.request for sl in slots.values() if sl.state == "active"}
+        started, too_large = Counter(), Counter()
+        for rid in set(by_req) | {sl.request for sl in slots.values()}:
+            outs = by_req.get(rid, [])
+            if outs and outs[0].status == "failed" and outs[0].reason == "too large":
+                continue                           # refused at the intake: never admitted
+            too_large[rid] = sum(o.reason == "too large" for o in outs)
+            started[rid] = len(outs) - too_large[rid] + (rid in active)
+        restored = Counter(m.request for m in self.moves + extra_moves if m.kind == "restore")
+        pushed_r, pushed_c, restores, continues, later = Counter(), Counter(), [], [], {}
+        for rnd, kind, args in self.sessions["host"]:
+            if self.host_next is not None and rnd >= self.host_next:
+                later.setdefault(rnd, []).append((kind, args))
+            elif kind == "restore":
+                pushed_r[args[0]] += 1
+                if pushed_r[args[0]] > restored[args[0]]:
+                    restores.append(args[0])
+            else:
+                rid = args[0]
+                pushed_c[rid] += 1
+                if pushed_c[rid] > started[rid] - 1 + too_large[rid]:
+                    continues.append(Continue(rid, args[1], args[2], bool(args[3])))
+        outcomes = {}
+        for o in ended:
+            if o.request not in active:            # an active turn's request is live
+                outcomes[o.request] = o
+        model = DsuModel.resume(self.params, rnd0, slots, outcomes, sum(started.values()),
+                                restores=restores, continues=continues)
+        self.ended, self.moves = ended, self.moves + extra_moves
+        consumed = set(by_req) | {sl.request for sl in slots.values()}
+        todo = [r for r in self.todo if r.id not in consumed]
+        # the firmware's part of round rnd0 (a restore, a continue that can never fit, a
+        # refused request) means the golden run has that round even if nothing is left
+        force = any(o.step == rnd0 for o in ended) or any(m.round == rnd0 for m in self.moves)
+        k = 0
+        while force or k < len(todo) or not model.idle or later:
+            force = False
+            if model.round > MAX_ROUNDS:
+                raise ValueError("host scheduling did not finish")
+            for kind, args in later.pop(model.round, []):
+                if kind == "restore":
+                    model.restore(args[0])
+                else:
+                    model.continue_turn(*args)
+            while k < len(todo) and todo[k].arrival_step <= model.round:
+                model.submit(todo[k])
+                k += 1
+            step = model.step()
+            self.host_batches.append(step.batch)
+            self.ended.extend(step.ended)
+            out = model.complete({d.slot: self.step_faults[(model.round, d.slot)]
+                                  for d in step.batch if (model.round, d.slot) in self.step_faults})
+            self.ended.extend(out)
+            moves = model.drain_moves()
+            self.moves.extend(moves)
+            if not (model.idle or step.batch or step.ended or out or moves or later
+                    or k < len(todo) or step.restored or step.continued or step.admitted):
+                raise ValueError(f"round {step.number}: nothing can change any more "
+                                 f"({model.parked_slots} parked slots, {len(model.restores)} "
+                                 f"restores and {len(model.continues)} continues queued)")
+        self.outcomes = {o.request: o for o in self.ended}
 
     # -- results ------------------------------------------------------------------------
     def result(self):
@@ -870,6 +1008,11 @@ REQUEST_LIMITS = {"id": (0, 1 << 16), "prompt_tokens": (1, 1 << 23),
                   "max_new_tokens": (1, 1 << 16), "priority": (0, 4), "arrival_step": (0, 1 << 24)}
 #: request ids are 16 bits: at most this many requests in one run
 MAX_REQUESTS = REQUEST_LIMITS["id"][1]
+#: hardware field ranges of a session's later turn (the host's continue command,
+#: ``layouts.HCMD_LAYOUT``): exclusive upper bounds, and the lower bounds
+CONTINUE_LIMITS = {"new_tokens": (0, 1 << 24), "max_new_tokens": (1, 1 << 16)}
+#: a slot's ``seq_len`` (slot record, descriptor, move): a session's context stays below this
+SEQ_LEN_LIMIT = 1 << 24
 #: the golden model and the host give up past this many rounds (and so does the plan)
 MAX_ROUNDS = 1_000_000
 #: configuration ranges (the registers' and the firmware's): name -> (low, high) inclusive
@@ -910,6 +1053,62 @@ def sim_rate(sim: str, cores: int, n_slots: int) -> float:
 def _check_range(name, value, lo, hi):
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ValueError(f"{name} must be an integer in {lo}..{hi:,}, not {value!r}")
+
+
+def check_session_fields(sessions, park_policy="keep"):
+    """Every turn of every session against the hardware's fields, before any golden model;
+    a :class:`ValueError` naming ``session S turn K`` (S: the first turn's request id) and
+    the field. Turn 0 is a request (:data:`REQUEST_LIMITS`); a later turn is a continue
+    command (:data:`CONTINUE_LIMITS`, its ``gap`` an integer >= 1); the context after every
+    turn (prompt + output) must stay below :data:`SEQ_LEN_LIMIT` (a slot's ``seq_len``);
+    under ``drop`` a later turn is resubmitted with the whole context as its prompt, so that
+    must fit the intake's prompt field too."""
+    for x in sessions:
+        sid = x.first.id
+        for name, (lo, hi) in REQUEST_LIMITS.items():
+            value = getattr(x.first, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
+                raise ValueError(f"session {sid} turn 0: {name} must be an integer in "
+                                 f"{lo}..{hi - 1:,} (the hardware's field), not {value!r}")
+        context = x.first.prompt_tokens + x.first.max_new_tokens
+        for k, t in enumerate(x.turns, 1):
+            for name, (lo, hi) in (("gap", (1, MAX_ROUNDS + 1)), *CONTINUE_LIMITS.items()):
+                value = getattr(t, name)
+                if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
+                    what = "rounds" if name == "gap" else "the host command's field"
+                    raise ValueError(f"session {sid} turn {k}: {name} must be an integer in "
+                                     f"{lo}..{hi - 1:,} ({what}), not {value!r}")
+            prompt = context + t.new_tokens
+            limit = REQUEST_LIMITS["prompt_tokens"][1]
+            if park_policy == "drop" and prompt >= limit:
+                raise ValueError(f"session {sid} turn {k}: its whole prompt of {prompt:,} tokens "
+                                 f"(resubmitted under park policy drop) must be below "
+                                 f"{limit:,} (the intake's prompt field)")
+            context = prompt + t.max_new_tokens
+            if context >= SEQ_LEN_LIMIT:
+                raise ValueError(f"session {sid} turn {k}: the context reaches {context:,} "
+                                 f"tokens, a slot's seq_len must stay below {SEQ_LEN_LIMIT:,} "
+                                 f"(24 bits)")
+
+
+def _sessions_lower_bound(sessions, params):
+    """A certain lower bound of the rounds a fault-free session run takes: each session's
+    turns run one after another, a turn of ``max_new`` tokens takes at least that many
+    rounds and the next one starts ``gap`` rounds after it ends; a session stops at its
+    first turn that can never fit the KV budget ("too large")."""
+    rounds = 0
+    for x in sessions:
+        context = x.first.prompt_tokens + x.first.max_new_tokens
+        if context > params.kv_capacity_tokens:
+            continue
+        end = x.first.arrival_step + x.first.max_new_tokens
+        for t in x.turns:
+            context += t.new_tokens + t.max_new_tokens
+            if context > params.kv_capacity_tokens:
+                break
+            end += max(1, t.gap) - 1 + t.max_new_tokens
+        rounds = max(rounds, end)
+    return rounds
 
 
 @dataclass
@@ -1027,6 +1226,7 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
     if sessions is not None:
         if not all(isinstance(x, Session) for x in sessions):
             raise ValueError("sessions must be a list of models.dsu.Session")
+        check_session_fields(sessions, park_policy)
         requests = requests + [x.first for x in sessions]
     if len(requests) > MAX_REQUESTS:
         raise ValueError(f"{len(requests):,} requests: at most {MAX_REQUESTS:,} (request ids "
@@ -1050,9 +1250,6 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
                        park_policy=park_policy)
     fault_list = parse_faults(faults) if isinstance(faults, str) else list(faults or [])
     step_faults, hang = _split_faults(fault_list)
-    if sessions is not None and hang is not None:
-        raise ValueError("a hang fault with sessions: the host takeover does not resume "
-                         "parked slots and host commands")
     for f in fault_list:
         if f.kind in STEP_KINDS and f.slot >= n_slots:
             raise ValueError(f"fault {f}: slot {f.slot} >= n_slots {n_slots}")
@@ -1061,6 +1258,10 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
     rate = sim_rate(sim, cores, n_slots)
     # refuse the obviously impossible before the golden model spends time on it
     low, low_rounds = _cycles_lower_bound(requests, params, len(step_faults), boot)
+    if sessions and not step_faults:
+        sess_rounds = _sessions_lower_bound(sessions, params)
+        if sess_rounds > low_rounds:
+            low, low_rounds = low + (sess_rounds - low_rounds) * ROUND_MIN, sess_rounds
     if hang is not None:
         low = min(low, hang + HEARTBEAT_LIMIT_RESET)
     if low_rounds > MAX_ROUNDS:
