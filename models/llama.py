@@ -10,7 +10,9 @@ relative. See ``docs/decode-step.md``.
   :func:`to_hf` builds the matching ``transformers`` model (torch is imported only there).
 * :func:`prefill` — run a request's prompt (or a chunk of it), writing K/V into the
   :class:`~tricut.models.paged_kv.PagedKVCache`.
-* :func:`decode_step` — one token for each request of a batch, each at its own position.
+* :func:`decode_step` — one token for each request of a batch, each at its own position;
+  :func:`decode_step_layers` — the same step as a generator that hands each layer's attention
+  to its caller (how a co-simulation plays the attention hardware, ``docs/tile.md``).
 * :func:`generate` — prefill several prompts, then decode them as one batch.
 
 Attention is a parameter (``attention_fn`` / ``prefill_attention_fn``, see
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,7 +34,8 @@ from .sampling import GREEDY, SamplingParams, sample
 
 __all__ = [
     "LayerWeights", "LlamaWeights", "rms_norm", "silu", "swiglu", "rope_inv_freq", "rope_cos_sin",
-    "apply_rope", "prefill", "decode_step", "generate", "Generation", "hf_config", "to_hf",
+    "apply_rope", "prefill", "decode_step", "decode_step_layers", "DecodeLayer", "generate",
+    "Generation", "hf_config", "to_hf",
 ]
 
 _F32 = np.float32
@@ -273,15 +277,30 @@ def prefill(weights: LlamaWeights, cache: PagedKVCache, request_id, tokens: Sequ
     return logits if all_logits else logits[0]
 
 
-def decode_step(weights: LlamaWeights, cache: PagedKVCache, batch: Sequence[tuple], *,
-                attention_fn: AttentionFn = decode_attention) -> np.ndarray:
-    """One decode step for a batch of ``(request_id, token)`` pairs -> logits ``[B, vocab]``.
+class DecodeLayer(NamedTuple):
+    """What :func:`decode_step_layers` yields once per layer: the layer index, the batch's
+    request ids (in batch order), their queries ``q`` ``[B, num_heads, head_dim]`` (RoPE
+    applied, float32) and their positions (``positions[i]`` is request ``ids[i]``'s new token's
+    position; its attention covers tokens ``[0, positions[i]]`` of the request's cache)."""
 
-    Each request's ``token`` is placed at that request's next position (its current cache
-    length; requests may all have different lengths), its K/V appended to its blocks (a new
-    block is allocated when it crosses a block boundary), and its attention runs over its
-    own paged history via ``attention_fn(q, k, v, scale)`` once per layer. All blocks the
-    batch needs are checked up front, so running out of blocks changes nothing.
+    layer: int
+    ids: list
+    q: np.ndarray
+    positions: np.ndarray
+
+
+def decode_step_layers(weights: LlamaWeights, cache: PagedKVCache, batch: Sequence[tuple]):
+    """One decode step as a generator whose attention is done by the caller, layer by layer.
+
+    The same step as :func:`decode_step` (same checks, same arithmetic): before the first
+    yield every request's cache length grows by one (its new token's position); per layer,
+    after every request's new K/V has been written into the paged cache, it yields a
+    :class:`DecodeLayer` and expects the attention output ``[B, num_heads, head_dim]`` back
+    through ``send()`` (softmax scale ``head_dim ** -0.5``, each request over its own paged
+    history ``cache.gather(layer, id)``); after the last layer it returns the logits
+    ``[B, vocab]`` (the ``StopIteration`` value). An empty batch returns at once. Bad input
+    raises ``ValueError`` at the first ``next()``, before the cache is touched; a generator
+    abandoned part way leaves the cache extended and holding the K/V of the layers done.
     """
     cfg = weights.cfg
     _check_cache(weights, cache)
@@ -302,20 +321,52 @@ def decode_step(weights: LlamaWeights, cache: PagedKVCache, batch: Sequence[tupl
                              f"{cfg.max_context} of model {cfg.name!r}")
     cache.check_capacity((rid, 1) for rid in ids)
     positions = np.array([cache.extend(rid, 1) for rid in ids])
-    scale = float(cfg.head_dim) ** -0.5
     b = len(ids)
+    shape = (b, cfg.num_heads, cfg.head_dim)
     x = weights.embed[tok]                                           # [B, hidden]
     for li, lw in enumerate(weights.layers):
         h = rms_norm(x, lw.input_norm, cfg.rms_norm_eps)
         q, k, v = _qkv(h, lw, cfg, positions)                        # rows = requests
-        attn = np.empty((b, cfg.num_heads, cfg.head_dim), dtype=_F32)
         for i, rid in enumerate(ids):
             cache.write(li, rid, int(positions[i]), k[i:i + 1], v[i:i + 1])
-            kh, vh = cache.gather(li, rid)
-            attn[i] = attention_fn(q[i], kh, vh, scale)
+        attn = yield DecodeLayer(li, list(ids), q, positions.copy())
+        if attn is None or np.shape(attn) != shape:
+            raise ValueError(f"layer {li}: the attention sent back must be {list(shape)}, got "
+                             f"{None if attn is None else list(np.shape(attn))}")
+        attn = np.asarray(attn, dtype=_F32)
         x = x + attn.reshape(b, -1) @ lw.wo.T
         x = x + swiglu(rms_norm(x, lw.post_norm, cfg.rms_norm_eps), lw)
     return rms_norm(x, weights.final_norm, cfg.rms_norm_eps) @ weights.lm_head.T
+
+
+def decode_step(weights: LlamaWeights, cache: PagedKVCache, batch: Sequence[tuple], *,
+                attention_fn: AttentionFn = decode_attention) -> np.ndarray:
+    """One decode step for a batch of ``(request_id, token)`` pairs -> logits ``[B, vocab]``.
+
+    Each request's ``token`` is placed at that request's next position (its current cache
+    length; requests may all have different lengths), its K/V appended to its blocks (a new
+    block is allocated when it crosses a block boundary), and its attention runs over its
+    own paged history via ``attention_fn(q, k, v, scale)`` once per layer. All blocks the
+    batch needs are checked up front, so running out of blocks changes nothing.
+
+    A driver of :func:`decode_step_layers` that answers each layer with ``attention_fn`` per
+    request.
+    """
+    steps = decode_step_layers(weights, cache, batch)
+    scale = float(weights.cfg.head_dim) ** -0.5
+    try:
+        layer = next(steps)
+    except StopIteration as stop:
+        return stop.value
+    while True:
+        attn = np.empty(layer.q.shape, dtype=_F32)
+        for i, rid in enumerate(layer.ids):
+            kh, vh = cache.gather(layer.layer, rid)
+            attn[i] = attention_fn(layer.q[i], kh, vh, scale)
+        try:
+            layer = steps.send(attn)
+        except StopIteration as stop:
+            return stop.value
 
 
 @dataclass

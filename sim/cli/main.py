@@ -17,6 +17,7 @@ from tricut.models.roofline import roofline
 
 from . import simulate as cli_simulate
 from . import sweep_cmd as cli_sweep
+from . import tile_cmd as cli_tile
 from . import units as cli_units
 from .errors import InputError, one_line_argparse
 
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_simulate.add_commands(sub)
     cli_units.add_commands(sub)
     cli_sweep.add_commands(sub)
+    cli_tile.add_commands(sub)
     return parser
 
 

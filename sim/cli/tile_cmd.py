@@ -1,0 +1,188 @@
+"""`tricut tile run`: whole decode steps of a model whose attention runs on the decode tile's RTL
+(attention path, Amaranth simulator), co-simulated with the golden decode step
+(``sim/harness/tile_cosim.py``, ``docs/tile.md``).
+
+Exit status: 0 when every attention output is bit-exact with the golden TE model and the tokens
+are the golden decode step's, 1 on a difference (one ``tricut: error:`` line naming the first),
+2 on bad input (one line, before the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tricut.models.dsu import PROFILES
+from tricut.models.te import KV_CODE_BITS, LANES
+
+from .errors import InputError, one_line_argparse
+
+__all__ = ["add_commands", "cmd_tile_run"]
+
+#: harness parameter -> the flag that sets it
+_FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--prompt-lens",
+          "max_prompt": "--max-prompt", "steps": "--steps", "kv_dtype": "--kv-dtype",
+          "engines": "--engines", "lanes": "--lanes", "split_tokens": "--split-tokens",
+          "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile"}
+
+
+def _int_arg(lo=None):
+    def parse(text):
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if lo is not None and value < lo:
+            raise argparse.ArgumentTypeError(f"{value} is below {lo}")
+        return value
+    return parse
+
+
+def _lens_arg(text):
+    out = []
+    for part in text.split(","):
+        try:
+            value = int(part.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not an integer") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"prompt length {value} is not positive")
+        out.append(value)
+    return tuple(out)
+
+
+def _setup(args):
+    from tricut.sim.harness.tile_cosim import Setup, SetupError, check_setup
+
+    lens = args.prompt_lens
+    n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
+    s = Setup(model=args.model, requests=n, prompt_lens=lens,
+              max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
+              engines=args.engines, lanes=args.lanes, split_tokens=args.split_tokens,
+              max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
+              seed=args.seed)
+    try:
+        check_setup(s)
+    except SetupError as e:
+        raise InputError(f"{_FLAGS.get(e.param, e.param)}: {e.detail}") from None
+    return s
+
+
+def _text(rep):
+    s, t = rep.setup, rep.tile
+    eng = f"{s.engines} engine{'s' * (s.engines > 1)}"
+    split = f"split-K at {s.split_tokens} tokens" if s.split_tokens else "no split"
+    lines = [f"tile run: {s.model}, {s.requests} requests (prompts "
+             f"{', '.join(map(str, rep.prompt_lens))}), {s.steps} steps each, {s.kv_dtype} K/V, "
+             f"{eng}, {s.lanes} lanes, {split}; Amaranth simulator",
+             f"DSU rounds ({s.profile}): " + "  ".join(
+                 f"{i}:[{','.join(map(str, r))}]" for i, r in enumerate(rep.rounds))]
+    for r, toks in t.tokens.items():
+        lines.append(f"request {r} (prompt {rep.prompt_lens[r]}): tokens "
+                     f"{' '.join(map(str, toks))}")
+    for ri, cyc in t.step_cycles.items():
+        layers = [t.layer_cycles[k] for k in sorted(t.layer_cycles) if k[0] == ri]
+        lines.append(f"step {ri}: {cyc} cycles (first go to last done); layers "
+                     f"{', '.join(map(str, layers))} (go to done)")
+    if rep.ok:
+        lines.append(f"golden decode step (TE golden attention): {len(rep.golden.attn)} "
+                     f"attention outputs bit-exact, tokens equal")
+    return "\n".join(lines)
+
+
+def _json(rep):
+    s, t = rep.setup, rep.tile
+    return json.dumps({
+        "setup": {k: getattr(s, k) for k in ("model", "requests", "steps", "kv_dtype", "engines",
+                                             "lanes", "split_tokens", "max_ctx", "max_batch",
+                                             "profile", "seed")},
+        "prompt_lens": rep.prompt_lens, "rounds": rep.rounds,
+        "tokens": {str(r): v for r, v in t.tokens.items()},
+        "golden_tokens": {str(r): v for r, v in rep.golden.tokens.items()},
+        "step_cycles": [t.step_cycles[k] for k in sorted(t.step_cycles)],
+        "layer_cycles": [{"round": k[0], "layer": k[1], "cycles": v}
+                         for k, v in sorted(t.layer_cycles.items())],
+        "attention_outputs": len(t.attn), "ok": rep.ok, "differences": rep.differences,
+    }, indent=2)
+
+
+def cmd_tile_run(args) -> int:
+    from tricut.sim.harness.tile_cosim import CosimError, simulate
+    from tricut.sim.harness.waves import one_line
+
+    s = _setup(args)
+    try:
+        rep = simulate(s)
+    except (CosimError, TimeoutError) as e:        # golden TE status, a DSU mismatch, a hang
+        print(f"tricut: error: {one_line(e, 240)}", file=sys.stderr)
+        return 1
+    print(_json(rep) if args.json else _text(rep))
+    if not rep.ok:
+        print(f"tricut: error: tile differs from the golden decode step "
+              f"({len(rep.differences)} difference(s)); first: {one_line(rep.differences[0], 240)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_commands(sub) -> None:
+    tile = one_line_argparse(sub.add_parser(
+        "tile", help="run decode steps through the decode tile's RTL attention path",
+        description="Decode tile (docs/tile.md)."), with_command=True)
+    tile_sub = tile.add_subparsers(dest="tile_command", metavar="SUBCOMMAND", required=True)
+    p = one_line_argparse(tile_sub.add_parser(
+        "run", help="decode steps with the tile's RTL as the attention, checked against the "
+                    "golden decode step",
+        description="Prefills requests with the golden model (float32 reference prefill), then "
+                    "decodes them in rounds chosen by the golden DSU model; per round and layer "
+                    "the tile's attention path (Amaranth simulator) computes the attention of "
+                    "the round's requests from the q the golden decode step gives it and the "
+                    "K/V in its HBM model, and its outputs feed the rest of the step. Prints "
+                    "the tokens per request and the cycles per step and layer. Exit status 0: "
+                    "every attention output bit-exact with the TE golden and the same tokens; "
+                    "1: a difference (one error line naming the first); 2: bad input. "
+                    "docs/tile.md, 'Co-simulation with the golden decode step'."),
+        with_command=True)
+    p.add_argument("--model", default="tiny-te",
+                   help="model id or .toml; its head_dim must be one the TE takes (64, 128, "
+                        "256) and its GQA group 1..16 (default: %(default)s)")
+    req = p.add_mutually_exclusive_group()
+    req.add_argument("--synthetic", type=_int_arg(), metavar="N",
+                     help="N synthetic requests (1..16), random prompts of distinct lengths "
+                          "1..--max-prompt drawn from --seed (default: 2)")
+    req.add_argument("--prompt-lens", type=_lens_arg, metavar="L1,L2,...",
+                     help="instead of --synthetic: one request per length given")
+    p.add_argument("--max-prompt", type=_int_arg(), default=3, metavar="P",
+                   help="longest synthetic prompt (default: %(default)s; the simulator runs "
+                        "~85-130 cycles/s, the TE ~3*G*head_dim/lanes cycles per token)")
+    p.add_argument("--steps", type=_int_arg(), default=2, metavar="S",
+                   help="decode steps (tokens) per request, >= 1 (default: %(default)s)")
+    p.add_argument("--kv-dtype", default="bf16",
+                   help=f"K/V format in the tile's HBM: {', '.join(KV_CODE_BITS)} "
+                        f"(default: %(default)s)")
+    p.add_argument("--engines", type=_int_arg(), default=1, metavar="E",
+                   help="TE engines of the tile's array, 1..4 (default: %(default)s)")
+    p.add_argument("--lanes", type=_int_arg(), default=16, metavar="L",
+                   help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
+                        f"(default: %(default)s)")
+    p.add_argument("--split-tokens", type=_int_arg(), default=0, metavar="T",
+                   help="Flash-Decoding split-K: contexts longer than T tokens run in parts "
+                        "through the combine unit; 0 never splits; T > 0 must split at least "
+                        "one context (default: %(default)s)")
+    p.add_argument("--max-ctx", type=_int_arg(), default=64, metavar="C",
+                   help="the tile's max_ctx: KV tokens per (request, layer, KV head) region of "
+                        "the HBM image; the longest prompt + --steps must fit "
+                        "(default: %(default)s)")
+    p.add_argument("--max-batch", type=_int_arg(), metavar="B",
+                   help="the DSU's batch cap (default: every request, every round)")
+    p.add_argument("--profile", default="throughput-opt",
+                   help=f"DSU scheduling profile: {', '.join(PROFILES)} (default: %(default)s)")
+    p.add_argument("--seed", type=_int_arg(0), default=0, metavar="X",
+                   help="seed of the weights, prompts and synthetic lengths (default: %(default)s)")
+    p.add_argument("--sim", choices=("amaranth",), default="amaranth",
+                   help="simulator: amaranth only (Verilator is a later step)")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object: setup, prompt lengths, DSU rounds, tokens (tile and "
+                        "golden), cycles per step and layer, differences")
+    p.set_defaults(func=cmd_tile_run)

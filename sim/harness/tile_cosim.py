@@ -1,0 +1,523 @@
+"""Co-simulation of the decode tile's attention path with the golden decode step: whole decode
+steps of a model whose attention runs on the tile's RTL, against the same steps with the
+bit-exact TE golden as the attention (``docs/tile.md``, "Co-simulation with the golden decode
+step").
+
+The golden model plays the SMs (everything but attention: projections, RoPE, the MLP, the
+logits, greedy sampling) through :func:`tricut.models.llama.decode_step_layers`; the golden
+DSU model (:mod:`tricut.models.dsu`) plays the DSU cluster: its schedule (every completion
+``ok``, so it does not depend on the tokens) decides each round's batch, and its descriptors
+go to the tile's step sequencer as they are. Per round and layer the Amaranth testbench (async,
+one simulator for the whole run):
+
+1. takes the layer from the decode-step generator (its new K/V already in the paged cache);
+2. writes each batch request's new K/V token into the behavioural HBM through its ``write``
+   port (the words :func:`~tricut.sim.harness.attention_tile.kv_image` would hold, at
+   :func:`~tricut.rtl.tile.attention_layouts.kv_addr`);
+3. writes every (slot, kv_head)'s q, rounded to bf16, into the Q buffer (``q_write``);
+4. pulses ``go``, waits for ``done`` (polled each cycle, with a hang limit), checks ``err``
+   and ``te_status``, reads the output buffer and sends the fp32 outputs back as the step's
+   attention ``[B, num_heads, head_dim]``.
+
+The expected side runs the same steps with :func:`te_golden_attention` (``te_decode`` per KV
+head on the quantised history; ``combine_partials`` of the partial runs of each split part
+when ``split_tokens`` splits the context). K/V quantisation: bf16 and fp8 element by element;
+NVFP4 with one tensor scale for the whole run (``amax`` of the prefilled cache / 2688), since
+the tile has one ``tensor_scale`` input. Prefill (both sides, the same function on the same
+prompts): the float32 reference ``prefill`` (there is no TE prefill path), so the tile and the
+golden start from the same KV cache.
+
+:func:`simulate` runs both and compares every attention output bit for bit and the tokens
+exactly; :class:`Report` holds the tokens, the per-layer and per-step cycles and the
+differences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+from amaranth.hdl import Module
+
+from tricut.models import formats as F
+from tricut.models import te as M
+from tricut.models.config import load_model
+from tricut.models.dsu import PROFILES, DsuParams, RequestSpec, run_schedule
+from tricut.models.llama import LlamaWeights, decode_step, decode_step_layers, prefill
+from tricut.models.paged_kv import PagedKVCache
+from tricut.models.tile import split_parts
+from tricut.rtl.cdu.layouts import Widths
+from tricut.rtl.te.layouts import pack_kv_beats, pack_q_beats, unpack_out_beat
+from tricut.rtl.tile.attention_layouts import (kv_addr, kv_image_words, kv_word_bits,
+                                               q_write_layout, index_bits)
+from tricut.rtl.tile.behavioural.layouts import hbm_write_layout
+from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
+from tricut.sim.harness.attention_tile import KV, AttentionTop, kv_image
+from tricut.sim.harness.te import make_vector
+
+__all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "check_setup",
+           "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
+           "compare", "simulate", "ENGINES", "MAX_REQUESTS", "MAX_IMAGE_WORDS"]
+
+#: engines the co-simulation accepts
+ENGINES = (1, 4)
+#: requests: the sequencer's request field (``Widths().req`` bits)
+MAX_REQUESTS = 1 << Widths().req
+#: the behavioural HBM's depth limit
+MAX_IMAGE_WORDS = 1 << 20
+_WEIGHT_SEED_OFFSET = 7
+
+
+class SetupError(ValueError):
+    """A bad co-simulation parameter: ``param`` names it, the message says why."""
+
+    def __init__(self, param, detail):
+        super().__init__(f"{param} {detail}")
+        self.param, self.detail = param, detail
+
+
+class CosimError(AssertionError):
+    """The tile and the golden model differ (the message names the first difference)."""
+
+
+@dataclass
+class Setup:
+    """One co-simulation. ``prompt_lens`` (one per request) or, if None, ``requests``
+    synthetic lengths drawn from ``seed`` (:func:`prompt_lengths`); every request decodes
+    ``steps`` tokens in rounds chosen by the DSU model (``profile``, at most ``max_batch``
+    requests per round; None: every request every round)."""
+    model: str = "tiny-te"
+    requests: int = 3
+    prompt_lens: tuple | None = None
+    max_prompt: int = 3
+    steps: int = 3
+    kv_dtype: str = "bf16"
+    engines: int = 2
+    lanes: int = 16
+    split_tokens: int = 0
+    max_ctx: int = 64
+    max_batch: int | None = None
+    profile: str = "throughput-opt"
+    seed: int = 0
+    latency: int = 8
+    max_beats: int = 16
+    max_outstanding: int = 4
+
+    def slot_bits(self):
+        return max(1, (self.requests - 1).bit_length())
+
+    def lens(self):
+        return list(self.prompt_lens) if self.prompt_lens is not None else \
+            prompt_lengths(self.requests, self.max_prompt, self.seed)
+
+
+def _int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def prompt_lengths(n, longest, seed):
+    """``n`` synthetic prompt lengths in ``1..longest``, distinct while there are enough,
+    drawn from ``seed``."""
+    top = max(1, longest)
+    rng = np.random.default_rng(seed)
+    pool = rng.permutation(np.arange(1, top + 1))
+    return [int(pool[i % top]) for i in range(n)]
+
+
+def check_setup(s: Setup):
+    """Raise :class:`SetupError` for the first bad parameter; returns the model config."""
+    cfg = load_model(s.model)                    # ConfigError for an unknown model
+    d, G, lanes = cfg.head_dim, cfg.group_size, s.lanes
+    if d not in M.HEAD_DIMS:
+        raise SetupError("model", f"{cfg.name!r} has head_dim {d}; the TE takes "
+                                  f"{', '.join(map(str, M.HEAD_DIMS))}")
+    if not 1 <= G <= M.MAX_G or cfg.num_heads != G * cfg.num_kv_heads:
+        raise SetupError("model", f"{cfg.name!r}: GQA group {cfg.num_heads}/{cfg.num_kv_heads} "
+                                  f"is not a TE group (1..{M.MAX_G})")
+    if cfg.num_layers > 1 << Widths().layer:
+        raise SetupError("model", f"{cfg.name!r} has {cfg.num_layers} layers; the tile's layer "
+                                  f"field holds {1 << Widths().layer}")
+    if not _int(s.requests) or not 1 <= s.requests <= MAX_REQUESTS:
+        raise SetupError("requests", f"must be in 1..{MAX_REQUESTS}, got {s.requests!r}")
+    if s.prompt_lens is None and (not _int(s.max_prompt) or s.max_prompt < 1):
+        raise SetupError("max_prompt", f"must be >= 1, got {s.max_prompt!r}")
+    if not _int(s.steps) or s.steps < 1:
+        raise SetupError("steps", f"must be >= 1, got {s.steps!r}")
+    if s.kv_dtype not in M.KV_CODE_BITS:
+        raise SetupError("kv_dtype", f"must be one of {', '.join(M.KV_CODE_BITS)}, "
+                                     f"got {s.kv_dtype!r}")
+    if not _int(s.engines) or not ENGINES[0] <= s.engines <= ENGINES[1]:
+        raise SetupError("engines", f"must be in {ENGINES[0]}..{ENGINES[1]}, got {s.engines!r}")
+    if lanes not in M.LANES:
+        raise SetupError("lanes", f"must be one of {', '.join(map(str, M.LANES))}, got {lanes!r}")
+    if not _int(s.max_ctx) or not 2 <= s.max_ctx <= 4096:
+        raise SetupError("max_ctx", f"must be in 2..4096, got {s.max_ctx!r}")
+    if not _int(s.split_tokens) or not 0 <= s.split_tokens <= s.max_ctx:
+        raise SetupError("split_tokens", f"must be in 0..max_ctx ({s.max_ctx}), "
+                                         f"got {s.split_tokens!r}")
+    if s.profile not in PROFILES:
+        raise SetupError("profile", f"must be one of {', '.join(PROFILES)}, got {s.profile!r}")
+    if s.max_batch is not None and (not _int(s.max_batch) or
+                                    not 1 <= s.max_batch <= 1 << s.slot_bits()):
+        raise SetupError("max_batch", f"must be in 1..{1 << s.slot_bits()} (the tile's slots), "
+                                      f"got {s.max_batch!r}")
+    lens = s.lens()
+    if len(lens) != s.requests or not all(_int(p) and p >= 1 for p in lens):
+        raise SetupError("prompt_lens", f"must be {s.requests} positive lengths, got {lens!r}")
+    longest = max(lens) + s.steps
+    if longest > s.max_ctx:
+        raise SetupError("max_ctx", f"{s.max_ctx} is too small: the longest context is "
+                                    f"{max(lens)} prompt + {s.steps} steps = {longest} tokens")
+    if longest > cfg.max_context:
+        raise SetupError("steps", f"{s.steps}: {longest} tokens exceed the model's max_context "
+                                  f"{cfg.max_context}")
+    if s.split_tokens and longest <= s.split_tokens:
+        raise SetupError("split_tokens", f"{s.split_tokens} splits no context (the longest is "
+                                         f"{longest} tokens)")
+    words = kv_image_words(s.requests, cfg.num_layers, cfg.num_kv_heads, s.max_ctx, d, lanes)
+    if words > MAX_IMAGE_WORDS:
+        raise SetupError("max_ctx", f"{s.max_ctx}: the KV image would need {words:,} HBM words "
+                                    f"(at most {MAX_IMAGE_WORDS:,})")
+    return cfg
+
+
+def schedule(s: Setup):
+    """The DSU model's rounds for the run: a list of descriptor lists (empty rounds dropped),
+    every completion ``ok``."""
+    n_slots = 1 << s.slot_bits()
+    cap = n_slots if s.max_batch is None else s.max_batch
+    params = DsuParams(profile=s.profile, n_slots=n_slots, max_batch=cap, latency_batch=cap,
+                       kv_capacity_tokens=1 << 20, long_context_tokens=1 << 20)
+    reqs = [RequestSpec(i, p, s.steps) for i, p in enumerate(s.lens())]
+    batches, outcomes = run_schedule(reqs, params)
+    assert all(o.status == "completed" for o in outcomes.values()), outcomes
+    return [b for b in batches if b]
+
+
+def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, record=None):
+    """An ``attention_fn`` for :func:`tricut.models.llama.decode_step`: per KV head
+    ``models.te.te_decode`` of its group's q (bf16) over the K/V history quantised as the TE
+    takes it (:func:`tricut.sim.harness.te.make_vector`; NVFP4 with ``tensor_scale``), or,
+    when ``split_tokens`` splits the context (``models.tile.split_parts``),
+    ``models.te.combine_partials`` of the partial runs of its parts, as the tile computes it.
+    ``record`` (a list) gets each call's output as fp32 bit patterns ``[num_heads, d]``."""
+    def attention(q, k, v, scale):
+        heads, d = q.shape
+        n, kv_heads, _ = k.shape
+        G = heads // kv_heads
+        bits = np.zeros((heads, d), dtype=np.int64)
+        for h in range(kv_heads):
+            vec = make_vector(q[h * G:(h + 1) * G], k[:, h], v[:, h], kv_dtype, scale=scale,
+                              lanes=lanes, tensor_scale=tensor_scale)
+            parts = split_parts(n, split_tokens)
+            bounds = [(0, n)] if parts == 1 else \
+                [(i * split_tokens, min(n, (i + 1) * split_tokens)) for i in range(parts)]
+            res = [M.te_decode(vec.q_codes, vec.k_codes[lo:hi], vec.v_codes[lo:hi], kv_dtype,
+                               vec.scale_bits, lanes=lanes, partial=parts > 1,
+                               k_scales=None if vec.k_scales is None else vec.k_scales[lo:hi],
+                               v_scales=None if vec.v_scales is None else vec.v_scales[lo:hi],
+                               tensor_scale_bits=vec.ts_bits) for lo, hi in bounds]
+            flags = [name for r in res for name, on in r.status.items() if on]
+            if flags:
+                raise CosimError(f"golden TE status {flags} (KV head {h}, {n} tokens)")
+            bits[h * G:(h + 1) * G] = res[0].out if parts == 1 else \
+                M.combine_partials([(r.out, r.m, r.l) for r in res])
+        if record is not None:
+            record.append(bits.copy())
+        return M.b2f(bits)
+    return attention
+
+
+@dataclass
+class RunResult:
+    """One side of the co-simulation: ``tokens[request]`` (the prefill's token, then one per
+    decode step), ``attn[(round, layer, request)]`` the attention output ``[num_heads, d]`` as
+    fp32 bit patterns; the tile side also has ``layer_cycles[(round, layer)]`` (``go`` to
+    ``done`` inclusive) and ``step_cycles[round]`` (first ``go`` to last ``done`` inclusive,
+    the host's K/V, q and output traffic between layers included); ``problems`` lists HBM
+    ``err`` / TE status flags seen at ``done``; ``stopped``: the run ended early, at the
+    first layer that differed from a golden run given to :func:`cosim_run`."""
+    tokens: dict
+    attn: dict = field(default_factory=dict)
+    layer_cycles: dict = field(default_factory=dict)
+    step_cycles: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+    stopped: bool = False
+
+
+class _Run:
+    """What both sides share: the model, weights, prompts, the prefilled cache and the first
+    tokens, the schedule and the NVFP4 tensor scale."""
+
+    def __init__(self, s: Setup):
+        self.s = s
+        self.cfg = cfg = check_setup(s)
+        self.weights = LlamaWeights.random(cfg, seed=s.seed + _WEIGHT_SEED_OFFSET,
+                                           std=0.15 * (64 / cfg.hidden_size) ** 0.5)
+        rng = np.random.default_rng(s.seed)
+        self.lens = s.lens()
+        self.prompts = [rng.integers(0, cfg.vocab_size, n) for n in self.lens]
+        self.rounds = schedule(s)
+        self.cache = PagedKVCache.for_model(
+            cfg, sum(-(-(p + s.steps) // 16) for p in self.lens), 16)
+        first = [prefill(self.weights, self.cache, r, p) for r, p in enumerate(self.prompts)]
+        self.tokens = {r: [int(np.argmax(lg))] for r, lg in enumerate(first)}
+        self.ts = None
+        if s.kv_dtype == "nvfp4":
+            amax = max(float(np.max(np.abs(a))) for li in range(cfg.num_layers)
+                       for r in range(s.requests) for a in self.cache.gather(li, r))
+            self.ts = np.float32(amax) / np.float32(2688.0) if amax > 0 else np.float32(1.0)
+
+    def batch(self, descs):
+        for d in descs:
+            if d.seq_len != self.cache.seq_len(d.request) + 1:
+                raise CosimError(f"DSU round {d.step}: request {d.request} seq_len {d.seq_len}, "
+                                 f"the cache holds {self.cache.seq_len(d.request)} tokens")
+        return [(d.request, self.tokens[d.request][-1]) for d in descs]
+
+    def sampled(self, descs, logits):
+        for d, lg in zip(descs, logits):
+            self.tokens[d.request].append(int(np.argmax(lg)))
+
+    def codes(self, k, v):
+        """K/V rows ``[n, d]`` -> (k codes, v codes, k scales, v scales) as the HBM holds them."""
+        dt = self.s.kv_dtype
+        if dt == "bf16":
+            return F.bf16_encode(k), F.bf16_encode(v), None, None
+        if dt == "fp8":
+            return (F.fp8_e4m3_encode(k, saturate=True), F.fp8_e4m3_encode(v, saturate=True),
+                    None, None)
+        tk, tv = (F.nvfp4_quantize(x, tensor_scale=self.ts) for x in (k, v))
+        return (F.unpack_fp4(tk.packed), F.unpack_fp4(tv.packed), np.asarray(tk.block_scales),
+                np.asarray(tv.block_scales))
+
+    def params(self):
+        s, cfg = self.s, self.cfg
+        n_slots = 1 << s.slot_bits()
+        return dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
+                    kv_dtype=s.kv_dtype, num_layers=cfg.num_layers,
+                    num_kv_heads=cfg.num_kv_heads, split_tokens=s.split_tokens,
+                    slot_bits=s.slot_bits(), max_ctx=s.max_ctx, num_requests=s.requests,
+                    max_beats=s.max_beats, max_outstanding=s.max_outstanding,
+                    max_slots=n_slots, latency=s.latency, reorder=False, hbm_seed=1,
+                    hbm_outstanding=s.max_outstanding)
+
+    def image(self):
+        """The HBM image of the prefilled cache (later tokens are written per step)."""
+        s, cfg = self.s, self.cfg
+        shape = (s.requests, cfg.num_layers, cfg.num_kv_heads, s.max_ctx, cfg.head_dim)
+        sc = shape[:-1] + (cfg.head_dim // 16,)
+        nv = s.kv_dtype == "nvfp4"
+        kv = KV(np.zeros(shape, np.int64), np.zeros(shape, np.int64),
+                np.zeros(sc, np.int64) if nv else None, np.zeros(sc, np.int64) if nv else None,
+                int(M.f2b(self.ts)) if nv else 0)
+        for r in range(s.requests):
+            for li in range(cfg.num_layers):
+                k, v = self.cache.gather(li, r)
+                for h in range(cfg.num_kv_heads):
+                    kc, vc, ks, vs = self.codes(k[:, h], v[:, h])
+                    n = kc.shape[0]
+                    kv.k[r, li, h, :n], kv.v[r, li, h, :n] = kc, vc
+                    if nv:
+                        kv.ks[r, li, h, :n], kv.vs[r, li, h, :n] = ks, vs
+        return kv_image(kv, self.params()), kv.ts_bits
+
+    def token_words(self, layer, request, pos):
+        """``{addr: word}`` of token ``pos``'s K/V (every KV head) in the HBM image."""
+        s, cfg, p = self.s, self.cfg, self.params()
+        k, v = self.cache.gather(layer, request)
+        mask = (1 << kv_word_bits(s.lanes, s.kv_dtype)) - 1
+        geo = dict(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, max_ctx=p["max_ctx"],
+                   head_dim=cfg.head_dim, lanes=s.lanes)
+        out = {}
+        for h in range(cfg.num_kv_heads):
+            kc, vc, ks, vs = self.codes(k[pos:pos + 1, h], v[pos:pos + 1, h])
+            beats = pack_kv_beats(kc, vc, s.kv_dtype, s.lanes, ks, vs)
+            a = kv_addr(request, layer, h, pos, **geo)
+            out.update({a + i: b & mask for i, b in enumerate(beats)})
+        return out
+
+
+def golden_run(s: Setup) -> RunResult:
+    """The expected side: the DSU's rounds through ``decode_step`` with
+    :func:`te_golden_attention`."""
+    run = _Run(s)
+    L = run.cfg.num_layers
+    res = RunResult(run.tokens)
+    for ri, descs in enumerate(run.rounds):
+        calls = []
+        fn = te_golden_attention(s.kv_dtype, s.lanes, s.split_tokens, run.ts, record=calls)
+        logits = decode_step(run.weights, run.cache, run.batch(descs), attention_fn=fn)
+        for li in range(L):
+            for i, d in enumerate(descs):
+                res.attn[(ri, li, d.request)] = calls[li * len(descs) + i]
+        run.sampled(descs, logits)
+    return res
+
+
+class CosimTop(AttentionTop):
+    """:class:`~tricut.sim.harness.attention_tile.AttentionTop` with the HBM model's ``write``
+    port left to the testbench (the decode steps' new K/V go in through it)."""
+
+    def elaborate(self, platform):
+        from amaranth.lib import wiring
+        m = Module()
+        m.submodules.seq, m.submodules.tile, m.submodules.hbm = self.seq, self.tile, self.hbm
+        wiring.connect(m, self.seq.job, self.tile.job)
+        wiring.connect(m, self.tile.hbm_req, self.hbm.req)
+        wiring.connect(m, self.hbm.resp, self.tile.hbm_resp)
+        m.d.comb += self.seq.step.ready.eq(1)
+        return m
+
+
+def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
+              max_layer_cycles=500_000) -> RunResult:
+    """The tile side (see the module docs). ``corrupt=(addr, bit)`` flips one bit of the
+    initial HBM image (the golden keeps it) to show that a difference is caught. With
+    ``golden`` (its :func:`golden_run`) the run stops after the first layer whose outputs
+    (or HBM ``err`` / TE status) differ from it."""
+    from amaranth.sim import Simulator
+
+    run = _Run(s)
+    p = run.params()
+    image, ts_bits = run.image()
+    if corrupt is not None:
+        image[corrupt[0]] ^= 1 << corrupt[1]
+    top = CosimTop(image, p)
+    tile, seq, hbm = top.tile, top.seq, top.hbm
+    cfg, G, H = run.cfg, run.cfg.group_size, run.cfg.num_kv_heads
+    rl, wl = round_layout(p["max_slots"]), hbm_write_layout(hbm.addr_bits, hbm.data_bits)
+    ql = q_write_layout(tile.streamer.slot_bits, tile.streamer.hb, index_bits(tile.qbeats),
+                        s.lanes)
+    res = RunResult(run.tokens)
+    clock = [0]
+
+    async def tick(ctx):
+        await ctx.tick()
+        clock[0] += 1
+
+    async def send(ctx, stream, word):
+        ctx.set(stream.valid, 1)
+        ctx.set(stream.payload.as_value(), word)
+        while True:                             # ready as sampled at the clock edge
+            _, _, ready = await ctx.tick().sample(stream.ready)
+            clock[0] += 1
+            if ready:
+                break
+        ctx.set(stream.valid, 0)
+
+    async def layer(ctx, ri, descs, lay):
+        for i, d in enumerate(descs):                           # the new token's K/V
+            for a, w in run.token_words(lay.layer, d.request, int(lay.positions[i])).items():
+                await send(ctx, hbm.write, pack(wl, dict(addr=a, data=w)))
+        for i, d in enumerate(descs):                           # q of every (slot, kv_head)
+            for h in range(H):
+                qc = F.bf16_encode(lay.q[i, h * G:(h + 1) * G])
+                for b, w in enumerate(pack_q_beats(qc, s.lanes)):
+                    await send(ctx, tile.q_write, pack(ql, dict(slot=d.slot, kv_head=h, beat=b,
+                                                                data=w)))
+        ctx.set(tile.go, 1)
+        t_go = clock[0]
+        await tick(ctx)
+        ctx.set(tile.go, 0)
+        while not ctx.get(tile.done):
+            await tick(ctx)
+            if clock[0] - t_go > max_layer_cycles:
+                raise TimeoutError(f"round {ri} layer {lay.layer}: tile not done after "
+                                   f"{max_layer_cycles} cycles")
+        res.layer_cycles[(ri, lay.layer)] = clock[0] - t_go
+        if ctx.get(tile.err) or ctx.get(tile.te_status):
+            res.problems.append(f"round {ri} layer {lay.layer}: HBM err {ctx.get(tile.err)}, "
+                                f"TE status {ctx.get(tile.te_status):#x}")
+        attn = np.zeros(lay.q.shape, dtype=np.int64)
+        for i, d in enumerate(descs):
+            for h in range(H):
+                for b in range(tile.qbeats):
+                    ctx.set(tile.out_addr, tile.streamer.qbuf_addr(d.slot, h, b))
+                    await tick(ctx)
+                    row = unpack_out_beat(ctx.get(tile.out_data), s.lanes)[0]
+                    g, c = divmod(b * s.lanes, cfg.head_dim)
+                    attn[i, h * G + g, c:c + s.lanes] = row
+            key = (ri, lay.layer, d.request)
+            res.attn[key] = attn[i].copy()
+            if golden is not None and not np.array_equal(golden.attn[key], attn[i]):
+                res.stopped = True
+        res.stopped |= golden is not None and bool(res.problems)
+        return t_go, M.b2f(attn)
+
+    async def bench(ctx):
+        ctx.set(tile.tensor_scale, ts_bits)
+        for ri, descs in enumerate(run.rounds):
+            await send(ctx, seq.round, pack(rl, dict(step=descs[0].step, count=len(descs),
+                                                     end=int(ri == len(run.rounds) - 1))))
+            for d in descs:
+                await send(ctx, seq.descriptor, pack(DESCRIPTOR_LAYOUT, dataclasses.asdict(d)))
+            steps = decode_step_layers(run.weights, run.cache, run.batch(descs))
+            lay, first = next(steps), None
+            while True:
+                t_go, attn = await layer(ctx, ri, descs, lay)
+                first = t_go if first is None else first
+                res.step_cycles[ri] = clock[0] - first
+                if res.stopped:
+                    return
+                try:
+                    lay = steps.send(attn)
+                except StopIteration as stop:
+                    run.sampled(descs, stop.value)
+                    break
+
+    sim = Simulator(top)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return res
+
+
+def compare(golden: RunResult, tile: RunResult) -> list:
+    """The differences, first first: tile problems (HBM ``err``, TE status), attention outputs
+    (bit for bit, in run order), tokens."""
+    out = list(tile.problems)
+    for key in golden.attn:
+        want, got = golden.attn[key], tile.attn.get(key)
+        if got is None and tile.stopped:
+            continue
+        if got is None:
+            out.append(f"round {key[0]} layer {key[1]} request {key[2]}: no tile output")
+        elif not np.array_equal(want, got):
+            hd, i = map(int, np.argwhere(want != got)[0])
+            out.append(f"round {key[0]} layer {key[1]} request {key[2]}: attention[{hd}][{i}] = "
+                       f"{int(got[hd, i]):#010x}, golden {int(want[hd, i]):#010x}")
+    for r, toks in golden.tokens.items():
+        if not tile.stopped and tile.tokens.get(r) != toks:
+            out.append(f"request {r}: tokens {tile.tokens.get(r)}, golden {toks}")
+    return out
+
+
+@dataclass
+class Report:
+    """:func:`simulate`'s result: the setup, the prompt lengths, the DSU rounds (request ids
+    per round), both runs and the differences (empty: bit-exact and the same tokens)."""
+    setup: Setup
+    prompt_lens: list
+    rounds: list
+    golden: RunResult
+    tile: RunResult
+    differences: list
+
+    @property
+    def ok(self):
+        return not self.differences
+
+
+def simulate(s: Setup, corrupt=None, strict=False, stop_early=True) -> Report:
+    """Golden run, tile run, comparison. ``stop_early``: the tile run ends at the first layer
+    that differs. ``strict``: raise :class:`CosimError` naming the first difference instead
+    of returning it in the report."""
+    golden = golden_run(s)
+    tile = cosim_run(s, corrupt=corrupt, golden=golden if stop_early else None)
+    diffs = compare(golden, tile)
+    if strict and diffs:
+        raise CosimError(f"{len(diffs)} difference(s); first: {diffs[0]}")
+    rounds = [[d.request for d in descs] for descs in schedule(s)]
+    return Report(s, s.lens(), rounds, golden, tile, diffs)
