@@ -77,9 +77,8 @@ def test_bad_parameters_rejected_before_construction(kw, needle):
 
 
 def test_layouts_agree_with_the_behavioural_hbm_and_the_te():
-    for ib, ab, mb, db in ((1, 12, 16, 264), (3, 20, 256, 136)):
-        assert AL.hbm_req_layout(ib, ab, mb) == BL.hbm_req_layout(ib, ab, mb)
-        assert AL.hbm_resp_layout(ib, db) == BL.hbm_resp_layout(ib, db)
+    # the HBM port layouts are declared once, on the synthesizable side, and the model uses them
+    assert (BL.hbm_req_layout, BL.hbm_resp_layout) == (AL.hbm_req_layout, AL.hbm_resp_layout)
     # one HBM word = one TE kv beat without last, rounded to bytes (exact for every config)
     from tricut.rtl.te.layouts import kv_layout
     for lanes in (2, 4, 8, 16):

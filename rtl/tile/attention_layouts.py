@@ -26,9 +26,9 @@ block, ``ntok`` 1..16); the answer is its ``ntok * 2 * Dk`` words in token order
 on the final one, ``err`` where the memory said so. Today an HBM reader answers it
 (:class:`~.kv_streamer.HbmBlockReader`); the CDU's L2 hit path can answer the same requests.
 
-**HBM ports**: the payloads of the behavioural HBM model's ``req`` and ``resp``
-(:mod:`tricut.rtl.tile.behavioural.layouts`), declared here again so that the synthesizable
-tile imports nothing behavioural (a test checks they are equal).
+**HBM ports**: the payloads of the tile's ``hbm_req`` and ``hbm_resp``, declared here once;
+the behavioural HBM model (:mod:`tricut.rtl.tile.behavioural.layouts`) imports them, so the
+synthesizable tile imports nothing behavioural.
 """
 
 from __future__ import annotations

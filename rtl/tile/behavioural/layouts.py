@@ -23,28 +23,11 @@ from __future__ import annotations
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
+# the HBM port layouts are the tile's (the synthesizable side declares them; the model serves them)
+from ..attention_layouts import count_bits, hbm_req_layout, hbm_resp_layout, index_bits
+
 __all__ = ["index_bits", "count_bits", "hbm_req_layout", "hbm_resp_layout", "hbm_write_layout",
            "l2_read_layout", "l2_data_layout", "l2_write_layout", "pack", "unpack"]
-
-
-def index_bits(n):
-    """Width of an index into ``n`` things (at least 1 bit)."""
-    return max(1, (int(n) - 1).bit_length())
-
-
-def count_bits(n):
-    """Width of a count 0..``n``."""
-    return max(1, int(n).bit_length())
-
-
-def hbm_req_layout(id_bits, addr_bits, max_beats):
-    return data.StructLayout({"id": unsigned(id_bits), "addr": unsigned(addr_bits),
-                              "beats": unsigned(count_bits(max_beats))})
-
-
-def hbm_resp_layout(id_bits, data_bits):
-    return data.StructLayout({"id": unsigned(id_bits), "data": unsigned(data_bits),
-                              "last": unsigned(1), "err": unsigned(1)})
 
 
 def hbm_write_layout(addr_bits, data_bits):
