@@ -9,7 +9,7 @@ import sys
 
 from ..harness.waves import one_line
 
-__all__ = ["InputError", "one_line", "one_line_argparse"]
+__all__ = ["InputError", "one_line", "one_line_argparse", "positive_int_list"]
 
 
 class InputError(ValueError):
@@ -39,3 +39,17 @@ def one_line_argparse(parser: argparse.ArgumentParser, *, with_command: bool = F
     parser.error = error
     parser.parse_known_args = parse_known_args
     return parser
+
+
+def positive_int_list(text: str) -> list[int]:
+    """An argparse type: ``N,N,...`` of integers >= 1 (``_`` allowed as a digit separator)."""
+    values = []
+    for part in text.split(","):
+        try:
+            value = int(part.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not an integer") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{value} is not positive")
+        values.append(value)
+    return values

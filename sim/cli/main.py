@@ -19,26 +19,13 @@ from . import simulate as cli_simulate
 from . import sweep_cmd as cli_sweep
 from . import tile_cmd as cli_tile
 from . import units as cli_units
-from .errors import InputError, one_line_argparse
+from .errors import InputError, one_line_argparse, positive_int_list
 
 __all__ = ["main"]
 
 
 class UsageError(Exception):
     """Bad input from the user; the message is printed as one line."""
-
-
-def _positive_int_list(text: str) -> list[int]:
-    values = []
-    for part in text.split(","):
-        try:
-            value = int(part.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not an integer") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{value} is not positive")
-        values.append(value)
-    return values
 
 
 def _kv_dtype_list(text: str) -> list[str]:
@@ -120,9 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"GPU id ({', '.join(gpu_ids())}) or a .toml file (default: %(default)s)")
     p.add_argument("--kv-dtype", type=_kv_dtype_list, default=["bf16"],
                    help=f"KV cache format(s): {', '.join(KV_DTYPES)} (default: bf16)")
-    p.add_argument("--context", type=_positive_int_list, default=[8192],
+    p.add_argument("--context", type=positive_int_list, default=[8192],
                    help="tokens of KV per request (default: 8192)")
-    p.add_argument("--batch", type=_positive_int_list, default=[1],
+    p.add_argument("--batch", type=positive_int_list, default=[1],
                    help="requests decoded together (default: 1)")
     p.add_argument("--tp", type=int, default=1,
                    help="tensor-parallel GPUs: must divide the query heads, and divide or be a "

@@ -16,7 +16,7 @@ import sys
 from tricut.models.dsu import PROFILES
 from tricut.models.te import KV_CODE_BITS, LANES
 
-from .errors import InputError, one_line_argparse
+from .errors import InputError, one_line_argparse, positive_int_list
 
 __all__ = ["add_commands", "cmd_tile_run"]
 
@@ -25,6 +25,10 @@ _FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--promp
           "max_prompt": "--max-prompt", "steps": "--steps", "kv_dtype": "--kv-dtype",
           "engines": "--engines", "lanes": "--lanes", "split_tokens": "--split-tokens",
           "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile"}
+
+
+def _prompt_lens(text):
+    return tuple(positive_int_list(text))
 
 
 def _int_arg(lo=None):
@@ -37,19 +41,6 @@ def _int_arg(lo=None):
             raise argparse.ArgumentTypeError(f"{value} is below {lo}")
         return value
     return parse
-
-
-def _lens_arg(text):
-    out = []
-    for part in text.split(","):
-        try:
-            value = int(part.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not an integer") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"prompt length {value} is not positive")
-        out.append(value)
-    return tuple(out)
 
 
 def _setup(args):
@@ -151,7 +142,7 @@ def add_commands(sub) -> None:
     req.add_argument("--synthetic", type=_int_arg(), metavar="N",
                      help="N synthetic requests (1..16), random prompts of distinct lengths "
                           "1..--max-prompt drawn from --seed (default: 2)")
-    req.add_argument("--prompt-lens", type=_lens_arg, metavar="L1,L2,...",
+    req.add_argument("--prompt-lens", type=_prompt_lens, metavar="L1,L2,...",
                      help="instead of --synthetic: one request per length given")
     p.add_argument("--max-prompt", type=_int_arg(), default=3, metavar="P",
                    help="longest synthetic prompt (default: %(default)s; the simulator runs "

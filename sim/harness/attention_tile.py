@@ -25,6 +25,7 @@ behavioural HBM) and :func:`expected_block_words` is what it must answer.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,6 +156,9 @@ class AttentionTop(Elaboratable):
                             max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                             id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
 
+    #: the HBM model's ``write`` port is left to the testbench (else tied off)
+    hbm_write_open = False
+
     def elaborate(self, platform):
         from amaranth.hdl import Module
         from amaranth.lib import wiring
@@ -163,7 +167,9 @@ class AttentionTop(Elaboratable):
         wiring.connect(m, self.seq.job, self.tile.job)
         wiring.connect(m, self.tile.hbm_req, self.hbm.req)
         wiring.connect(m, self.hbm.resp, self.tile.hbm_resp)
-        m.d.comb += [self.seq.step.ready.eq(1), self.hbm.write.valid.eq(0)]
+        m.d.comb += self.seq.step.ready.eq(1)
+        if not self.hbm_write_open:
+            m.d.comb += self.hbm.write.valid.eq(0)
         return m
 
 
@@ -173,7 +179,7 @@ class LayerResult:
     seen (inclusive of ``go``), the outputs ``{(slot, kv_head): [G, d] fp32 bits}``, the
     tile's ``err`` and ``te_status`` at ``done``, the HBM bursts of the layer and how many
     of them were answered out of issue order (the k-th burst answered is not the k-th
-    issued)."""
+    issued), and the wall time (s) the simulator took from ``go`` to ``done``."""
     round: int
     layer: int
     cycles: int
@@ -182,6 +188,7 @@ class LayerResult:
     te_status: int = 0
     bursts: int = 0
     reordered: int = 0
+    run_s: float = 0.0
 
 
 async def _send(ctx, s, word):
@@ -237,6 +244,7 @@ def run(rounds, qs, image, params=None, ts_bits=0, max_layer_cycles=200_000):
                             await _send(ctx, tile.q_write,
                                         _q_word(tile, d.slot, h, i, w))
                 b0 = len(issued)
+                t0 = time.perf_counter()
                 ctx.set(tile.go, 1)
                 await ctx.tick()
                 ctx.set(tile.go, 0)
@@ -247,10 +255,12 @@ def run(rounds, qs, image, params=None, ts_bits=0, max_layer_cycles=200_000):
                     if cycles > max_layer_cycles:
                         raise TimeoutError(f"attention tile hung: round {ri} layer {layer} not "
                                            f"done after {cycles} cycles")
+                run_s = time.perf_counter() - t0
                 res = LayerResult(ri, layer, cycles, err=ctx.get(tile.err),
                                   te_status=ctx.get(tile.te_status), bursts=len(issued) - b0,
                                   reordered=sum(a != b for a, b in zip(issued[b0:],
-                                                                       answered[b0:])))
+                                                                       answered[b0:])),
+                                  run_s=run_s)
                 for d in rnd.descriptors:
                     for h in range(H):
                         rows = []
