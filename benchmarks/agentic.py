@@ -437,7 +437,8 @@ def section_main(series: list[dict], stamp: str) -> str:
                          f"{kp[n]['tokens_per_s'] / TP:.1f} → {pp[n]['tokens_per_s'] / TP:.1f}.")
             lines.append(text)
     cap = g2_check(series)
-    lines += ["", f"G2 capacity is not enforced by the simulator; the largest G2 peak of any run here is "
+    lines += ["", f"G2 capacity is enforced (a park that does not fit goes to G3 or is recomputed: \"Tier "
+              f"capacity\" below), but no run here reaches it: the largest G2 peak of any run is "
               f"{cap['peak'] / 1e9:.1f} GB per GPU, {'within' if cap['ok'] else '**over**'} the smaller "
               f"configured G2 ({cap['smallest_gib']:g} GiB, `hgx-pcie`)."]
     w = workload_facts()
