@@ -8,6 +8,13 @@ job's start and end cycle equal to ``te_array_schedule`` when unstalled; the clo
 for J equal jobs; the whole idle x backpressure matrix on a short job list; every run ends
 with the drained check. The checks can fail: a wrong result, a swapped order, a corrupted
 input and an extra beat are caught.
+
+Routed K/V (``routed_kv=True``): the same golden comparison with the ``kv`` beats interleaved
+token by token across the engines (round-robin, reverse, random, serial orders; n = 0,
+partial, early end, too long) under random idle and backpressure; unstalled schedules equal
+to ``te_array_routed_schedule``; 4 equal jobs on 4 engines in about a quarter of the serial
+array's cycles; a beat routed to the wrong engine is caught; a producer breaking rule R1
+deadlocks.
 """
 
 from __future__ import annotations
@@ -17,15 +24,20 @@ import warnings
 
 import numpy as np
 import pytest
+from amaranth.hdl import UnusedElaboratable
 
 from tricut.models import te as M
 from tricut.rtl.te.layouts import desc_layout, out_layout, status_layout
-from tricut.rtl.tile.array_layouts import (array_job_layout, pack_job, split_tag,
+from tricut.rtl.te.layouts import kv_layout
+from tricut.rtl.tile.array_layouts import (array_job_layout, engine_bits, pack_job,
+                                           pack_routed_kv, routed_kv_layout, split_tag,
                                            tagged_out_layout, tagged_status_layout, tag_word)
-from tricut.rtl.tile.te_array import TEArray, te_array_cycles, te_array_schedule
+from tricut.rtl.tile.te_array import (TEArray, te_array_cycles, te_array_routed_cycles,
+                                      te_array_routed_schedule, te_array_schedule)
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, NotDrained, matrix_id
 from tricut.sim.harness.te_array import (JobOut, check_results, plan_json, random_job,
-                                         simulate_amaranth, unstalled_schedule)
+                                         routed_kv_beats, simulate_amaranth,
+                                         unstalled_routed_schedule, unstalled_schedule)
 
 
 def jobs_of(rng, spec, G, d, lanes, kv_dtype, tag0=0x5A00):
@@ -54,6 +66,11 @@ def check_unstalled(jobs, res, engines):
     (dict(kv_dtype="fp16"), "kv_dtype must be one of ('bf16', 'fp8', 'nvfp4'), got 'fp16'"),
     (dict(tag_bits=0), "tag_bits must be an int in 1..32, got 0"),
     (dict(tag_bits=33), "tag_bits must be an int in 1..32, got 33"),
+    (dict(routed_kv=1), "routed_kv must be True or False, got 1"),
+    (dict(routed_kv=True, kv_fifo_depth=0),
+     "kv_fifo_depth must be None or an int in 1..4096, got 0"),
+    (dict(routed_kv=True, kv_fifo_depth=8.0),
+     "kv_fifo_depth must be None or an int in 1..4096, got 8.0"),
 ])
 def test_bad_parameters_rejected_before_construction(kw, needle):
     with warnings.catch_warnings():
@@ -228,3 +245,238 @@ def test_verilog_lint_clean(tmp_path):
     assert clean, messages
     clean, messages = lint(path, "tile_te_array", waivers=())
     assert not clean and "%Warning-" in messages
+
+
+# ----------------------------------------------------------------------------------------------
+# routed K/V (routed_kv=True)
+# ----------------------------------------------------------------------------------------------
+def test_routed_kv_payload_is_the_te_kv_payload_with_the_engine_on_top():
+    for lanes, dt in ((16, "bf16"), (8, "fp8"), (2, "nvfp4")):
+        for E, eb in ((1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (16, 4)):
+            lay = routed_kv_layout(lanes, dt, E)
+            assert engine_bits(E) == eb
+            assert lay.size == kv_layout(lanes, dt).size + eb
+            assert lay.members["kv"] == kv_layout(lanes, dt)
+    low = kv_layout(16, "fp8").size
+    assert split_tag(pack_routed_kv(0x1234, 2, 16, "fp8", 4), low) == (0x1234, 2)
+    with pytest.raises(ValueError, match="engine must be in 0..3, got 4"):
+        pack_routed_kv(0, 4, 16, "fp8", 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)         # built to read its ports
+        arr = TEArray(engines=3, head_dim=64, G=1, lanes=16, kv_dtype="fp8", routed_kv=True)
+        assert arr.kv.payload.shape() == routed_kv_layout(16, "fp8", 3)
+        assert arr.kv_fifo_depth == 2 * 2 * 4                      # two tokens of 2*Dk beats
+        ser = TEArray(engines=2, head_dim=64, G=1, lanes=16)
+        assert ser.kv.payload.shape() == kv_layout(16, "bf16")     # serial mode unchanged
+        del arr, ser
+        gc.collect()
+
+
+def test_routed_kv_orders_keep_rule_r1():
+    """The test producer's orders: every beat once, token by token, each job's beats in
+    order with its engine, and no beat of job j before the last beat of every job <= j - E."""
+    rng = np.random.default_rng(3)
+    E, dk = 3, 4
+    jobs = jobs_of(rng, [(2, False), (0, False), (3, True), (1, False), (2, False, 1),
+                         (1, True, 3), (4, False)], 1, 64, 16, "fp8")
+    low = kv_layout(16, "fp8").size
+    for order in ("round_robin", "reverse", "random", "serial"):
+        words = routed_kv_beats(jobs, E, order, seed=4)
+        per_job = {k: [] for k in range(len(jobs))}
+        owner = []
+        # rebuild each job's stream: among the jobs in flight (at most E consecutive ones)
+        # the engine field names the job
+        i, ptr = 0, [0] * len(jobs)
+        while i < len(words):
+            left = [k for k in range(len(jobs)) if ptr[k] < len(jobs[k].vec.kv_beats())]
+            fly = [k for k in left if k < left[0] + E]
+            w, eng = split_tag(words[i], low)
+            k = next(k for k in fly if k % E == eng and
+                     jobs[k].vec.kv_beats()[ptr[k]] == w)
+            m = min(2 * dk, len(jobs[k].vec.kv_beats()) - ptr[k])
+            for x in words[i:i + m]:
+                assert split_tag(x, low)[1] == k % E
+            per_job[k] += [split_tag(x, low)[0] for x in words[i:i + m]]
+            owner += [k] * m
+            ptr[k] += m
+            i += m
+        assert all(per_job[k] == j.vec.kv_beats() for k, j in enumerate(jobs)), order
+        for a, ka in enumerate(owner):                  # R1
+            assert all(kb > ka - E for kb in owner[a:]), order
+        # jobs 0..2 in flight (1 has n = 0); job 3 only once job 0 has sent its last beat
+        if order == "round_robin":
+            assert owner[:5 * 2 * dk:2 * dk] == [0, 2, 0, 2, 3]
+        if order == "reverse":
+            assert owner[:5 * 2 * dk:2 * dk] == [2, 0, 2, 0, 4]
+
+
+@pytest.mark.parametrize("engines,kv_dtype,G,order", [
+    (1, "fp8", 2, "round_robin"), (2, "bf16", 2, "round_robin"), (4, "nvfp4", 4, "reverse")])
+def test_routed_random_jobs_bit_exact_in_order_and_exact_cycles(engines, kv_dtype, G, order):
+    """The job mix (n = 0..3, partial and not) on a routed array, ``kv`` interleaved token by
+    token over the jobs in flight, unstalled, ``engines <= 1.5*G`` (the kv stream keeps
+    up): bit-exact, in order, and every job's start and end cycle exactly
+    ``te_array_routed_schedule`` (one engine: the serial schedule)."""
+    rng = np.random.default_rng([engines, G, 7])
+    order_ = rng.permutation(len(MIX))
+    jobs = jobs_of(rng, [MIX[i] for i in order_], G, 64, 16, kv_dtype)
+    res = simulate_amaranth(jobs, engines, routed_kv=True, kv_order=order)
+    check_results(jobs, res)
+    assert [(r.start, r.end) for r in res] == unstalled_routed_schedule(jobs, engines)
+    if engines == 1:
+        assert unstalled_routed_schedule(jobs, 1) == unstalled_schedule(jobs, 1)
+    else:
+        assert res[-1].end < unstalled_schedule(jobs, engines)[-1][1]
+
+
+@pytest.mark.parametrize("engines,kv_dtype,G,order,idle,bp,depth", [
+    (1, "bf16", 2, "reverse", "random", "random", None),
+    (2, "fp8", 1, "random", "random", "random", None),
+    (2, "nvfp4", 2, "round_robin", "periodic", "random", 1),
+    (4, "bf16", 1, "random", "random", "periodic", None),
+    (4, "fp8", 2, "serial", "random", "random", 3),
+])
+def test_routed_under_idle_and_backpressure(engines, kv_dtype, G, order, idle, bp, depth):
+    """Random idle on ``job``/``q``/``kv`` and backpressure on ``out``/``status``, K/V
+    interleaved in several orders, FIFOs from one beat to two tokens: bit-exact, in order,
+    drained; stalled runs are later than the unstalled schedule."""
+    rng = np.random.default_rng([engines, G, 17])
+    spec = [(2, False), (0, True), (3, False), (1, True), (0, False), (2, True), (1, False)]
+    jobs = jobs_of(rng, spec, G, 64, 16, kv_dtype)
+    res = simulate_amaranth(jobs, engines, idle=idle, backpressure=bp, seed=engines + G,
+                            routed_kv=True, kv_order=order, kv_fifo_depth=depth)
+    check_results(jobs, res)
+    assert res[-1].end - res[0].start > unstalled_routed_schedule(jobs, engines)[-1][1]
+
+
+def test_routed_early_end_and_too_long_under_stalls():
+    """Streams framed by ``last`` that differ from the announced ``n`` on a routed array: the
+    engine takes its FIFO through ``last`` exactly as a serial stream (early end, too long
+    drained), the next job's beats behind them untouched."""
+    rng = np.random.default_rng(5)
+    spec = [(2, False), (1, False, 3), (3, True, 1), (0, False), (3, False, 2), (1, True)]
+    jobs = jobs_of(rng, spec, 1, 64, 16, "bf16")
+    res = simulate_amaranth(jobs, 2, idle="random", backpressure="random", seed=9,
+                            routed_kv=True, kv_order="random")
+    check_results(jobs, res)
+    st = [j.golden().status for j in jobs]
+    assert st[1]["early_end"] and st[2]["too_long"] and st[4]["too_long"]
+
+
+def test_routed_engines_overlap():
+    """4 equal jobs (n = 8, head_dim 64, G 4, lanes 16) on 4 engines, ``kv`` round-robin
+    token by token, unstalled: total cycles == ``te_array_routed_cycles`` ==
+    ``3*(1 + G*Dk) + I + O`` (the dispatch stagger plus one job), 0.29 of the serial array's
+    ``J*I + O`` (``te_array_cycles``, exact by ``test_equal_jobs_cycle_formula``) and close
+    to a quarter of one engine's ``J*(I + O)``."""
+    rng = np.random.default_rng(23)
+    J, n, G, d, lanes, E = 4, 8, 4, 64, 16, 4
+    jobs = jobs_of(rng, [(n, False)] * J, G, d, lanes, "bf16")
+    res = simulate_amaranth(jobs, E, routed_kv=True)
+    check_results(jobs, res)
+    total = res[-1].end + 1
+    q = G * (d // lanes)
+    I, O = 1 + q + 3 * n * q, q
+    assert total == te_array_routed_cycles(J, n, d, G, lanes, E) == 3 * (1 + q) + I + O == 468
+    serial = te_array_cycles(J, n, d, G, lanes, E)
+    assert serial == J * I + O == 1620
+    assert total / serial < 0.3
+    assert total / (J * (I + O)) < 0.29               # 1/4 + the dispatch stagger
+    # every engine busy at once: the jobs' compute intervals all overlap
+    assert max(r.start for r in res) < min(r.end for r in res) - O * J
+
+
+def test_routed_kv_stream_bound():
+    """More engines than the ``kv`` stream can feed (4 engines, G = 1: they would take
+    ``4*2*Dk`` beats per ``3*Dk`` cycles): the routed schedule is a lower bound, and the
+    run takes at least one cycle per ``kv`` beat."""
+    rng = np.random.default_rng(29)
+    jobs = jobs_of(rng, [(4, False)] * 4, 1, 64, 16, "bf16")
+    res = simulate_amaranth(jobs, 4, routed_kv=True)
+    check_results(jobs, res)
+    total = res[-1].end + 1
+    assert total > te_array_routed_cycles(4, 4, 64, 1, 16, 4)
+    assert total > 4 * 4 * 2 * 4                       # kv beats
+
+
+def test_routed_schedule_by_hand_and_closed_form():
+    """The routed recurrence on a small case worked by hand, and the closed form for equal
+    jobs against it (head_dim 64, lanes 16: Dk = 4)."""
+    # G 1: P = 1 + 4 = 5, n = 1: I = 17, O = 4; n = 0: I = 5
+    # job 0: s = 0, f = 20; job 1 (n = 0): s = 5, out from max(10, 21) = 21, f = 24;
+    # job 2: s = max(10, f_0 + 1 = 21) = 21, f = 21 + 17 + 3 = 41
+    assert te_array_routed_schedule([(1, False), (0, False), (1, False)], 64, 1, 16, 2) == \
+        [(0, 20), (5, 24), (21, 41)]
+    for E in (1, 2, 3, 4, 8):
+        for G in (1, 2, 4):
+            for n in (0, 1, 3, 20):
+                for partial in (False, True):
+                    for J in (1, 2, 5, 9):
+                        rec = te_array_routed_schedule([(n, partial)] * J, 64, G, 16, E)
+                        assert te_array_routed_cycles(J, n, 64, G, 16, E, partial) == \
+                            rec[-1][1] + 1, (E, G, n, partial, J)
+    with pytest.raises(ValueError, match="J >= 1 and n >= 0"):
+        te_array_routed_cycles(0, 1, 64, 1, 16, 2)
+
+
+def test_routed_wrong_engine_is_caught():
+    """One K beat of job 0 routed to engine 1 instead of 0: job 0 misses it (early end at
+    the displaced ``last``: zeros) and job 1 gets a foreign beat; the golden comparison
+    fails."""
+    rng = np.random.default_rng(31)
+    jobs = jobs_of(rng, [(2, False), (2, False)], 1, 64, 16, "bf16")
+    plan = plan_json(jobs, routed_engines=2)
+    check_results(jobs, simulate_amaranth(jobs, 2, routed_kv=True, plan=plan))
+    low = kv_layout(16, "bf16").size
+    assert split_tag(plan["kv"][1], low)[1] == 0
+    plan["kv"][1] ^= 1 << low                  # engine 0 -> 1
+    with pytest.raises(AssertionError, match="job 0 .* differs from the golden TE"):
+        check_results(jobs, simulate_amaranth(jobs, 2, routed_kv=True, plan=plan))
+
+
+def test_routed_rule_r1_broken_deadlocks():
+    """Rule R1 is needed: with one-token FIFOs, a producer that sends job 3's two tokens
+    (engine 1's next job) before job 0's beats fills FIFO 1 with a job that cannot start
+    (engine 1 waits for job 1's output, which waits for job 0's, which waits for job 0's
+    K/V behind job 3's): the array hangs. The same beats in an R1 order run through."""
+    rng = np.random.default_rng(37)
+    jobs = jobs_of(rng, [(1, False), (1, False), (1, False), (2, False)], 1, 64, 16, "fp8")
+    tok = 2 * 4
+
+    def toks(k):
+        w = [pack_routed_kv(x, k % 2, 16, "fp8", 2) for x in jobs[k].vec.kv_beats()]
+        return [w[i:i + tok] for i in range(0, len(w), tok)]
+
+    t = {k: toks(k) for k in range(4)}
+    plan = plan_json(jobs, routed_engines=2)
+    plan["kv"] = t[1][0] + t[3][0] + t[3][1] + t[0][0] + t[2][0]
+    with pytest.raises(TimeoutError, match="TE array hung"):
+        simulate_amaranth(jobs, 2, routed_kv=True, kv_fifo_depth=tok, plan=plan)
+    plan["kv"] = t[1][0] + t[0][0] + t[3][0] + t[2][0] + t[3][1]        # R1 holds
+    check_results(jobs, simulate_amaranth(jobs, 2, routed_kv=True, kv_fifo_depth=tok,
+                                          plan=plan))
+
+
+def test_routed_verilog_lint_clean(tmp_path):
+    """Verilog of a 3-engine routed array (an engine field with an out-of-range value) lints
+    clean with the documented waivers."""
+    from tricut.sim.harness.verilog_out import lint, write_verilog
+
+    dut = TEArray(engines=3, head_dim=64, G=1, lanes=2, kv_dtype="fp8", tag_bits=8,
+                  routed_kv=True)
+    path = write_verilog(dut, "tile_te_array_routed", tmp_path)
+    clean, messages = lint(path, "tile_te_array_routed")
+    assert clean, messages
+
+
+def test_routed_out_of_range_engine_is_dropped():
+    """3 engines (a 2-bit ``engine`` field): a beat for engine 3 is taken and dropped, the
+    jobs around it bit-exact and drained."""
+    rng = np.random.default_rng(41)
+    jobs = jobs_of(rng, [(2, False), (1, True), (0, False), (2, False)], 2, 64, 16, "fp8")
+    plan = plan_json(jobs, routed_engines=3, idle="random", seed=3)
+    low = kv_layout(16, "fp8").size
+    stray = tag_word(split_tag(plan["kv"][3], low)[0], 3, low, 2)
+    plan["kv"][5:5] = [stray, stray]
+    res = simulate_amaranth(jobs, 3, routed_kv=True, plan=plan)
+    check_results(jobs, res)

@@ -11,8 +11,8 @@ from amaranth.lib.wiring import In, Out
 from tricut.models.cdu import LAYER_STRIDE, REQ_STRIDE, default_reserve
 
 from .checked import CheckedComponent
-from .layouts import (KIND, RESULT, Widths, hbm_req_layout, hbm_resp_layout, op_layout,
-                      ready_layout, status_layout, txn_layout)
+from .layouts import (KIND, RESULT, WAY_BITS, Widths, hbm_req_layout, hbm_resp_layout,
+                      op_layout, ready_layout, status_layout, txn_layout)
 
 __all__ = ["CDUCoreRTL", "COUNTERS", "check_params"]
 
@@ -125,6 +125,17 @@ class CDUCoreRTL(CheckedComponent):
     filled hit: the cycle after the decision), in operation order. ``hbm_req`` is a register
     loaded when empty or read: retries first (lowest id), then first attempts in order.
     ``hbm_resp.ready`` is low only while a ``status`` beat waits to be read.
+
+    Frames: ``txn``, ``ready`` and ``hbm_req`` carry the way of the block's L2 frame (data
+    frame ``set * ways + way``), ``ready.bypass`` and ``hbm_req.alloc`` (``layouts.py``).
+    *Eviction hold*: an allocating decision (R miss_alloc, P pf_issue, W w_alloc) whose
+    victim frame is the frame of a ready-queue entry not yet popped (and not a bypass) waits
+    until the cycle after that entry's ``ready`` beat transferred: the consumer reads the
+    frame until it takes the beat. Timing only: the decision is that of the stalled cycle
+    (the allocation state does not change while it waits), and it waits only on older
+    demand reads. *Orphans*: an allocation evicting a frame whose fill is still in flight
+    (``pend``) clears its MSHR's ``own`` bit; every ``hbm_req`` beat of that MSHR sent from
+    the next cycle on has ``alloc`` = 0.
     """
 
     @staticmethod
@@ -155,7 +166,7 @@ class CDUCoreRTL(CheckedComponent):
         dec = self._elaborate_decide(m, lk, mshr, rq)
         done = self._elaborate_hbm_response(m, mshr)
         fail_dec = self._elaborate_frames(m, tags, lk, dec, done)
-        sendq = self._elaborate_mshr(m, mshr, dec)
+        sendq = self._elaborate_mshr(m, mshr, lk, dec)
         self._elaborate_ready_queue(m, rq, lk, dec, done)
         self._elaborate_txn(m, lk, dec)
         self._elaborate_counters(m, lk, dec, fail_dec)
@@ -182,19 +193,29 @@ class CDUCoreRTL(CheckedComponent):
 
     def _mshr_file(self):
         """Per MSHR ``j``: ``busy``, ``tag``, ``tries`` (retries so far), ``retry`` (to be
-        re-sent)."""
+        re-sent), ``way`` (the frame way it fills, 0 for a bypass read) and ``own`` (its frame
+        still belongs to it: set by an allocating read, cleared by a bypass read and when an
+        allocation evicts its frame while the fill is in flight)."""
         M, wd = self.mshrs, self.widths
         busy = [Signal(name=f"m_busy_{j}") for j in range(M)]
         mtag = [_tag_sigs(wd, f"m_tag_{j}") for j in range(M)]
         tries = [Signal(3, name=f"m_tries_{j}") for j in range(M)]
         retry = [Signal(name=f"m_retry_{j}") for j in range(M)]
-        return SimpleNamespace(busy=busy, tag=mtag, tries=tries, retry=retry)
+        way = [Signal(WAY_BITS, name=f"m_way_{j}") for j in range(M)]
+        own = [Signal(name=f"m_own_{j}") for j in range(M)]
+        return SimpleNamespace(busy=busy, tag=mtag, tries=tries, retry=retry, way=way, own=own)
 
     def _ready_queue_regs(self):
         """Ring of ``rq_depth`` demand reads: ``wait`` (data not yet in L2, on MSHR ``id``),
-        ``err``, ``hit``, ``tag``; ``head``, ``tail``, ``count``."""
+        ``err``, ``hit``, ``tag``, ``way``/``bypass`` and ``set`` (its frame), ``live``
+        (pushed, not yet popped); ``head``, ``tail``, ``count``."""
         Q, wd = self.rq_depth, self.widths
         idb, qb = wd.id, max(1, _log2(Q))
+        sb = max(1, _log2(self.sets))
+        rq_way = [Signal(WAY_BITS, name=f"rq_way_{q}") for q in range(Q)]
+        rq_byp = [Signal(name=f"rq_bypass_{q}") for q in range(Q)]
+        rq_set = [Signal(sb, name=f"rq_set_{q}") for q in range(Q)]
+        rq_live = [Signal(name=f"rq_live_{q}") for q in range(Q)]
         rq_wait = [Signal(name=f"rq_wait_{q}") for q in range(Q)]
         rq_id = [Signal(idb, name=f"rq_id_{q}") for q in range(Q)]
         rq_err = [Signal(name=f"rq_err_{q}") for q in range(Q)]
@@ -203,6 +224,7 @@ class CDUCoreRTL(CheckedComponent):
         rq_head, rq_tail = Signal(qb), Signal(qb)
         rq_count = Signal(range(Q + 1))
         return SimpleNamespace(wait=rq_wait, id=rq_id, err=rq_err, hit=rq_hit, tag=rq_tag,
+                               way=rq_way, bypass=rq_byp, set=rq_set, live=rq_live,
                                head=rq_head, tail=rq_tail, count=rq_count)
 
     # ---------------------------------------------------------------- lookup and victim
@@ -216,8 +238,8 @@ class CDUCoreRTL(CheckedComponent):
             set), ``row`` (that set's ways: ``valid``, ``cls``, ``age``, ``pf``, ``pend``,
             ``pid``, ``tag``), ``hit``/``hway``, the victim ``vway`` with ``vic_ok`` (a way
             may be replaced) and ``vic_valid`` (it holds a block), ``h_*`` (the hit way's
-            fields), ``v_pf``/``v_tag`` (the victim's), ``alloc_cls``/``hit_cls`` (``op.cls``
-            after the keep cap).
+            fields), ``v_pf``/``v_pend``/``v_pid``/``v_tag`` (the victim's),
+            ``alloc_cls``/``hit_cls`` (``op.cls`` after the keep cap).
         """
         S, W = self.sets, self.ways
         ab = max(1, _log2(W))
@@ -274,6 +296,7 @@ class CDUCoreRTL(CheckedComponent):
         h_pf, h_pend, h_pid = _at(s_pf, hway), _at(s_pend, hway), _at(s_pid, hway)
         h_cls = _at(s_cls, hway)
         v_pf = _at(s_pf, vway)
+        v_pend, v_pid = _at(s_pend, vway), _at(s_pid, vway)
 
         # keep cap: valid keep/pinned ways of the set (class >= 2: the class's top bit); an
         # allocation does not count the victim way it replaces. A keep request onto a block
@@ -296,8 +319,8 @@ class CDUCoreRTL(CheckedComponent):
                               pid=s_pid, tag=s_tag)
         return SimpleNamespace(sidx=sidx, row=row, hit=hit, hway=hway, vway=vway,
                                vic_ok=vic_ok, vic_valid=vic_valid, h_pf=h_pf, h_pend=h_pend,
-                               h_pid=h_pid, v_pf=v_pf, v_tag=v_tag, alloc_cls=alloc_cls,
-                               hit_cls=hit_cls)
+                               h_pid=h_pid, v_pf=v_pf, v_pend=v_pend, v_pid=v_pid, v_tag=v_tag,
+                               alloc_cls=alloc_cls, hit_cls=hit_cls)
 
     def _elaborate_decide(self, m, lk, mshr, rq):
         """The decision on the operation on ``op`` and whether it is taken this cycle.
@@ -308,7 +331,9 @@ class CDUCoreRTL(CheckedComponent):
             Combinational, in the cycle the operation is on ``op``:
             ``isR``/``isW``/``isP``/``isS``, ``cls_nz``, ``alloc`` (it takes a frame),
             ``hbm`` (it needs an HBM read), ``result`` (``txn.result`` code), ``new_id`` (the
-            free MSHR it gets, lowest index) and ``fire`` (taken: ``op.ready``).
+            free MSHR it gets, lowest index), ``way`` (the frame way of the block: hit way,
+            else the allocated way, else 0), ``hold`` (the eviction hold: the victim frame is
+            that of a live, non-bypass ready-queue entry) and ``fire`` (taken: ``op.ready``).
         """
         op = self.op.p
         M, Q, idb = self.mshrs, self.rq_depth, self.widths.id
@@ -340,14 +365,24 @@ class CDUCoreRTL(CheckedComponent):
         for j in reversed(range(M)):
             with m.If(~mshr.busy[j]):
                 m.d.comb += [m_free_any.eq(1), new_id.eq(j)]
+        # eviction hold: the victim frame (set, way) is read by a demand read still in the
+        # ready queue (pushed by an older decision, not yet popped): wait for its pop
+        way = Signal(WAY_BITS)
+        m.d.comb += way.eq(Mux(hit, lk.hway, Mux(alloc, lk.vway, 0)))
+        hold = Signal()
+        m.d.comb += hold.eq(alloc & Cat(
+            rq.live[q] & ~rq.bypass[q] & (rq.set[q] == lk.sidx) & (rq.way[q] == lk.vway)
+            for q in range(Q)).any())
         txn_free = ~self.txn.valid | self.txn.ready
         fire = Signal()
         m.d.comb += [
-            fire.eq(self.op.valid & txn_free & (~hbm | m_free_any) & (~isR | (rq.count < Q))),
+            fire.eq(self.op.valid & txn_free & (~hbm | m_free_any) & (~isR | (rq.count < Q)) &
+                    ~hold),
             self.op.ready.eq(fire),
         ]
         return SimpleNamespace(isR=isR, isW=isW, isP=isP, isS=isS, cls_nz=cls_nz, alloc=alloc,
-                               hbm=hbm, result=result, new_id=new_id, fire=fire)
+                               hbm=hbm, result=result, new_id=new_id, way=way, hold=hold,
+                               fire=fire)
 
     # ---------------------------------------------------------------- MSHRs and retry
     def _elaborate_hbm_response(self, m, mshr):
@@ -454,10 +489,15 @@ class CDUCoreRTL(CheckedComponent):
                                      ftag[s][i]["block"].eq(op.block)]
         return fail_dec
 
-    def _elaborate_mshr(self, m, mshr, dec):
+    def _elaborate_mshr(self, m, mshr, lk, dec):
         """MSHR allocation on a decision with ``hbm``, the first-attempt send queue and the
         ``hbm_req`` register (loaded when empty or read, valid from the next cycle):
         retries first (lowest id), then first attempts in allocation order.
+
+        Orphans: an allocation whose victim frame is still being filled (``pend``, MSHR
+        ``pid``) clears that MSHR's ``own``; the ``alloc`` bit of the ``hbm_req`` register is
+        ``own`` of its MSHR as of the previous clock edge, also while the beat waits to be
+        read (so it says whether the frame still belongs to the read when the beat transfers).
 
         The send queue is a :class:`~amaranth.lib.fifo.SyncFIFO` of MSHR ids: an id written
         in the decision's cycle can be read (combinationally) in the next, so a miss's first
@@ -472,14 +512,20 @@ class CDUCoreRTL(CheckedComponent):
         op = self.op.p
         cnt = self.counters
         busy, tries, retry, mtag = mshr.busy, mshr.tries, mshr.retry, mshr.tag
+        mway, own = mshr.way, mshr.own
         new_id = dec.new_id
         push = dec.fire & dec.hbm
-        with m.If(push):
-            for j in range(M):
-                with m.If(new_id == j):
-                    m.d.sync += [busy[j].eq(1), tries[j].eq(0), retry[j].eq(0),
-                                 mtag[j]["req"].eq(op.req), mtag[j]["layer"].eq(op.layer),
-                                 mtag[j]["block"].eq(op.block)]
+        # orphaning: the decision re-allocates a frame whose fill (MSHR v_pid) is in flight
+        orphan = Signal()
+        m.d.comb += orphan.eq(dec.fire & dec.alloc & lk.vic_valid & lk.v_pend)
+        for j in range(M):
+            with m.If(push & (new_id == j)):
+                m.d.sync += [busy[j].eq(1), tries[j].eq(0), retry[j].eq(0),
+                             mway[j].eq(Mux(dec.alloc, lk.vway, 0)), own[j].eq(dec.alloc),
+                             mtag[j]["req"].eq(op.req), mtag[j]["layer"].eq(op.layer),
+                             mtag[j]["block"].eq(op.block)]
+            with m.Elif(orphan & (lk.v_pid == j)):
+                m.d.sync += own[j].eq(0)
         # never full: an id is queued once per allocation and at most M MSHRs are busy
         m.submodules.send_queue = sendq = SyncFIFO(width=idb, depth=M)
         m.d.comb += [sendq.w_data.eq(new_id), sendq.w_en.eq(push)]
@@ -490,23 +536,30 @@ class CDUCoreRTL(CheckedComponent):
         for j in reversed(range(M)):
             with m.If(retry[j]):
                 m.d.comb += [r_any.eq(1), r_sel.eq(j)]
+
+        def load(hid):
+            """Load MSHR ``hid``'s request; ``alloc``: it still owns its frame after this edge."""
+            m.d.sync += [hreq.valid.eq(1), hreq.p.id.eq(hid), hreq.p.way.eq(_at(mway, hid)),
+                         hreq.p.alloc.eq(_at(own, hid) & ~(orphan & (lk.v_pid == hid)))]
+            for k in ("req", "layer", "block"):
+                m.d.sync += getattr(hreq.p, k).eq(_at([t[k] for t in mtag], hid))
+
         with m.If(~hreq.valid | hreq.ready):
             with m.If(r_any):
-                m.d.sync += [hreq.valid.eq(1), hreq.p.id.eq(r_sel), hreq.p.retry.eq(1)]
-                for k in ("req", "layer", "block"):
-                    m.d.sync += getattr(hreq.p, k).eq(_at([t[k] for t in mtag], r_sel))
+                load(r_sel)
+                m.d.sync += hreq.p.retry.eq(1)
                 for j in range(M):
                     with m.If(r_sel == j):
                         m.d.sync += retry[j].eq(0)
             with m.Elif(sendq.r_rdy):
                 hid = sendq.r_data
                 m.d.comb += sendq.r_en.eq(1)
-                m.d.sync += [hreq.valid.eq(1), hreq.p.id.eq(hid), hreq.p.retry.eq(0),
-                             cnt.hbm_reads.eq(cnt.hbm_reads + 1)]
-                for k in ("req", "layer", "block"):
-                    m.d.sync += getattr(hreq.p, k).eq(_at([t[k] for t in mtag], hid))
+                load(hid)
+                m.d.sync += [hreq.p.retry.eq(0), cnt.hbm_reads.eq(cnt.hbm_reads + 1)]
             with m.Else():
                 m.d.sync += hreq.valid.eq(0)
+        with m.Elif(orphan & (lk.v_pid == hreq.p.id)):
+            m.d.sync += hreq.p.alloc.eq(0)         # orphaned while waiting to be read
         return sendq
 
     # ---------------------------------------------------------------- ready queue
@@ -524,22 +577,31 @@ class CDUCoreRTL(CheckedComponent):
             with m.If(done_v & rq.wait[q] & (rq.id[q] == done_id)):
                 m.d.sync += [rq.wait[q].eq(0), rq.err[q].eq(done_fail)]
         rq_push = dec.fire & dec.isR
+        rdy = self.ready
+        rq_pop = rdy.valid & rdy.ready
+        for q in range(Q):
+            with m.If(rq_push & (rq.tail == q)):
+                m.d.sync += rq.live[q].eq(1)
+            with m.Elif(rq_pop & (rq.head == q)):
+                m.d.sync += rq.live[q].eq(0)
         with m.If(rq_push):
             for q in range(Q):
                 with m.If(rq.tail == q):
                     m.d.sync += [
+                        rq.way[q].eq(dec.way), rq.bypass[q].eq(~hit & ~dec.alloc),
+                        rq.set[q].eq(lk.sidx),
                         rq.wait[q].eq(Mux(hit, h_wait_now, 1)),
                         rq.id[q].eq(Mux(hit, h_pid, dec.new_id)),
                         rq.err[q].eq(hit & h_err_now), rq.hit[q].eq(hit),
                         rq.tag[q]["req"].eq(op.req), rq.tag[q]["layer"].eq(op.layer),
                         rq.tag[q]["block"].eq(op.block)]
             m.d.sync += rq.tail.eq(Mux(rq.tail == Q - 1, 0, rq.tail + 1))
-        rdy = self.ready
         m.d.comb += [rdy.valid.eq((rq.count != 0) & ~_at(rq.wait, rq.head)),
-                     rdy.p.hit.eq(_at(rq.hit, rq.head)), rdy.p.err.eq(_at(rq.err, rq.head))]
+                     rdy.p.hit.eq(_at(rq.hit, rq.head)), rdy.p.err.eq(_at(rq.err, rq.head)),
+                     rdy.p.way.eq(_at(rq.way, rq.head)),
+                     rdy.p.bypass.eq(_at(rq.bypass, rq.head))]
         for k in ("req", "layer", "block"):
             m.d.comb += getattr(rdy.p, k).eq(_at([t[k] for t in rq.tag], rq.head))
-        rq_pop = rdy.valid & rdy.ready
         with m.If(rq_pop):
             m.d.sync += rq.head.eq(Mux(rq.head == Q - 1, 0, rq.head + 1))
         m.d.sync += rq.count.eq(rq.count + rq_push - rq_pop)
@@ -553,7 +615,8 @@ class CDUCoreRTL(CheckedComponent):
             m.d.sync += [self.txn.valid.eq(1), self.txn.p.kind.eq(op.kind),
                          self.txn.p.req.eq(op.req), self.txn.p.layer.eq(op.layer),
                          self.txn.p.block.eq(op.block), self.txn.p.result.eq(dec.result),
-                         self.txn.p.victim_valid.eq(alloc & vic_valid), self.txn.p.hbm.eq(dec.hbm)]
+                         self.txn.p.victim_valid.eq(alloc & vic_valid), self.txn.p.hbm.eq(dec.hbm),
+                         self.txn.p.way.eq(Mux((dec.isP | dec.isS) & lk.hit, 0, dec.way))]
             for k in ("req", "layer", "block"):
                 m.d.sync += getattr(self.txn.p.victim, k).eq(Mux(alloc & vic_valid, lk.v_tag[k], 0))
         with m.Elif(self.txn.ready):

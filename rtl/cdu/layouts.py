@@ -10,12 +10,24 @@ Streams (``amaranth.lib.stream``; payloads LSB first):
 * ``op`` (intake -> core): one block operation, the fields of ``desc`` without ``count``.
 * ``txn`` out: one beat per operation, in operation order: the decision (``result`` code;
   ``restore`` for every S op, which never touches the tag store), the victim
-  (``victim_valid`` and its tag) and ``hbm`` (an HBM read was issued).
-* ``hbm_req`` out: ``id`` (MSHR index), the block's tag, ``retry`` (0 on the first attempt).
+  (``victim_valid`` and its tag), ``hbm`` (an HBM read was issued) and ``way`` (the L2 frame
+  way of the block for R hit / miss_alloc, P pf_issue, W w_hit / w_alloc; 0 otherwise).
+* ``hbm_req`` out: ``id`` (MSHR index), the block's tag, ``retry`` (0 on the first attempt),
+  ``way`` (the frame way the read fills; 0 for a bypass read; the same on every attempt) and
+  ``alloc`` (1: the read fills frame (set(tag), ``way``) and that frame still belongs to this
+  MSHR when the beat transfers; 0: a bypass read, or a read whose frame has since been
+  re-allocated to another block -- an *orphaned* fill, its data must be written nowhere).
 * ``hbm_resp`` in: ``id`` and ``err``. Responses may come in any order.
 * ``ready`` out (to the TE): one beat per demand read, in order, once its data is in L2 (or
   has been read from HBM for a bypass): tag, ``hit``, ``err`` (the HBM read failed after
-  all retries).
+  all retries), ``way`` (the frame way holding the block: the hit way or the allocated way;
+  0 for a bypass) and ``bypass`` (1: miss_bypass, the data is in no frame). The frame
+  (set(tag), ``way``) of an entry is not re-allocated until the entry has been popped
+  (the eviction hold, ``rtl/cdu/core.py``).
+
+The L2 data frame of (set, way) is ``set * ways + way``; the set is computed from the tag
+(``models/cdu.set_index``), so only the way is carried. ``way`` fields are ``WAY_BITS`` wide
+(ways <= 16) whatever the instance, so the layouts do not depend on the geometry.
 * ``status`` out: one beat per HBM read that failed ``max_retries + 1`` times: ``id`` and tag.
 """
 
@@ -24,7 +36,7 @@ from amaranth.lib import data
 
 from tricut.models.cdu import HINTS, KINDS, PATTERNS, POLICIES, RESULTS
 
-__all__ = ["KIND", "KIND_BITS", "RESULT", "RESULT_NAME", "HINT", "POLICY", "PATTERN", "Widths",
+__all__ = ["KIND", "KIND_BITS", "WAY_BITS", "RESULT", "RESULT_NAME", "HINT", "POLICY", "PATTERN", "Widths",
            "desc_layout", "op_layout", "txn_layout", "hbm_req_layout", "hbm_resp_layout",
            "ready_layout", "status_layout"]
 
@@ -39,6 +51,8 @@ KIND_BITS = 3
 RESULT = {r: i for i, r in enumerate(RESULTS)}
 RESULT_NAME = {v: k for k, v in RESULT.items()}
 assert len(KIND) < 2 ** KIND_BITS and len(RESULT) <= 16   # kind with spare codes, 4-bit result
+#: width of every ``way`` field (``txn``, ``hbm_req``, ``ready``): ways <= 16
+WAY_BITS = 4
 
 
 class Widths:
@@ -71,11 +85,13 @@ def op_layout(w: Widths):
 def txn_layout(w: Widths):
     return data.StructLayout({"kind": unsigned(KIND_BITS), **w.tag(), "result": unsigned(4),
                               "victim_valid": unsigned(1),
-                              "victim": data.StructLayout(w.tag()), "hbm": unsigned(1)})
+                              "victim": data.StructLayout(w.tag()), "hbm": unsigned(1),
+                              "way": unsigned(WAY_BITS)})
 
 
 def hbm_req_layout(w: Widths):
-    return data.StructLayout({"id": unsigned(w.id), **w.tag(), "retry": unsigned(1)})
+    return data.StructLayout({"id": unsigned(w.id), **w.tag(), "retry": unsigned(1),
+                              "way": unsigned(WAY_BITS), "alloc": unsigned(1)})
 
 
 def hbm_resp_layout(w: Widths):
@@ -83,7 +99,8 @@ def hbm_resp_layout(w: Widths):
 
 
 def ready_layout(w: Widths):
-    return data.StructLayout({**w.tag(), "hit": unsigned(1), "err": unsigned(1)})
+    return data.StructLayout({**w.tag(), "hit": unsigned(1), "err": unsigned(1),
+                              "way": unsigned(WAY_BITS), "bypass": unsigned(1)})
 
 
 def status_layout(w: Widths):

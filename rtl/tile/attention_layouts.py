@@ -26,9 +26,18 @@ block, ``ntok`` 1..16); the answer is its ``ntok * 2 * Dk`` words in token order
 on the final one, ``err`` where the memory said so. Today an HBM reader answers it
 (:class:`~.kv_streamer.HbmBlockReader`); the CDU's L2 hit path can answer the same requests.
 
-**HBM ports**: the payloads of the tile's ``hbm_req`` and ``hbm_resp``, declared here once;
-the behavioural HBM model (:mod:`tricut.rtl.tile.behavioural.layouts`) imports them, so the
-synthesizable tile imports nothing behavioural.
+**HBM ports**: the payloads of the tile's ``hbm_req``, ``hbm_resp`` and ``hbm_write``, and
+of the L2 data array's ``l2_write`` (frame, beat, data), declared here once; the behavioural
+models (:mod:`tricut.rtl.tile.behavioural.layouts`) import them, so the synthesizable tile
+imports nothing behavioural.
+
+**L2 data array** (read side, :func:`l2_read_layout`, :func:`l2_data_layout`): a read of
+``beats`` words from beat 0 of ``frame``, answered with ``tag``, ``data``, ``last``, ``err``.
+
+**L2 fill and new-token writes** (:mod:`.l2_fill`): the filler takes the CDU's ``hbm_req`` and
+answers its ``hbm_resp``, the new-token writer takes the CDU's ``txn`` (the CDU's layouts,
+:mod:`tricut.rtl.cdu.layouts`, with their ``way`` and ``alloc`` fields), and the tile's new K/V
+through :func:`newkv_write_layout` (``request``, ``kv_head``, ``beat``, ``data``, ``pos``).
 """
 
 from __future__ import annotations
@@ -40,7 +49,9 @@ from tricut.models.te import KV_CODE_BITS
 
 __all__ = ["BLOCK_TOKENS", "kv_word_bits", "kv_data_bits", "kv_addr", "kv_region_words",
            "kv_image_words", "index_bits", "count_bits", "tag_layout", "block_req_layout",
-           "block_data_layout", "hbm_req_layout", "hbm_resp_layout", "q_write_layout"]
+           "block_data_layout", "hbm_req_layout", "hbm_resp_layout", "hbm_write_layout",
+           "l2_write_layout", "l2_read_layout", "l2_data_layout", "q_write_layout",
+           "newkv_write_layout"]
 
 #: tokens per KV block (the CDU's block: ``seq_bits = block_bits + 4``)
 BLOCK_TOKENS = 16
@@ -107,6 +118,36 @@ def hbm_req_layout(id_bits, addr_bits, max_beats):
 def hbm_resp_layout(id_bits, data_bits):
     return data.StructLayout({"id": unsigned(id_bits), "data": unsigned(data_bits),
                               "last": unsigned(1), "err": unsigned(1)})
+
+
+def hbm_write_layout(addr_bits, data_bits):
+    return data.StructLayout({"addr": unsigned(addr_bits), "data": unsigned(data_bits)})
+
+
+def l2_write_layout(frames, block_beats, data_bits):
+    """The L2 data array's write port: word ``beat`` of frame ``frame``."""
+    return data.StructLayout({"frame": unsigned(index_bits(frames)),
+                              "beat": unsigned(index_bits(block_beats)),
+                              "data": unsigned(data_bits)})
+
+
+def l2_read_layout(frames, block_beats, tag_bits):
+    return data.StructLayout({"frame": unsigned(index_bits(frames)),
+                              "beats": unsigned(count_bits(block_beats)),
+                              "tag": unsigned(tag_bits)})
+
+
+def l2_data_layout(tag_bits, data_bits):
+    return data.StructLayout({"tag": unsigned(tag_bits), "data": unsigned(data_bits),
+                              "last": unsigned(1), "err": unsigned(1)})
+
+
+def newkv_write_layout(req_bits, head_bits, beat_bits, data_bits, pos_bits):
+    """The new-K/V buffer's write port: word ``beat`` (0..2*Dk-1: Dk K words, Dk V words) of
+    ``(request, kv_head)``, and ``pos``, the new token's index (kept per request)."""
+    return data.StructLayout({"request": unsigned(req_bits), "kv_head": unsigned(head_bits),
+                              "beat": unsigned(beat_bits), "data": unsigned(data_bits),
+                              "pos": unsigned(pos_bits)})
 
 
 def q_write_layout(slot_bits, head_bits, beat_bits, lanes):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, LANES, MAX_G
@@ -11,13 +12,16 @@ from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.layouts import kv_layout, q_layout
 
-from .array_layouts import (MAX_TAG_BITS, array_job_layout, tagged_out_layout,
-                            tagged_status_layout)
+from .array_layouts import (MAX_TAG_BITS, array_job_layout, engine_bits, routed_kv_layout,
+                            tagged_out_layout, tagged_status_layout)
 
-__all__ = ["TEArray", "MAX_ENGINES", "te_array_schedule", "te_array_cycles"]
+__all__ = ["TEArray", "MAX_ENGINES", "MAX_KV_FIFO_DEPTH", "te_array_schedule", "te_array_cycles",
+           "te_array_routed_schedule", "te_array_routed_cycles"]
 
 #: the most engines one array holds
 MAX_ENGINES = 16
+#: the deepest per-engine K/V FIFO of a routed array
+MAX_KV_FIFO_DEPTH = 4096
 
 
 def _phases(n, head_dim, G, lanes, partial):
@@ -67,6 +71,55 @@ def te_array_cycles(J, n, head_dim, G, lanes, engines, partial=False):
     return J * (i + o) if engines == 1 else J * i + o
 
 
+def te_array_routed_schedule(jobs, head_dim, G, lanes, engines):
+    """Cycles of a job list on a routed-K/V array (``routed_kv=True``) whose engines never
+    wait for K/V: every ``kv`` beat is in its engine's FIFO by the cycle the engine wants it
+    (and ``job``, ``q`` offered as soon as they can be taken, ``out`` and ``status`` always
+    ready). ``jobs``: ``(n, partial)`` with exactly ``n`` tokens each. Same return value as
+    :func:`te_array_schedule`; the dispatcher now spends ``1 + G*Dk`` cycles per job (the
+    ``job`` beat and the ``q`` beats) instead of the whole input phase::
+
+        s_0 = 0
+        s_k = max(s_{k-1} + 1 + G*Dk, f_{k-E} + 1)   (job + q serial; engine k mod E free)
+        f_k = max(s_k + I_k, f_{k-1} + 1) + O_k - 1  (output in job order)
+
+    Exact when no engine waits for K/V; a lower bound otherwise. A ``kv`` producer sending
+    one token (``2*Dk`` beats) at a time round-robin over the jobs in flight keeps up when
+    ``engines * 2*Dk <= 3*G*Dk`` (``engines <= 1.5*G``: the engines then need at most one
+    ``kv`` beat per cycle) and the FIFOs hold two tokens (the default depth); with more
+    engines the ``kv`` stream (one beat per cycle) is the bottleneck."""
+    q = G * (head_dim // lanes)
+    out = []
+    for k, (n, partial) in enumerate(jobs):
+        i_k, o_k = _phases(n, head_dim, G, lanes, partial)
+        s = 0 if k == 0 else out[-1][0] + 1 + q
+        if k >= engines:
+            s = max(s, out[k - engines][1] + 1)
+        first = s + i_k if k == 0 else max(s + i_k, out[-1][1] + 1)
+        out.append((s, first + o_k - 1))
+    return out
+
+
+def te_array_routed_cycles(J, n, head_dim, G, lanes, engines, partial=False):
+    """Cycles, first ``job`` beat to last ``out`` beat inclusive, of ``J`` equal jobs of ``n``
+    tokens on a routed-K/V array whose engines never wait for K/V
+    (:func:`te_array_routed_schedule`). With ``P = 1 + G*Dk`` (dispatch interval),
+    ``I = 1 + G*Dk + 3*n*G*Dk``, ``O = G*Dk (+G)`` and ``d = max(P, O)``, when
+    ``E*d <= I`` (each job's input phase covers a whole round of dispatches)::
+
+        ((J-1) // E) * (I + O) + ((J-1) % E) * d + I + O
+
+    (waves of ``E`` jobs, one every ``I + O`` cycles, staggered by ``d``; ``E = 1`` gives
+    ``J * (I + O)``, a single TE's ``J * te_cycles``); otherwise the recurrence's value."""
+    if n < 0 or J < 1:
+        raise ValueError(f"te_array_routed_cycles needs J >= 1 and n >= 0, got J={J}, n={n}")
+    i, o = _phases(n, head_dim, G, lanes, partial)
+    d = max(1 + G * (head_dim // lanes), o)
+    if engines * d <= i:
+        return (J - 1) // engines * (i + o) + (J - 1) % engines * d + i + o
+    return te_array_routed_schedule([(n, partial)] * J, head_dim, G, lanes, engines)[-1][1] + 1
+
+
 class TEArray(CheckedComponent):
     """``engines`` :class:`~tricut.rtl.te.engine.TEEngine` instances fed from one serial job
     stream, with one tagged output stream in job order.
@@ -82,6 +135,13 @@ class TEArray(CheckedComponent):
         payload width).
     tag_bits : int, 1..32
         Width of the job tag the array carries from ``job`` to ``out`` and ``status``.
+    routed_kv : bool
+        False (serial mode): ``kv`` follows ``q`` job by job, as below. True (routed mode):
+        every ``kv`` beat names its engine and goes through that engine's FIFO; see
+        *Routed K/V*.
+    kv_fifo_depth : int, 1..4096, or None
+        Routed mode: beats in each engine's K/V FIFO (default ``None``: ``2 * 2*Dk``, two
+        tokens). Unused in serial mode.
 
     Streams (``amaranth.lib.stream``; payloads in :mod:`tricut.rtl.tile.array_layouts`):
 
@@ -108,14 +168,43 @@ class TEArray(CheckedComponent):
     or ``2G`` cycles), so the input phases of successive jobs never overlap. Unstalled cycle
     counts: :func:`te_array_schedule`, :func:`te_array_cycles`.
 
+    **Routed K/V** (``routed_kv=True``): ``job`` and ``q`` are dispatched exactly as above,
+    but after a job's ``q`` beats the dispatcher goes straight back to the next ``job`` beat.
+    The ``kv`` payload is :func:`~.array_layouts.routed_kv_layout`: the TE ``kv`` payload
+    (``kv``) and ``engine``; a beat is written into engine ``engine``'s FIFO
+    (``kv_fifo_depth`` beats, first-word-fall-through, feeding that engine's ``kv`` port) and
+    ``kv.ready`` is "that FIFO is not full" (from the FIFO levels, registers, and
+    ``kv.payload.engine``: no combinational path from any engine). A beat whose ``engine >= engines`` is taken and dropped. Each engine
+    takes from its FIFO exactly as from a serial stream: only after its job's ``desc`` and
+    ``q``, the job's beats through ``last`` (none if ``n = 0``), so beats of an engine's next
+    job may wait in its FIFO while the engine is busy with the previous one. Engine ``e``'s
+    beats must arrive in job order, and the array cannot deadlock if the producer keeps to
+    this rule (any FIFO depth >= 1; ``out`` and ``status`` eventually ready):
+
+    * **(R1)** on ``kv``, no beat of job ``j`` before the last beat of every job ``<= j - E``
+      (so the jobs whose beats may be interleaved are at most ``E`` consecutive ones, one
+      per engine);
+    * **(R2)** the ``job`` and ``q`` beats of job ``j`` never wait for a ``kv`` beat of a
+      job ``> j - E`` to be taken (a producer with independent streams; or a sequential one
+      that sends job ``j``'s ``job`` and ``q`` beats after the ``kv`` of jobs ``<= j - E``
+      and the ``kv`` of each job only after that job's ``job`` beat).
+
+    Why: job ``j`` is dispatched once jobs ``<= j - E`` are finished, which needs only their
+    beats, all ahead of job ``j``'s on ``kv`` (R1) and not behind a ``job``/``q`` beat (R2);
+    so the beat at the head of ``kv`` (of some job ``j``) is taken at the latest when job
+    ``j`` starts on its engine and drains its FIFO. A producer that breaks R1 (e.g. sends
+    more than a FIFO's worth of engine ``e``'s next job, then a beat another engine's current
+    job needs) can deadlock. Unstalled cycles: :func:`te_array_routed_schedule`,
+    :func:`te_array_routed_cycles`.
+
     The ``status`` beat is held in one register: a job's last ``out`` beat is offered only
     once the previous job's ``status`` beat has been taken (``out.valid`` never depends on
     ``status.ready`` in the same cycle). ``busy`` (out) is high while any engine is busy or
-    a job's inputs are being forwarded.
+    a job's inputs are being forwarded (routed mode: also while any K/V FIFO holds a beat).
     """
 
     @staticmethod
-    def _check(engines, head_dim, G, lanes, kv_dtype, tag_bits):
+    def _check(engines, head_dim, G, lanes, kv_dtype, tag_bits, routed_kv, kv_fifo_depth):
         if not isinstance(engines, int) or isinstance(engines, bool) or \
                 not 1 <= engines <= MAX_ENGINES:
             raise ValueError(f"engines must be an int in 1..{MAX_ENGINES}, got {engines!r}")
@@ -130,15 +219,27 @@ class TEArray(CheckedComponent):
         if not isinstance(tag_bits, int) or isinstance(tag_bits, bool) or \
                 not 1 <= tag_bits <= MAX_TAG_BITS:
             raise ValueError(f"tag_bits must be an int in 1..{MAX_TAG_BITS}, got {tag_bits!r}")
+        if not isinstance(routed_kv, bool):
+            raise ValueError(f"routed_kv must be True or False, got {routed_kv!r}")
+        if kv_fifo_depth is not None and (
+                not isinstance(kv_fifo_depth, int) or isinstance(kv_fifo_depth, bool) or
+                not 1 <= kv_fifo_depth <= MAX_KV_FIFO_DEPTH):
+            raise ValueError(f"kv_fifo_depth must be None or an int in 1..{MAX_KV_FIFO_DEPTH}, "
+                             f"got {kv_fifo_depth!r}")
 
-    def __init__(self, engines=2, head_dim=128, G=4, lanes=8, kv_dtype="bf16", tag_bits=16):
+    def __init__(self, engines=2, head_dim=128, G=4, lanes=8, kv_dtype="bf16", tag_bits=16,
+                 routed_kv=False, kv_fifo_depth=None):
         self.engines, self.head_dim, self.G, self.lanes = engines, head_dim, G, lanes
         self.kv_dtype, self.tag_bits = kv_dtype, tag_bits
         self.dk = head_dim // lanes
+        self.routed_kv = routed_kv
+        self.kv_fifo_depth = 4 * self.dk if kv_fifo_depth is None else kv_fifo_depth
+        kv = routed_kv_layout(lanes, kv_dtype, engines) if routed_kv else \
+            kv_layout(lanes, kv_dtype)
         super().__init__({
             "job": In(stream.Signature(array_job_layout(tag_bits))),
             "q": In(stream.Signature(q_layout(lanes))),
-            "kv": In(stream.Signature(kv_layout(lanes, kv_dtype))),
+            "kv": In(stream.Signature(kv)),
             "out": Out(stream.Signature(tagged_out_layout(lanes, tag_bits))),
             "status": Out(stream.Signature(tagged_status_layout(tag_bits))),
             "busy": Out(1),
@@ -147,7 +248,7 @@ class TEArray(CheckedComponent):
     def elaborate(self, platform):
         m = Module()
         E = self.engines
-        eb = max(1, (E - 1).bit_length())
+        eb = engine_bits(E)
         qbeats = self.G * self.dk
         engs = []
         for i in range(E):
@@ -171,8 +272,13 @@ class TEArray(CheckedComponent):
         kv_ready = Array(e.kv.ready for e in engs)
         for e in engs:                  # payloads are shared; only valid is routed
             m.d.comb += [e.desc.payload.eq(self.job.payload.desc),
-                         e.q.payload.eq(self.q.payload), e.kv.payload.eq(self.kv.payload)]
+                         e.q.payload.eq(self.q.payload)]
+            if not self.routed_kv:
+                m.d.comb += e.kv.payload.eq(self.kv.payload)
         fwd = Signal()                  # forwarding a job's inputs
+        kv_held = Signal()              # routed mode: a K/V FIFO holds a beat
+        if self.routed_kv:
+            self._elaborate_kv_fifos(m, engs, kv_held)
         with m.FSM(name="dispatch"):
             with m.State("JOB"):
                 free = idle[in_ptr]
@@ -191,16 +297,20 @@ class TEArray(CheckedComponent):
                 with m.If(self.q.valid & self.q.ready):
                     m.d.sync += qcnt.eq(qcnt + 1)
                     with m.If(qcnt == qbeats - 1):
-                        with m.If(no_kv):
+                        if self.routed_kv:
                             m.next = "JOB"
-                        with m.Else():
-                            m.next = "KV"
-            with m.State("KV"):
-                m.d.comb += [fwd.eq(1), self.kv.ready.eq(kv_ready[cur])]
-                for i, e in enumerate(engs):
-                    m.d.comb += e.kv.valid.eq(self.kv.valid & (cur == i))
-                with m.If(self.kv.valid & self.kv.ready & self.kv.payload.last):
-                    m.next = "JOB"
+                        else:
+                            with m.If(no_kv):
+                                m.next = "JOB"
+                            with m.Else():
+                                m.next = "KV"
+            if not self.routed_kv:      # routed mode: the FIFOs take kv (no KV state)
+                with m.State("KV"):
+                    m.d.comb += [fwd.eq(1), self.kv.ready.eq(kv_ready[cur])]
+                    for i, e in enumerate(engs):
+                        m.d.comb += e.kv.valid.eq(self.kv.valid & (cur == i))
+                    with m.If(self.kv.valid & self.kv.ready & self.kv.payload.last):
+                        m.next = "JOB"
 
         # ---------------------------------------------------------------- output arbiter
         out_ptr = Signal(eb)            # engine of the oldest job not yet fully out
@@ -231,5 +341,29 @@ class TEArray(CheckedComponent):
             m.d.sync += [st_valid.eq(1), self.status.payload.status.as_value().eq(status[st_eng]),
                          self.status.payload.tag.eq(tags[st_eng])]
         m.d.comb += [self.status.valid.eq(st_valid),
-                     self.busy.eq(fwd | st_pend | st_valid | Cat(*[e.busy for e in engs]).any())]
+                     self.busy.eq(fwd | kv_held | st_pend | st_valid |
+                                  Cat(*[e.busy for e in engs]).any())]
         return m
+
+    def _elaborate_kv_fifos(self, m, engs, kv_held):
+        """Routed mode: one K/V FIFO per engine between ``kv`` (by its ``engine`` field) and
+        the engine's ``kv`` port; ``kv.ready`` = the addressed FIFO has room (out-of-range
+        engines: taken and dropped)."""
+        E = self.engines
+        width = kv_layout(self.lanes, self.kv_dtype).size
+        fifos = []
+        for i, e in enumerate(engs):
+            f = SyncFIFO(width=width, depth=self.kv_fifo_depth)
+            m.submodules[f"kv_fifo{i}"] = f
+            fifos.append(f)
+            m.d.comb += [f.w_data.eq(self.kv.payload.kv.as_value()),
+                         f.w_en.eq(self.kv.valid & (self.kv.payload.engine == i)),
+                         e.kv.valid.eq(f.r_rdy), e.kv.payload.as_value().eq(f.r_data),
+                         f.r_en.eq(e.kv.ready)]
+        eng = self.kv.payload.engine
+        w_rdy = Array(f.w_rdy for f in fifos)
+        if E == 1 << len(eng):
+            m.d.comb += self.kv.ready.eq(w_rdy[eng])
+        else:
+            m.d.comb += self.kv.ready.eq(Mux(eng < E, w_rdy[eng], 1))
+        m.d.comb += kv_held.eq(Cat(*[f.r_rdy for f in fifos]).any())

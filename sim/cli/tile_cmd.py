@@ -24,7 +24,9 @@ __all__ = ["add_commands", "cmd_tile_run"]
 _FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--prompt-lens",
           "max_prompt": "--max-prompt", "steps": "--steps", "kv_dtype": "--kv-dtype",
           "engines": "--engines", "lanes": "--lanes", "split_tokens": "--split-tokens",
-          "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile"}
+          "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile",
+          "policy": "--policy", "cdu_sets": "--cdu-sets", "cdu_ways": "--cdu-ways",
+          "distance": "--distance", "long_context": "--long-context"}
 
 
 def _prompt_lens(text):
@@ -52,7 +54,9 @@ def _setup(args):
               max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
               engines=args.engines, lanes=args.lanes, split_tokens=args.split_tokens,
               max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
-              seed=args.seed)
+              seed=args.seed, policy=None if args.policy == "none" else args.policy,
+              cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
+              long_context=args.long_context)
     try:
         check_setup(s)
     except SetupError as e:
@@ -64,9 +68,11 @@ def _text(rep):
     s, t = rep.setup, rep.tile
     eng = f"{s.engines} engine{'s' * (s.engines > 1)}"
     split = f"split-K at {s.split_tokens} tokens" if s.split_tokens else "no split"
+    cdu = (f"CDU {s.policy} ({s.cdu_sets} sets x {s.cdu_ways} ways, distance {s.distance})"
+           if s.policy else "no CDU (K/V from HBM)")
     lines = [f"tile run: {s.model}, {s.requests} requests (prompts "
              f"{', '.join(map(str, rep.prompt_lens))}), {s.steps} steps each, {s.kv_dtype} K/V, "
-             f"{eng}, {s.lanes} lanes, {split}; Amaranth simulator",
+             f"{eng}, {s.lanes} lanes, {split}, {cdu}; Amaranth simulator",
              f"DSU rounds ({s.profile}): " + "  ".join(
                  f"{i}:[{','.join(map(str, r))}]" for i, r in enumerate(rep.rounds))]
     for r, toks in t.tokens.items():
@@ -76,9 +82,18 @@ def _text(rep):
         layers = [t.layer_cycles[k] for k in sorted(t.layer_cycles) if k[0] == ri]
         lines.append(f"step {ri}: {cyc} cycles (first go to last done); layers "
                      f"{', '.join(map(str, layers))} (go to done)")
+    if s.policy:
+        c = t.cdu_counters
+        lines.append(f"CDU: {len(t.txns)} decisions; reads {c.get('accesses', 0)} (hits "
+                     f"{c.get('hits', 0)}, misses {c.get('misses', 0)}: bypass "
+                     f"{c.get('misses_bypass', 0)}), prefetches issued "
+                     f"{c.get('prefetch_issued', 0)}, writes {c.get('writes', 0)} (hits "
+                     f"{c.get('write_hits', 0)}, allocs {c.get('write_allocs', 0)}), fills "
+                     f"{c.get('fills', 0)}, evictions {c.get('evictions', 0)}")
     if rep.ok:
         lines.append(f"golden decode step (TE golden attention): {len(rep.golden.attn)} "
-                     f"attention outputs bit-exact, tokens equal")
+                     f"attention outputs bit-exact, tokens equal"
+                     + ("; CDU decisions equal to the CDU golden model" if s.policy else ""))
     return "\n".join(lines)
 
 
@@ -87,7 +102,9 @@ def _json(rep):
     return json.dumps({
         "setup": {k: getattr(s, k) for k in ("model", "requests", "steps", "kv_dtype", "engines",
                                              "lanes", "split_tokens", "max_ctx", "max_batch",
-                                             "profile", "seed")},
+                                             "profile", "seed", "policy", "cdu_sets",
+                                             "cdu_ways", "distance", "long_context")},
+        "cdu_counters": t.cdu_counters, "cdu_decisions": len(t.txns),
         "prompt_lens": rep.prompt_lens, "rounds": rep.rounds,
         "tokens": {str(r): v for r, v in t.tokens.items()},
         "golden_tokens": {str(r): v for r, v in rep.golden.tokens.items()},
@@ -169,6 +186,23 @@ def add_commands(sub) -> None:
                    help="the DSU's batch cap (default: every request, every round)")
     p.add_argument("--profile", default="throughput-opt",
                    help=f"DSU scheduling profile: {', '.join(PROFILES)} (default: %(default)s)")
+    p.add_argument("--policy", default="none",
+                   choices=("none", "disabled", "static", "adaptive"),
+                   help="the CDU in the K/V path with this policy (its decisions checked "
+                        "against the CDU golden model, transaction by transaction): blocks "
+                        "come from the L2 data array on a hit or an allocated miss, from HBM "
+                        "on a bypass; 'none': no CDU, every block from HBM "
+                        "(default: %(default)s)")
+    p.add_argument("--cdu-sets", type=_int_arg(), default=4, metavar="S",
+                   help="CDU tag-store sets, a power of 2 (default: %(default)s)")
+    p.add_argument("--cdu-ways", type=_int_arg(), default=2, metavar="W",
+                   help="CDU ways per set, 1..16 (default: %(default)s)")
+    p.add_argument("--distance", type=_int_arg(0), default=4, metavar="D",
+                   help="CDU prefetch distance in blocks, 0..255 (default: %(default)s)")
+    p.add_argument("--long-context", type=_int_arg(), default=1, metavar="T",
+                   help="with a CDU policy: the DSU marks contexts of at least T tokens "
+                        "resident (CDU hint 'auto', may be kept in L2), shorter ones 'stream' "
+                        "(default: %(default)s: every context)")
     p.add_argument("--seed", type=_int_arg(0), default=0, metavar="X",
                    help="seed of the weights, prompts and synthetic lengths (default: %(default)s)")
     p.add_argument("--sim", choices=("amaranth",), default="amaranth",

@@ -3,7 +3,9 @@
 An :class:`ArrayJob` is one tagged TE job: a :class:`~tricut.sim.harness.te.TEVector` (its
 codes, announced ``n``, partial mode) and the ``tag`` the tile gives it. :func:`plan_json`
 turns a job list into the stimulus plan (the beats of ``job``, ``q`` and ``kv``, serialised
-job by job; the idle and backpressure schedules; the seed); :class:`Driver` applies it cycle
+job by job, or for a routed-K/V array token by token across the engines,
+:func:`routed_kv_beats`; the idle and backpressure schedules; the seed); :class:`Driver`
+applies it cycle
 by cycle with the stream drivers of :mod:`tricut.sim.harness.streams` (Sources on the three
 inputs, Sinks on ``out`` and ``status``), independent of the simulator, and
 :func:`run_plan_amaranth` runs it in Amaranth's simulator. Every run ends with the drained
@@ -17,26 +19,30 @@ equal to the model's.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import numpy as np
 
 from tricut.models import te as M
 from tricut.rtl.te.layouts import out_layout, status_layout
-from tricut.rtl.tile.array_layouts import pack_job, split_tag, tag_word
-from tricut.rtl.tile.te_array import te_array_schedule
+from tricut.rtl.tile.array_layouts import pack_job, pack_routed_kv, split_tag, tag_word
+from tricut.rtl.tile.te_array import te_array_routed_schedule, te_array_schedule
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
 from tricut.sim.harness.te import TEVector, make_vector
 
 __all__ = ["ArrayJob", "JobOut", "random_job", "plan_json", "Driver", "run_plan_amaranth",
            "simulate_amaranth", "simulate_verilator_matrix", "check_results", "make_array",
-           "unstalled_schedule", "STREAMS", "TAIL_CYCLES"]
+           "unstalled_schedule", "unstalled_routed_schedule", "routed_kv_beats", "KV_ORDERS",
+           "STREAMS", "TAIL_CYCLES"]
 
 #: the input streams a plan drives
 STREAMS = ("job", "q", "kv")
 #: cycles every run continues after the last job's last ``out`` beat
 TAIL_CYCLES = 8
+#: orders of a routed ``kv`` stream (:func:`routed_kv_beats`)
+KV_ORDERS = ("round_robin", "reverse", "random", "serial")
 
 
 @dataclass
@@ -76,16 +82,64 @@ def random_job(rng, tag, G, d, lanes, kv_dtype, n, partial=False, n_announced=No
                                      partial=partial))
 
 
-def plan_json(jobs, tag_bits=16, idle=None, backpressure=None, seed=0):
-    """The stimulus plan: input beats, expected beat counts, schedules, seed."""
+def routed_kv_beats(jobs, engines, order="round_robin", seed=0):
+    """The ``kv`` stream of a routed-K/V array (``TEArray(routed_kv=True)``): job ``j``'s
+    beats (``vec.kv_beats()``, framed by ``last``; none if ``n = 0``) with its engine
+    ``j mod engines`` on top (:func:`~tricut.rtl.tile.array_layouts.pack_routed_kv`), cut
+    into tokens of ``2*Dk`` beats (a stream that is not whole tokens ends with a shorter
+    piece) and interleaved token by token over the jobs *in flight*: the jobs with beats left
+    among ``u .. u+engines-1``, ``u`` the oldest job with beats left (so the array's rule R1
+    holds: no beat of job ``j`` before the last of every job ``<= j - engines``).
+
+    ``order``: ``round_robin`` (the next job in flight after the last one served, by job
+    index, cyclically: a token per engine in turn, as a KV streamer would), ``reverse`` (the
+    same, descending), ``random`` (any job in flight, seeded), ``serial`` (job by job)."""
+    if order not in KV_ORDERS:
+        raise ValueError(f"kv order must be one of {KV_ORDERS}, got {order!r}")
+    v0 = jobs[0].vec
+    tok = 2 * (v0.d // v0.lanes)
+    chunks = []
+    for k, j in enumerate(jobs):
+        words = [pack_routed_kv(w, k % engines, v0.lanes, v0.kv_dtype, engines)
+                 for w in j.vec.kv_beats()]
+        chunks.append([words[i:i + tok] for i in range(0, len(words), tok)])
+    ptr = [0] * len(jobs)
+    rng = random.Random(f"{seed}/kv_order")
+    out, last = [], -1
+    while True:
+        left = [k for k in range(len(jobs)) if ptr[k] < len(chunks[k])]
+        if not left:
+            return out
+        if order == "serial":
+            k = left[0]
+        else:
+            fly = [k for k in left if k < left[0] + engines]
+            if order == "round_robin":
+                k = next((x for x in fly if x > last), fly[0])
+            elif order == "reverse":
+                k = next((x for x in reversed(fly) if x < last), fly[-1])
+            else:
+                k = rng.choice(fly)
+        out += chunks[k][ptr[k]]
+        ptr[k] += 1
+        last = k
+
+
+def plan_json(jobs, tag_bits=16, idle=None, backpressure=None, seed=0, routed_engines=None,
+              kv_order="round_robin"):
+    """The stimulus plan: input beats, expected beat counts, schedules, seed. With
+    ``routed_engines`` (the engines of a routed-K/V array) the ``kv`` beats carry their
+    engine and are interleaved in ``kv_order`` (:func:`routed_kv_beats`)."""
     idle, backpressure = Schedule.of(idle), Schedule.of(backpressure)
     stall = 1 - min(idle.duty, backpressure.duty)
     v0 = jobs[0].vec
+    kv = ([w for j in jobs for w in j.vec.kv_beats()] if routed_engines is None else
+          routed_kv_beats(jobs, routed_engines, kv_order, seed))
     return {
         "lanes": v0.lanes, "tag_bits": tag_bits,
         "job": [pack_job(j.vec.desc_beats()[0], j.tag, tag_bits) for j in jobs],
         "q": [w for j in jobs for w in j.vec.q_beats()],
-        "kv": [w for j in jobs for w in j.vec.kv_beats()],
+        "kv": kv,
         "n_out": [len(j.vec.expected_out_beats()) for j in jobs],
         "idle": idle.to_json(), "backpressure": backpressure.to_json(), "seed": seed,
         "max_cycles": int(sum(3 * M.te_cycles(max(j.vec.n_announced, j.vec.k_codes.shape[0]),
@@ -187,11 +241,12 @@ def run_plan_amaranth(plan, dut):
     return {"jobs": drv.jobs, "problems": drv.problems(), "cycles": drv.cycle}
 
 
-def make_array(jobs, engines, tag_bits=16):
+def make_array(jobs, engines, tag_bits=16, routed_kv=False, kv_fifo_depth=None):
     from tricut.rtl.tile.te_array import TEArray
     v0 = jobs[0].vec
     return TEArray(engines=engines, head_dim=v0.d, G=v0.G, lanes=v0.lanes,
-                   kv_dtype=v0.kv_dtype, tag_bits=tag_bits)
+                   kv_dtype=v0.kv_dtype, tag_bits=tag_bits, routed_kv=routed_kv,
+                   kv_fifo_depth=kv_fifo_depth)
 
 
 def _jobs_of(run):
@@ -201,14 +256,18 @@ def _jobs_of(run):
 
 
 def simulate_amaranth(jobs, engines, tag_bits=16, idle=None, backpressure=None, seed=0,
-                      plan=None):
+                      plan=None, routed_kv=False, kv_order="round_robin", kv_fifo_depth=None):
     """``jobs`` (one configuration: the first job's ``G``, ``d``, ``lanes``, ``kv_dtype``)
     through a ``TEArray`` of ``engines`` engines in the Amaranth simulator under the ``idle``
     (inputs) and ``backpressure`` (``out`` and ``status``) schedules; returns the
     :class:`JobOut` list in output order after the drained check (:class:`NotDrained`).
-    ``plan`` overrides the stimulus (e.g. to corrupt it)."""
-    plan = plan or plan_json(jobs, tag_bits, idle, backpressure, seed)
-    return _jobs_of(run_plan_amaranth(plan, make_array(jobs, engines, tag_bits)))
+    ``routed_kv``: a routed-K/V array (FIFOs of ``kv_fifo_depth``), its ``kv`` stream in
+    ``kv_order`` (:func:`routed_kv_beats`). ``plan`` overrides the stimulus (e.g. to corrupt
+    it)."""
+    plan = plan or plan_json(jobs, tag_bits, idle, backpressure, seed,
+                             engines if routed_kv else None, kv_order)
+    return _jobs_of(run_plan_amaranth(plan, make_array(jobs, engines, tag_bits, routed_kv,
+                                                       kv_fifo_depth)))
 
 
 def simulate_verilator_matrix(jobs, engines, tag_bits=16, pairs=IDLE_BACKPRESSURE, seed=0):
@@ -252,3 +311,10 @@ def unstalled_schedule(jobs, engines):
     v0 = jobs[0].vec
     return te_array_schedule([(j.vec.n_announced, j.vec.partial) for j in jobs], v0.d, v0.G,
                              v0.lanes, engines)
+
+
+def unstalled_routed_schedule(jobs, engines):
+    """:func:`~tricut.rtl.tile.te_array.te_array_routed_schedule` of these jobs."""
+    v0 = jobs[0].vec
+    return te_array_routed_schedule([(j.vec.n_announced, j.vec.partial) for j in jobs], v0.d,
+                                    v0.G, v0.lanes, engines)

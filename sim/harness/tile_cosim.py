@@ -38,10 +38,13 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
+from amaranth.hdl import Elaboratable
 
 from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.models.config import load_model
+from tricut.models.cdu import (HINT_OF_RESIDENCY, POLICIES, CDUCore, FrontEnd, SlotDesc,
+                               StepDesc)
 from tricut.models.dsu import PROFILES, DsuParams, RequestSpec, run_schedule
 from tricut.models.llama import LlamaWeights, decode_step, decode_step_layers, prefill
 from tricut.models.paged_kv import PagedKVCache
@@ -53,9 +56,11 @@ from tricut.rtl.tile.attention_layouts import (kv_addr, kv_image_words, kv_word_
 from tricut.rtl.tile.behavioural.layouts import hbm_write_layout
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
 from tricut.sim.harness.attention_tile import KV, AttentionTop, kv_image
+from tricut.sim.harness.cdu import describe, fe_config, txn_tuple
 from tricut.sim.harness.te import make_vector
 
-__all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "check_setup",
+__all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "CachedCosimTop",
+           "check_setup", "compare_cdu",
            "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
            "compare", "simulate", "ENGINES", "MAX_REQUESTS", "MAX_IMAGE_WORDS"]
 
@@ -102,6 +107,15 @@ class Setup:
     latency: int = 8
     max_beats: int = 16
     max_outstanding: int = 4
+    #: the CDU in the K/V path with this policy (``disabled``, ``static``, ``adaptive``);
+    #: None: the attention path reads every block from HBM (no CDU, no L2)
+    policy: str | None = None
+    cdu_sets: int = 4
+    cdu_ways: int = 2
+    distance: int = 4
+    #: the DSU's residency hint is 1 ("auto": the CDU may keep the blocks in L2) for contexts of
+    #: at least this many tokens, else 0 ("stream"); used with ``policy``
+    long_context: int = 1
 
     def slot_bits(self):
         return max(1, (self.requests - 1).bit_length())
@@ -155,6 +169,20 @@ def check_setup(s: Setup):
     if not _int(s.split_tokens) or not 0 <= s.split_tokens <= s.max_ctx:
         raise SetupError("split_tokens", f"must be in 0..max_ctx ({s.max_ctx}), "
                                          f"got {s.split_tokens!r}")
+    if s.policy is not None:
+        if s.policy not in POLICIES:
+            raise SetupError("policy", f"must be one of {', '.join(POLICIES)}, got {s.policy!r}")
+        if s.max_ctx % 16:
+            raise SetupError("max_ctx", f"must be a multiple of 16 (whole KV blocks in L2) with "
+                                        f"a CDU policy, got {s.max_ctx!r}")
+        if not _int(s.cdu_sets) or not 1 <= s.cdu_sets <= 1024 or s.cdu_sets & (s.cdu_sets - 1):
+            raise SetupError("cdu_sets", f"must be a power of 2 in 1..1024, got {s.cdu_sets!r}")
+        if not _int(s.cdu_ways) or not 1 <= s.cdu_ways <= 16:
+            raise SetupError("cdu_ways", f"must be in 1..16, got {s.cdu_ways!r}")
+        if not _int(s.distance) or not 0 <= s.distance <= 255:
+            raise SetupError("distance", f"must be in 0..255, got {s.distance!r}")
+        if not _int(s.long_context) or s.long_context < 1:
+            raise SetupError("long_context", f"must be >= 1, got {s.long_context!r}")
     if s.profile not in PROFILES:
         raise SetupError("profile", f"must be one of {', '.join(PROFILES)}, got {s.profile!r}")
     if s.max_batch is not None and (not _int(s.max_batch) or
@@ -187,7 +215,8 @@ def schedule(s: Setup):
     n_slots = 1 << s.slot_bits()
     cap = n_slots if s.max_batch is None else s.max_batch
     params = DsuParams(profile=s.profile, n_slots=n_slots, max_batch=cap, latency_batch=cap,
-                       kv_capacity_tokens=1 << 20, long_context_tokens=1 << 20)
+                       kv_capacity_tokens=1 << 20,
+                       long_context_tokens=s.long_context if s.policy else 1 << 20)
     reqs = [RequestSpec(i, p, s.steps) for i, p in enumerate(s.lens())]
     batches, outcomes = run_schedule(reqs, params)
     assert all(o.status == "completed" for o in outcomes.values()), outcomes
@@ -243,6 +272,10 @@ class RunResult:
     step_cycles: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
     stopped: bool = False
+    #: with a CDU: its decisions (the RTL ``txn`` fields, :func:`tricut.sim.harness.cdu.txn_tuple`
+    #: order) and its counters at the end of the run
+    txns: list = field(default_factory=list)
+    cdu_counters: dict = field(default_factory=dict)
 
 
 class _Run:
@@ -300,7 +333,8 @@ class _Run:
                     slot_bits=s.slot_bits(), max_ctx=s.max_ctx, num_requests=s.requests,
                     max_beats=s.max_beats, max_outstanding=s.max_outstanding,
                     max_slots=n_slots, latency=s.latency, reorder=False, hbm_seed=1,
-                    hbm_outstanding=s.max_outstanding)
+                    hbm_outstanding=s.max_outstanding,
+                    cdu=dict(sets=s.cdu_sets, ways=s.cdu_ways))
 
     def image(self):
         """The HBM image of the prefilled cache (later tokens are written per step)."""
@@ -322,20 +356,45 @@ class _Run:
                         kv.ks[r, li, h, :n], kv.vs[r, li, h, :n] = ks, vs
         return kv_image(kv, self.params()), kv.ts_bits
 
-    def token_words(self, layer, request, pos):
-        """``{addr: word}`` of token ``pos``'s K/V (every KV head) in the HBM image."""
-        s, cfg, p = self.s, self.cfg, self.params()
+    def token_beats(self, layer, request, pos):
+        """Token ``pos``'s K/V words per KV head: ``[H][2*Dk]`` as the HBM image holds them."""
+        s, cfg = self.s, self.cfg
         k, v = self.cache.gather(layer, request)
         mask = (1 << kv_word_bits(s.lanes, s.kv_dtype)) - 1
-        geo = dict(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, max_ctx=p["max_ctx"],
-                   head_dim=cfg.head_dim, lanes=s.lanes)
-        out = {}
+        out = []
         for h in range(cfg.num_kv_heads):
             kc, vc, ks, vs = self.codes(k[pos:pos + 1, h], v[pos:pos + 1, h])
-            beats = pack_kv_beats(kc, vc, s.kv_dtype, s.lanes, ks, vs)
-            a = kv_addr(request, layer, h, pos, **geo)
-            out.update({a + i: b & mask for i, b in enumerate(beats)})
+            out.append([b & mask for b in pack_kv_beats(kc, vc, s.kv_dtype, s.lanes, ks, vs)])
         return out
+
+    def token_words(self, layer, request, pos):
+        """``{addr: word}`` of token ``pos``'s K/V (every KV head) in the HBM image."""
+        cfg, p = self.cfg, self.params()
+        geo = dict(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, max_ctx=p["max_ctx"],
+                   head_dim=cfg.head_dim, lanes=self.s.lanes)
+        return {kv_addr(request, layer, h, pos, **geo) + i: w
+                for h, beats in enumerate(self.token_beats(layer, request, pos))
+                for i, w in enumerate(beats)}
+
+    def cdu_steps(self):
+        """The rounds as the CDU's step descriptors (hint from the residency bit)."""
+        L = self.cfg.num_layers
+        return [StepDesc(descs[0].step,
+                         tuple(SlotDesc(d.slot, d.request, d.seq_len,
+                                        HINT_OF_RESIDENCY[d.residency]) for d in descs),
+                         tuple(range(L))) for descs in self.rounds]
+
+    def cdu_reference(self):
+        """The CDU golden model's transactions for the run (pattern ``full``)."""
+        s = self.s
+        from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+        fe = FrontEnd(s.policy, s.cdu_sets * s.cdu_ways, distance=s.distance,
+                      entries=CDU_FE_ENTRIES)
+        core = CDUCore(s.cdu_sets, s.cdu_ways)
+        for step in self.cdu_steps():       # one step at a time: each is the last one known
+            for op in fe.ops([step], lambda st, sd, ly: list(range(-(-sd.seq_len // 16)))):
+                core.apply(op)
+        return core
 
 
 def golden_run(s: Setup) -> RunResult:
@@ -362,6 +421,47 @@ class CosimTop(AttentionTop):
     hbm_write_open = True
 
 
+class CachedCosimTop(Elaboratable):
+    """Simulation top of the cached tile: StepSequencer -> CachedAttentionTile (CDU, L2 fill
+    engine, new-token writer, unit streamer, TE array) <-> the behavioural HBM (reads and the
+    writer's write-through) and L2 data array."""
+
+    def __init__(self, image, p, l2_latency=2):
+        from tricut.rtl.tile.behavioural.hbm import HbmModel
+        from tricut.rtl.tile.behavioural.l2 import L2Data
+        from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
+        from tricut.rtl.tile.sequencer import StepSequencer
+        from tricut.sim.harness.attention_tile import _TILE_KEYS
+        self.p = p
+        self.tile = t = CachedAttentionTile(**{k: p[k] for k in _TILE_KEYS}, cdu=p["cdu"],
+                                            max_slots=p["max_slots"])
+        self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
+                                 p["split_tokens"], t.w, p["slot_bits"])
+        self.hbm = HbmModel(image, data_bits=t.data_bits, latency=p["latency"],
+                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
+                            id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+        st = t.streamer
+        self.l2 = L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=l2_latency,
+                         max_outstanding=2, tag_bits=1)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module
+        from amaranth.lib import wiring
+        m = Module()
+        t = self.tile
+        m.submodules.seq, m.submodules.tile = self.seq, t
+        m.submodules.hbm, m.submodules.l2 = self.hbm, self.l2
+        wiring.connect(m, self.seq.job, t.job)
+        wiring.connect(m, self.seq.step, t.step)
+        wiring.connect(m, t.hbm_req, self.hbm.req)
+        wiring.connect(m, self.hbm.resp, t.hbm_resp)
+        wiring.connect(m, t.hbm_write, self.hbm.write)
+        wiring.connect(m, t.l2_read, self.l2.read)
+        wiring.connect(m, self.l2.data, t.l2_data)
+        wiring.connect(m, t.l2_write, self.l2.write)
+        return m
+
+
 def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
               max_layer_cycles=500_000) -> RunResult:
     """The tile side (see the module docs). ``corrupt=(addr, bit)`` flips one bit of the
@@ -375,14 +475,44 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
     image, ts_bits = run.image()
     if corrupt is not None:
         image[corrupt[0]] ^= 1 << corrupt[1]
-    top = CosimTop(image, p)
+    cached = s.policy is not None
+    top = CachedCosimTop(image, p) if cached else CosimTop(image, p)
     tile, seq, hbm = top.tile, top.seq, top.hbm
     cfg, G, H = run.cfg, run.cfg.group_size, run.cfg.num_kv_heads
     rl, wl = round_layout(p["max_slots"]), hbm_write_layout(hbm.addr_bits, hbm.data_bits)
     ql = q_write_layout(tile.streamer.slot_bits, tile.streamer.hb, index_bits(tile.qbeats),
                         s.lanes)
+    nl = tile.newkv_write.payload.shape() if cached else None
     res = RunResult(run.tokens)
     clock = [0]
+
+    async def watch_txns(ctx):
+        """The CDU's decisions as the new-token writer takes them."""
+        t = tile.cdu.txn
+        async for _, _, v, r, word in ctx.tick().sample(t.valid, t.ready, t.payload.as_value()):
+            if v and r:
+                f = _fields(t.payload.shape(), word)
+                vic = f["victim"]
+                res.txns.append((f["kind"], f["req"], f["layer"], f["block"], f["result"],
+                                 f["victim_valid"], vic["req"], vic["layer"], vic["block"],
+                                 f["hbm"]))
+
+    async def new_kv(ctx, descs, lay):
+        """The new token's K/V: into HBM directly (no CDU), or into the tile's new-K/V buffer
+        (the CDU's W operations write it through to HBM, and into L2)."""
+        for i, d in enumerate(descs):
+            pos = int(lay.positions[i])
+            if not cached:
+                for a, w in run.token_words(lay.layer, d.request, pos).items():
+                    await send(ctx, hbm.write, pack(wl, dict(addr=a, data=w)))
+                continue
+            for h, beats in enumerate(run.token_beats(lay.layer, d.request, pos)):
+                for b, w in enumerate(beats):
+                    await send(ctx, tile.newkv_write,
+                               pack(nl, dict(request=d.request, kv_head=h, beat=b, data=w,
+                                             pos=pos)))
+        if cached:
+            ctx.set(tile.layer, lay.layer)
 
     async def tick(ctx):
         await ctx.tick()
@@ -399,9 +529,7 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         ctx.set(stream.valid, 0)
 
     async def layer(ctx, ri, descs, lay):
-        for i, d in enumerate(descs):                           # the new token's K/V
-            for a, w in run.token_words(lay.layer, d.request, int(lay.positions[i])).items():
-                await send(ctx, hbm.write, pack(wl, dict(addr=a, data=w)))
+        await new_kv(ctx, descs, lay)
         for i, d in enumerate(descs):                           # q of every (slot, kv_head)
             for h in range(H):
                 qc = F.bf16_encode(lay.q[i, h * G:(h + 1) * G])
@@ -421,6 +549,9 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         if ctx.get(tile.err) or ctx.get(tile.te_status):
             res.problems.append(f"round {ri} layer {lay.layer}: HBM err {ctx.get(tile.err)}, "
                                 f"TE status {ctx.get(tile.te_status):#x}")
+        if cached and ctx.get(tile.misorder):
+            res.problems.append(f"round {ri} layer {lay.layer}: misorder (a CDU ready entry or "
+                                f"a job not the one expected)")
         attn = np.zeros(lay.q.shape, dtype=np.int64)
         for i, d in enumerate(descs):
             for h in range(H):
@@ -439,9 +570,15 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
 
     async def bench(ctx):
         ctx.set(tile.tensor_scale, ts_bits)
+        if cached:
+            ctx.set(tile.config, fe_config(s.policy, "full", s.distance))
         for ri, descs in enumerate(run.rounds):
+            # with a CDU every round is sent as the last one known ("end"): the DSU issues a
+            # round only after the previous one completed, so the CDU's prefetch walk must
+            # not wait for the next step's descriptor (it would wait forever)
+            last = cached or ri == len(run.rounds) - 1
             await send(ctx, seq.round, pack(rl, dict(step=descs[0].step, count=len(descs),
-                                                     end=int(ri == len(run.rounds) - 1))))
+                                                     end=int(last))))
             for d in descs:
                 await send(ctx, seq.descriptor, pack(DESCRIPTOR_LAYOUT, dataclasses.asdict(d)))
             steps = decode_step_layers(run.weights, run.cache, run.batch(descs))
@@ -451,18 +588,40 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
                 first = t_go if first is None else first
                 res.step_cycles[ri] = clock[0] - first
                 if res.stopped:
+                    if cached:
+                        res.cdu_counters = _fields(tile.cdu_counters.shape(),
+                                                   ctx.get(tile.cdu_counters.as_value()))
                     return
                 try:
                     lay = steps.send(attn)
                 except StopIteration as stop:
                     run.sampled(descs, stop.value)
                     break
+        if cached:                      # the CDU's trailing decisions, then its counters
+            for _ in range(max_layer_cycles):
+                if ctx.get(tile.cdu_idle):
+                    break
+                await tick(ctx)
+            res.cdu_counters = _fields(tile.cdu_counters.shape(),
+                                       ctx.get(tile.cdu_counters.as_value()))
 
     sim = Simulator(top)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
+    if cached:
+        sim.add_testbench(watch_txns, background=True)
     sim.run()
     return res
+
+
+def _fields(layout, word):
+    """A payload int -> ``{field: int or nested dict}`` of a (nested) ``StructLayout``."""
+    from amaranth.lib import data
+    out = {}
+    for name, f in layout:
+        v = (int(word) >> f.offset) & ((1 << f.width) - 1)
+        out[name] = _fields(f.shape, v) if isinstance(f.shape, data.StructLayout) else v
+    return out
 
 
 def compare(golden: RunResult, tile: RunResult) -> list:
@@ -501,13 +660,37 @@ class Report:
         return not self.differences
 
 
+def compare_cdu(s: Setup, tile: RunResult) -> list:
+    """With a CDU policy: the tile's CDU decisions against the CDU golden model on the same
+    step descriptors, transaction by transaction, and its counters (every counter the model
+    defines the same way; a run that stopped early is compared on its prefix)."""
+    if s.policy is None:
+        return []
+    from tricut.rtl.cdu.core import COUNTERS
+    core = _Run(s).cdu_reference()
+    want = [txn_tuple(t) for t in core.txns]
+    got = tile.txns
+    for i, (a, b) in enumerate(zip(got, want)):
+        if a != b:
+            return [f"CDU txn {i}: tile {describe(a)}, model {describe(b)}"]
+    if tile.stopped:
+        return []
+    if len(got) != len(want):
+        return [f"CDU: the tile decided {len(got)} operations, the model {len(want)}"]
+    c = core.counters()
+    skip = ("prefetch_late", "hbm_reads", "hbm_retries", "hbm_failures")
+    return [f"CDU counter {k}: tile {tile.cdu_counters[k]}, model {c[k]}" for k in COUNTERS
+            if k not in skip and tile.cdu_counters.get(k) != c[k]]
+
+
 def simulate(s: Setup, corrupt=None, strict=False, stop_early=True) -> Report:
-    """Golden run, tile run, comparison. ``stop_early``: the tile run ends at the first layer
-    that differs. ``strict``: raise :class:`CosimError` naming the first difference instead
-    of returning it in the report."""
+    """Golden run, tile run, comparison (with a CDU policy, also of the CDU's decisions with
+    its golden model). ``stop_early``: the tile run ends at the first layer that differs.
+    ``strict``: raise :class:`CosimError` naming the first difference instead of returning it
+    in the report."""
     golden = golden_run(s)
     tile = cosim_run(s, corrupt=corrupt, golden=golden if stop_early else None)
-    diffs = compare(golden, tile)
+    diffs = compare(golden, tile) + compare_cdu(s, tile)
     if strict and diffs:
         raise CosimError(f"{len(diffs)} difference(s); first: {diffs[0]}")
     rounds = [[d.request for d in descs] for descs in schedule(s)]

@@ -127,6 +127,22 @@ def _tile_attention(**p):
     return AttentionTile(**p)
 
 
+def _tile_cached(cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
+    from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
+    return CachedAttentionTile(**p, cdu=dict(sets=cdu_sets, ways=cdu_ways, mshrs=cdu_mshrs,
+                                             rq_depth=cdu_rq_depth))
+
+
+def _tile_l2_filler(**p):
+    from tricut.rtl.tile.l2_fill import L2Filler
+    return L2Filler(**p)
+
+
+def _tile_newtoken_writer(**p):
+    from tricut.rtl.tile.l2_fill import NewTokenWriter
+    return NewTokenWriter(**p)
+
+
 def _tile_hbm(**p):
     from tricut.rtl.tile.behavioural.hbm import HbmModel
     return HbmModel(**p)
@@ -165,6 +181,28 @@ UNITS: dict[str, Unit] = {
                                              "max_beats": 16, "max_outstanding": 4},
                            "Attention path of the decode tile: KV streamer, TE array, split-K "
                            "combine, Q and output buffers (docs/tile.md)"),
+    "tile-cached": Unit(_tile_cached, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 16,
+                                       "kv_dtype": "bf16", "num_layers": 2, "num_kv_heads": 2,
+                                       "split_tokens": 16, "slot_bits": 2, "max_ctx": 64,
+                                       "num_requests": 4, "max_beats": 16, "max_outstanding": 4,
+                                       "max_slots": 4, "cdu_sets": 4, "cdu_ways": 2,
+                                       "cdu_mshrs": 4, "cdu_rq_depth": 4},
+                        "Attention path of the decode tile with the CDU in the K/V path: CDU, "
+                        "L2 fill engine, new-token writer, unit streamer, routed TE array, "
+                        "split-K combine (docs/tile.md)"),
+    "tile-l2-filler": Unit(_tile_l2_filler, {"head_dim": 64, "lanes": 16, "kv_dtype": "bf16",
+                                             "num_layers": 2, "num_kv_heads": 2, "max_ctx": 64,
+                                             "num_requests": 4, "sets": 4, "ways": 2,
+                                             "max_beats": 16, "max_outstanding": 4, "depth": 4},
+                           "L2 fill engine of the decode tile: CDU hbm_req -> HBM block reads "
+                           "-> L2 frame writes -> hbm_resp (docs/tile.md)"),
+    "tile-newtoken-writer": Unit(_tile_newtoken_writer, {"head_dim": 64, "lanes": 16,
+                                                         "kv_dtype": "bf16", "num_layers": 2,
+                                                         "num_kv_heads": 2, "max_ctx": 64,
+                                                         "num_requests": 4, "sets": 4,
+                                                         "ways": 2},
+                                 "New-token writer of the decode tile: CDU W txns -> new K/V "
+                                 "into HBM and its L2 frame (docs/tile.md)"),
     "tile-hbm": Unit(_tile_hbm, {"words": 1024, "data_bits": 256, "latency": 100,
                                  "max_outstanding": 8, "max_beats": 16, "id_bits": 4,
                                  "reorder": False, "seed": 1, "faults": ()},

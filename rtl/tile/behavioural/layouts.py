@@ -23,32 +23,13 @@ from __future__ import annotations
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
-# the HBM port layouts are the tile's (the synthesizable side declares them; the model serves them)
-from ..attention_layouts import count_bits, hbm_req_layout, hbm_resp_layout, index_bits
+# the HBM port layouts and the L2 write port are the tile's (the synthesizable side declares
+# them; the models serve them)
+from ..attention_layouts import (count_bits, hbm_req_layout, hbm_resp_layout, hbm_write_layout,
+                                 index_bits, l2_data_layout, l2_read_layout, l2_write_layout)
 
 __all__ = ["index_bits", "count_bits", "hbm_req_layout", "hbm_resp_layout", "hbm_write_layout",
            "l2_read_layout", "l2_data_layout", "l2_write_layout", "pack", "unpack"]
-
-
-def hbm_write_layout(addr_bits, data_bits):
-    return data.StructLayout({"addr": unsigned(addr_bits), "data": unsigned(data_bits)})
-
-
-def l2_read_layout(frames, block_beats, tag_bits):
-    return data.StructLayout({"frame": unsigned(index_bits(frames)),
-                              "beats": unsigned(count_bits(block_beats)),
-                              "tag": unsigned(tag_bits)})
-
-
-def l2_data_layout(tag_bits, data_bits):
-    return data.StructLayout({"tag": unsigned(tag_bits), "data": unsigned(data_bits),
-                              "last": unsigned(1), "err": unsigned(1)})
-
-
-def l2_write_layout(frames, block_beats, data_bits):
-    return data.StructLayout({"frame": unsigned(index_bits(frames)),
-                              "beat": unsigned(index_bits(block_beats)),
-                              "data": unsigned(data_bits)})
 
 
 def pack(layout, **fields):

@@ -1,0 +1,217 @@
+"""The decode tile's attention path with the CDU in the K/V path: step sequencer beats -> CDU
+(front end, intake, core) -> L2 fill engine and new-token writer; attention jobs + the CDU's
+``ready`` entries -> unit streamer -> TE array (routed K/V) (+ split-K combine) -> output
+buffer, one layer at a time."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from tricut.rtl.cdu.layouts import Widths, fe_config_layout, step_layout
+from tricut.rtl.cdu.top import CDU
+
+from .attention_layouts import (hbm_req_layout, hbm_resp_layout, hbm_write_layout, index_bits,
+                                l2_data_layout, l2_read_layout, l2_write_layout, q_write_layout)
+from .attention_tile import AttentionTile
+from .combine import CombineUnit
+from .kv_streamer import combine_parts
+from .l2_fill import L2Filler, L2WriteArbiter, NewTokenWriter
+from .sequencer_layouts import attn_job_layout
+from .te_array import MAX_ENGINES, TEArray
+from .unit_streamer import UnitStreamer
+
+__all__ = ["CachedAttentionTile", "CDU_DEFAULTS", "CDU_FE_ENTRIES", "CDU_FE_UNITS"]
+
+#: the CDU parameters of a cached tile when none are given
+CDU_DEFAULTS = dict(sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2)
+#: the CDU front end's adaptive-predictor scatter entries per (slot, layer) (the golden
+#: model's ``FrontEnd(entries=...)`` must be given the same) and its unit FIFO depth
+CDU_FE_ENTRIES = 8
+CDU_FE_UNITS = 16
+
+
+class CachedAttentionTile(AttentionTile):
+    """:class:`~.attention_tile.AttentionTile` with the CDU and the L2 in the K/V path.
+
+    Parameters: those of :class:`~.attention_tile.AttentionTile`, ``max_ctx`` a multiple of
+    16, plus ``cdu`` (a dict of :class:`~tricut.rtl.cdu.top.CDU` parameters: ``sets``,
+    ``ways``, ``mshrs``, ``rq_depth``, ``max_retries``; defaults :data:`CDU_DEFAULTS`) and
+    ``max_slots`` (the CDU front end's slot table).
+
+    Ports: those of the attention tile (``job``, ``q_write``, ``go``, ``done``,
+    ``out_addr``/``out_data``, ``hbm_req``/``hbm_resp``, ``tensor_scale``, ``err``,
+    ``te_status``), and
+
+    * ``step`` (in): the step sequencer's ``step`` beats, to the CDU front end;
+    * ``config`` (in): the CDU front end's configuration (policy, pattern ``full``, distance);
+    * ``layer`` (in): the layer a ``go`` starts (sampled at ``go``): the new-token writer writes
+      that layer's W operations only;
+    * ``newkv_write`` (in, always ready): the new token's K/V of a request, ``2*Dk`` words per
+      KV head, and its position;
+    * ``hbm_write`` (out): the new tokens' words to HBM (write-through);
+    * ``l2_read`` (out), ``l2_data`` (in), ``l2_write`` (out): the L2 data array's ports;
+    * ``misorder`` (out): sticky, a ``ready`` entry or a job was not the one expected;
+    * ``cdu_counters`` (out), ``reg_addr``/``reg_data``: the CDU's counters;
+    * ``cdu_idle`` (out).
+
+    The HBM port is shared by the fill engine's and the streamer's block readers: HBM ``id`` =
+    the reader's id with the reader's number (0 fill, 1 streamer) on top; the fill engine
+    has priority.
+    """
+
+    @staticmethod
+    def _check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads, split_tokens,
+               widths, slot_bits, max_ctx, num_requests, max_beats, max_outstanding,
+               scale_bits, cdu, max_slots):
+        from tricut.rtl.cdu.core import check_params
+        c = dict(CDU_DEFAULTS)
+        if cdu is not None:
+            if not isinstance(cdu, dict) or set(cdu) - set(CDU_DEFAULTS):
+                raise ValueError(f"cdu must be a dict with keys from {sorted(CDU_DEFAULTS)}, "
+                                 f"got {cdu!r}")
+            c.update(cdu)
+        w = UnitStreamer.check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads,
+                               split_tokens, widths, slot_bits, max_ctx, num_requests,
+                               max_beats, max_outstanding, scale_bits, c["sets"], c["ways"])
+        check_params(c["sets"], c["ways"], c["mshrs"], c["rq_depth"], c["max_retries"], w)
+        if not isinstance(max_slots, int) or isinstance(max_slots, bool) or \
+                not 1 <= max_slots <= 1 << slot_bits:
+            raise ValueError(f"max_slots must be an integer in 1..{1 << slot_bits}, "
+                             f"got {max_slots!r}")
+        return w
+
+    def __init__(self, engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
+                 num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
+                 num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
+                 max_slots=4):
+        self.w = w = widths or Widths()
+        c = dict(CDU_DEFAULTS)
+        c.update(cdu or {})
+        self.cdu_params = c
+        self.engines, self.split_tokens = engines, split_tokens
+        self.streamer = UnitStreamer(engines, head_dim, G, lanes, kv_dtype, num_layers,
+                                     num_kv_heads, split_tokens, w, slot_bits, max_ctx,
+                                     num_requests, max_beats, max_outstanding, scale_bits,
+                                     c["sets"], c["ways"])
+        st = self.streamer
+        self.H, self.qbeats, self.lanes = num_kv_heads, st.qbeats, lanes
+        self.array = TEArray(engines, head_dim, G, lanes, kv_dtype, st.tag.size, routed_kv=True)
+        self.combine = (CombineUnit(head_dim, G, lanes, combine_parts(split_tokens, max_ctx))
+                        if split_tokens else None)
+        self.out_words = (1 << slot_bits) * num_kv_heads * st.qbeats
+        self.cdu = CDU(c["sets"], c["ways"], c["mshrs"], c["rq_depth"], c["max_retries"], w,
+                       slot_bits=slot_bits, max_slots=max_slots, max_layers=num_layers,
+                       entries=CDU_FE_ENTRIES, units=CDU_FE_UNITS)
+        geo = dict(head_dim=head_dim, lanes=lanes, kv_dtype=kv_dtype, num_layers=num_layers,
+                   num_kv_heads=num_kv_heads, max_ctx=max_ctx, num_requests=num_requests,
+                   sets=c["sets"], ways=c["ways"], widths=w)
+        self.filler = L2Filler(**geo, max_beats=max_beats, max_outstanding=max_outstanding)
+        self.writer = NewTokenWriter(**geo)
+        self.l2_arbiter = L2WriteArbiter(st.frames, st.block_beats, st.reader.data_bits)
+        r = st.reader
+        self.id_bits = r.id_bits + 1
+        self.addr_bits, self.data_bits = r.addr_bits, r.data_bits
+        super(AttentionTile, self).__init__({
+            "job": In(stream.Signature(attn_job_layout(w, slot_bits, num_kv_heads,
+                                                       split_tokens))),
+            "q_write": In(stream.Signature(q_write_layout(slot_bits, st.hb,
+                                                          index_bits(st.qbeats), lanes))),
+            "step": In(stream.Signature(step_layout(w, slot_bits))),
+            "config": In(fe_config_layout(w)),
+            "layer": In(w.layer),
+            "newkv_write": In(self.writer.newkv_write.signature.flip()),
+            "go": In(1),
+            "done": Out(1),
+            "out_addr": In(index_bits(self.out_words)),
+            "out_data": Out(32 * lanes),
+            "hbm_req": Out(stream.Signature(hbm_req_layout(self.id_bits, r.addr_bits,
+                                                           max_beats))),
+            "hbm_resp": In(stream.Signature(hbm_resp_layout(self.id_bits, r.data_bits))),
+            "hbm_write": Out(stream.Signature(hbm_write_layout(r.addr_bits, r.data_bits))),
+            "l2_read": Out(stream.Signature(l2_read_layout(st.frames, st.block_beats, 1))),
+            "l2_data": In(stream.Signature(l2_data_layout(1, r.data_bits))),
+            "l2_write": Out(stream.Signature(l2_write_layout(st.frames, st.block_beats,
+                                                             r.data_bits))),
+            "tensor_scale": In(32),
+            "err": Out(1),
+            "misorder": Out(1),
+            "te_status": Out(5),
+            "cdu_counters": Out(self.cdu.counters.shape()),
+            "reg_addr": In(5),
+            "reg_data": Out(32),
+            "cdu_idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.streamer = st = self.streamer
+        m.submodules.array = arr = self.array
+        m.submodules.cdu = cdu = self.cdu
+        m.submodules.filler = fl = self.filler
+        m.submodules.writer = wr = self.writer
+        # CDU: steps in, decisions to the writer, fills to the filler, ready to the streamer
+        wiring.connect(m, wiring.flipped(self.step), cdu.step)
+        m.d.comb += [cdu.demand.valid.eq(0), cdu.config.eq(self.config),
+                     self.cdu_counters.eq(cdu.counters), cdu.reg_addr.eq(self.reg_addr),
+                     self.reg_data.eq(cdu.reg_data), self.cdu_idle.eq(cdu.idle),
+                     cdu.status.ready.eq(1)]
+        wiring.connect(m, cdu.txn, wr.txn)
+        wiring.connect(m, cdu.hbm_req, fl.hbm_req)
+        wiring.connect(m, fl.hbm_resp, cdu.hbm_resp)
+        wiring.connect(m, cdu.ready, st.ready)
+        # the layer whose new K/V the writer may write: from go to done
+        open_layer = Signal.like(self.layer)
+        layer_open = Signal()
+        with m.If(self.go):
+            m.d.sync += [open_layer.eq(self.layer), layer_open.eq(1)]
+        with m.Elif(self.done):
+            m.d.sync += layer_open.eq(0)
+        wiring.connect(m, wiring.flipped(self.newkv_write), wr.newkv_write)
+        wiring.connect(m, wr.hbm_write, wiring.flipped(self.hbm_write))
+        m.d.comb += [wr.layer_open.eq(layer_open), wr.open_layer.eq(open_layer),
+                     wr.fills_idle.eq(fl.idle), wr.clear.eq(self.go)]
+        # L2: the filler and the writer write (the writer has priority), the streamer reads
+        m.submodules.l2_arbiter = arb = self.l2_arbiter
+        wiring.connect(m, wr.l2_write, arb.hi)
+        wiring.connect(m, fl.l2_write, arb.lo)
+        wiring.connect(m, arb.out, wiring.flipped(self.l2_write))
+        wiring.connect(m, st.l2_read, wiring.flipped(self.l2_read))
+        wiring.connect(m, wiring.flipped(self.l2_data), st.l2_data)
+        self._elaborate_hbm_mux(m, fl, st)
+        # attention: as the attention tile
+        wiring.connect(m, wiring.flipped(self.q_write), st.q_write)
+        wiring.connect(m, st.te_job, arr.job)
+        wiring.connect(m, st.q, arr.q)
+        wiring.connect(m, st.kv, arr.kv)
+        m.d.comb += [st.tensor_scale.eq(self.tensor_scale), st.clear.eq(self.go),
+                     self.err.eq(st.err), self.misorder.eq(st.misorder), arr.status.ready.eq(1)]
+        with m.If(self.go):
+            m.d.sync += self.te_status.eq(0)
+        with m.Elif(arr.status.valid):
+            m.d.sync += self.te_status.eq(self.te_status | arr.status.payload.status.as_value())
+        pending = self._elaborate_gate(m, st, arr)
+        self._elaborate_output(m, arr, pending)
+        return m
+
+    def _elaborate_hbm_mux(self, m, fl, st):
+        """Two block readers on one HBM port: requests by fixed priority (fill engine first),
+        responses back by the ``id``'s top bit."""
+        q, p = self.hbm_req, self.hbm_resp
+        ib = self.id_bits - 1
+        fq, sq = fl.rd_hbm_req, st.hbm_req
+        with m.If(fq.valid):
+            m.d.comb += [q.valid.eq(1), q.payload.id.eq(fq.payload.id),
+                         q.payload.addr.eq(fq.payload.addr), q.payload.beats.eq(fq.payload.beats),
+                         fq.ready.eq(q.ready)]
+        with m.Else():
+            m.d.comb += [q.valid.eq(sq.valid), q.payload.id.eq(Cat(sq.payload.id[:ib], 1)),
+                         q.payload.addr.eq(sq.payload.addr), q.payload.beats.eq(sq.payload.beats),
+                         sq.ready.eq(q.ready)]
+        src = p.payload.id[ib]
+        for dst, sel in ((fl.rd_hbm_resp, ~src), (st.hbm_resp, src)):
+            m.d.comb += [dst.valid.eq(p.valid & sel), dst.payload.id.eq(p.payload.id[:ib]),
+                         dst.payload.data.eq(p.payload.data), dst.payload.last.eq(p.payload.last),
+                         dst.payload.err.eq(p.payload.err)]
+        m.d.comb += p.ready.eq(Mux(src, st.hbm_resp.ready, fl.rd_hbm_resp.ready))

@@ -1,0 +1,347 @@
+"""Unit streamer of the decode tile: attention jobs + the CDU's ``ready`` entries -> a routed
+K/V stream over the TE array's engines, each KV block streamed once per pass."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from tricut.rtl.cdu.checked import CheckedComponent
+from tricut.rtl.cdu.layouts import Widths, ready_layout, seq_bits
+from tricut.rtl.te.layouts import q_layout
+
+from .array_layouts import array_job_layout, routed_kv_layout
+from .attention_layouts import (BLOCK_TOKENS, count_bits, hbm_req_layout, hbm_resp_layout,
+                                index_bits, kv_word_bits, l2_data_layout, l2_read_layout,
+                                q_write_layout, tag_layout)
+from .kv_streamer import (HbmBlockReader, check_streamer_params, combine_parts,
+                          default_scale_bits)
+from .l2_fill import _frame_value, block_beats
+from .sequencer_layouts import attn_job_layout, head_bits
+from .te_array import MAX_ENGINES
+
+__all__ = ["UnitStreamer"]
+
+
+class UnitStreamer(CheckedComponent):
+    """Streams each (slot, layer) unit's K/V once to the TE engines working on it.
+
+    A *unit* is the ``H * parts`` consecutive jobs of one (slot, layer) (the step sequencer's
+    order: per KV head, per split part). The streamer takes them in *passes* of at most
+    ``engines`` jobs; job ``k`` of the run goes to engine ``k mod engines`` (the TE array's
+    round-robin). A pass dispatches its jobs (``te_job`` beat and ``G*Dk`` q beats each), then
+    walks the 16-token blocks its jobs cover, in order, and sends every K/V word of a token
+    that a pass job covers to that job's engine (``kv.engine``); words of tokens no pass job
+    covers are dropped.
+
+    Where a block comes from: the CDU sends one ``ready`` entry per demand block of the unit,
+    blocks ``0, 1, ...`` in order (pattern ``full``). The first pass that reaches block ``b``
+    uses its entry: a hit or an allocated miss is read from the L2 frame
+    (:func:`~.l2_fill.frame_of`, all ``16*H*2*Dk`` words, token-major), a bypass from HBM; the entry is
+    popped (``ready.ready``) when the block's last word has been taken, so the frame cannot be
+    re-allocated while it is read (the CDU holds such allocations). A later pass of the same
+    unit (fewer engines than jobs) re-reads the block from HBM, one request per (token, job).
+    An entry that is not the expected (request, layer, block) raises sticky ``misorder``.
+
+    Parameters: those of :class:`~.kv_streamer.KVStreamer`, ``engines`` (the TE array's) and
+    the CDU's ``sets``, ``ways``.
+    """
+
+    @staticmethod
+    def _check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads, split_tokens,
+               widths, slot_bits, max_ctx, num_requests, max_beats, max_outstanding,
+               scale_bits, sets, ways):
+        if not isinstance(engines, int) or isinstance(engines, bool) or \
+                not 1 <= engines <= MAX_ENGINES:
+            raise ValueError(f"engines must be an integer in 1..{MAX_ENGINES}, got {engines!r}")
+        if not isinstance(sets, int) or isinstance(sets, bool) or sets < 1 or sets & (sets - 1):
+            raise ValueError(f"sets must be a power of 2, got {sets!r}")
+        if not isinstance(ways, int) or isinstance(ways, bool) or not 1 <= ways <= 16:
+            raise ValueError(f"ways must be an integer in 1..16, got {ways!r}")
+        if isinstance(max_ctx, int) and max_ctx % BLOCK_TOKENS:
+            raise ValueError(f"max_ctx must be a multiple of {BLOCK_TOKENS} (whole KV blocks), "
+                             f"got {max_ctx!r}")
+        return check_streamer_params(head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads,
+                                     split_tokens, widths, slot_bits, max_ctx, num_requests,
+                                     max_beats, max_outstanding, scale_bits)
+
+    def __init__(self, engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
+                 num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
+                 num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, sets=4,
+                 ways=2):
+        self.w = w = widths or Widths()
+        self.E, self.head_dim, self.G, self.lanes = engines, head_dim, G, lanes
+        self.kv_dtype, self.L, self.H = kv_dtype, num_layers, num_kv_heads
+        self.split_tokens, self.slot_bits, self.max_ctx = split_tokens, slot_bits, max_ctx
+        self.sets, self.ways = sets, ways
+        self.scale_bits = default_scale_bits(head_dim) if scale_bits is None else scale_bits
+        self.dk = head_dim // lanes
+        self.qbeats = G * self.dk
+        self.hb = head_bits(num_kv_heads)
+        self.parts_bits = count_bits(combine_parts(split_tokens, max_ctx))
+        self.tag = tag_layout(slot_bits, self.hb, self.parts_bits)
+        self.block_beats = block_beats(num_kv_heads, head_dim, lanes)
+        self.frames = sets * ways
+        self.reader = HbmBlockReader(w, num_layers, num_kv_heads, max_ctx, num_requests,
+                                     head_dim, lanes, kv_dtype, max_beats, max_outstanding)
+        r = self.reader
+        super().__init__({
+            "job": In(stream.Signature(attn_job_layout(w, slot_bits, num_kv_heads,
+                                                       split_tokens))),
+            "q_write": In(stream.Signature(q_write_layout(slot_bits, self.hb,
+                                                          index_bits(self.qbeats), lanes))),
+            "ready": In(stream.Signature(ready_layout(w))),
+            "l2_read": Out(stream.Signature(l2_read_layout(self.frames, self.block_beats, 1))),
+            "l2_data": In(stream.Signature(l2_data_layout(1, r.data_bits))),
+            "te_job": Out(stream.Signature(array_job_layout(self.tag.size))),
+            "q": Out(stream.Signature(q_layout(lanes))),
+            "kv": Out(stream.Signature(routed_kv_layout(lanes, kv_dtype, engines))),
+            "hbm_req": Out(stream.Signature(hbm_req_layout(r.id_bits, r.addr_bits, max_beats))),
+            "hbm_resp": In(stream.Signature(hbm_resp_layout(r.id_bits, r.data_bits))),
+            "tensor_scale": In(32),
+            "clear": In(1),
+            "err": Out(1),
+            "misorder": Out(1),
+            "busy": Out(1),
+        })
+
+    def qbuf_addr(self, slot, kv_head, beat):
+        """Word of the Q (and output) buffer: ``(slot * H + kv_head) * G*Dk + beat``."""
+        return (slot * self.H + kv_head) * self.qbeats + beat
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.reader = rd = self.reader
+        wiring.connect(m, wiring.flipped(self.hbm_req), rd.hbm_req)
+        wiring.connect(m, rd.hbm_resp, wiring.flipped(self.hbm_resp))
+        E, H, sb = self.E, self.H, seq_bits(self.w)
+        eb = index_bits(E)
+        two_dk = 2 * self.dk
+        jl = self.job.payload
+
+        # ------------------------------------------------------------ pass table
+        def field(name, shape):
+            return Array(Signal(shape, name=f"{name}_{i}") for i in range(E))
+        t_head = field("p_head", self.hb)
+        t_part = field("p_part", len(jl.part))
+        t_parts = field("p_parts", len(jl.parts))
+        t_start = field("p_start", sb)
+        t_end = field("p_end", sb + 1)
+        t_eng = field("p_eng", eb)
+        pc = Signal(range(E + 1))               # jobs in the pass
+        slot = Signal.like(jl.slot)
+        request = Signal.like(jl.request)
+        layer = Signal.like(jl.layer)
+        unit_open = Signal()
+        total = Signal(range(H * (1 << len(jl.parts)) + 1))    # jobs of the unit
+        taken = Signal.like(total)
+        next_eng = Signal(eb)                    # engine of the next job (round-robin)
+        next_block = Signal(self.w.block + 1)    # the unit's next ready entry's block
+        lo = Signal(sb + 1)
+        hi = Signal(sb + 1)
+
+        # ------------------------------------------------------------ Q buffer
+        m.submodules.qbuf = qbuf = Memory(shape=unsigned(16 * self.lanes),
+                                          depth=(1 << self.slot_bits) * H * self.qbeats, init=[])
+        qw = qbuf.write_port()
+        qr = qbuf.read_port(domain="comb")
+        qp = self.q_write.payload
+        m.d.comb += [self.q_write.ready.eq(1), qw.en.eq(self.q_write.valid),
+                     qw.addr.eq(self.qbuf_addr(qp.slot, qp.kv_head, qp.beat)),
+                     qw.data.eq(qp.data.as_value())]
+        k = Signal(range(E))                     # pass job being dispatched
+        qcnt = Signal(range(self.qbeats))
+        m.d.comb += [qr.addr.eq(self.qbuf_addr(slot, t_head[k], qcnt)),
+                     self.q.payload.data.as_value().eq(qr.data)]
+        d, tag = self.te_job.payload.desc, self.te_job.payload.tag
+        m.d.comb += [d.n.eq(t_end[k] - t_start[k]), d.scale.eq(self.scale_bits),
+                     d.tensor_scale.eq(self.tensor_scale), d.partial.eq(t_parts[k] != 1),
+                     tag.eq(Cat(slot, t_head[k], t_part[k] == t_parts[k] - 1,
+                                t_parts[k][:self.parts_bits]))]
+
+        # ------------------------------------------------------------ routing
+        blk = Signal(self.w.block + 1)           # block being streamed
+        tok = Signal(range(BLOCK_TOKENS))        # token within the block (L2 walk)
+        head = Signal(range(H))
+        word = Signal(range(two_dk))
+        t_abs = Signal(sb + 1)
+
+        def route(t, h):
+            """(hit, engine, last-token) of token ``t`` of head ``h`` among the pass jobs."""
+            hit = Signal()
+            eng = Signal(eb)
+            is_last = Signal()
+            for i in range(E):
+                with m.If((i < pc) & (t_head[i] == h) & (t_start[i] <= t) & (t < t_end[i])):
+                    m.d.comb += [hit.eq(1), eng.eq(t_eng[i]), is_last.eq(t == t_end[i] - 1)]
+            return hit, eng, is_last
+
+        wb = kv_word_bits(self.lanes, self.kv_dtype)
+        kvp = self.kv.payload
+        kv_bits = kvp.kv.as_value()
+        l2d = self.l2_data.payload
+        m.d.comb += t_abs.eq(Cat(tok, blk))
+        l2_hit, l2_eng, l2_lastt = route(t_abs, head)
+
+        # HBM walk: one block read per (token, pass job covering it), its engine and
+        # last flag queued for the answers (which come in order)
+        m.submodules.routes = routes = SyncFIFO(width=eb + 1, depth=8)
+        wt = Signal(sb + 1)                      # walker token
+        wj = Signal(range(E + 1))                # walker job
+        walking = Signal()
+        wend = Signal(sb + 1)                    # end of the block's walked tokens
+        r = self.reader.rd_req.payload
+        jh = t_head[wj[:eb] if E > 1 else 0]
+        cover = Signal()
+        m.d.comb += cover.eq((wj < pc) & (t_start[wj[:eb] if E > 1 else 0] <= wt) &
+                             (wt < t_end[wj[:eb] if E > 1 else 0]))
+        m.d.comb += [r.request.eq(request), r.layer.eq(layer), r.kv_head.eq(jh),
+                     r.block.eq(wt[4:]), r.t0.eq(wt[:4]), r.ntok.eq(1),
+                     routes.w_data.eq(Cat(t_eng[wj[:eb] if E > 1 else 0],
+                                          wt == t_end[wj[:eb] if E > 1 else 0] - 1))]
+        issue = Signal()
+        m.d.comb += [self.reader.rd_req.valid.eq(walking & cover & routes.w_rdy),
+                     routes.w_en.eq(issue),
+                     issue.eq(self.reader.rd_req.valid & self.reader.rd_req.ready)]
+        with m.If(walking & (~cover | issue)):
+            with m.If(wj == E - 1):
+                m.d.sync += [wj.eq(0), wt.eq(wt + 1)]
+                with m.If(wt + 1 == wend):
+                    m.d.sync += walking.eq(0)
+            with m.Else():
+                m.d.sync += wj.eq(wj + 1)
+        rdd = self.reader.rd_data
+
+        m.d.comb += self.busy.eq(unit_open | (pc != 0))
+        with m.If(self.clear):
+            m.d.sync += [self.err.eq(0), self.misorder.eq(0)]
+        rdy = self.ready.payload
+        ent_block_ok = Signal()
+        m.d.comb += ent_block_ok.eq((rdy.req == request) & (rdy.layer == layer) &
+                                    (rdy.block == blk))
+        use_entry = Signal()                     # the block's source is its ready entry
+        m.d.comb += use_entry.eq(next_block == blk)
+        frame = Signal(index_bits(self.frames))
+        m.d.comb += frame.eq(_frame_value(request, layer, blk[:self.w.block], rdy.way, self.sets,
+                                          self.ways, len(frame)))
+        last_blk = Signal(sb + 1)
+        m.d.comb += last_blk.eq((hi - 1) >> 4)
+        blk_lo = Signal(sb + 1)                  # first token of the block walked
+        blk_hi = Signal(sb + 1)
+        m.d.comb += [blk_lo.eq(Mux(lo > (blk << 4), lo, blk << 4)),
+                     blk_hi.eq(Mux(hi < ((blk + 1) << 4), hi, (blk + 1) << 4))]
+
+        with m.FSM(name="unit"):
+            with m.State("COLLECT"):
+                m.d.comb += self.job.ready.eq(1)
+                with m.If(self.job.valid):
+                    for i in range(E):
+                        with m.If(pc == i):
+                            m.d.sync += [t_head[i].eq(jl.kv_head), t_part[i].eq(jl.part),
+                                         t_parts[i].eq(jl.parts), t_start[i].eq(jl.start),
+                                         t_end[i].eq(jl.end), t_eng[i].eq(next_eng)]
+                    m.d.sync += [pc.eq(pc + 1), next_eng.eq(Mux(next_eng == E - 1, 0,
+                                                                next_eng + 1))]
+                    with m.If((pc == 0) | (jl.start < lo)):
+                        m.d.sync += lo.eq(jl.start)
+                    with m.If((pc == 0) | (jl.end > hi)):
+                        m.d.sync += hi.eq(jl.end)
+                    now_taken = Signal.like(taken)
+                    unit_total = Signal.like(total)
+                    m.d.comb += [now_taken.eq(Mux(unit_open, taken, 0) + 1),
+                                 unit_total.eq(Mux(unit_open, total, jl.parts * H))]
+                    m.d.sync += [taken.eq(now_taken), total.eq(unit_total), unit_open.eq(1)]
+                    with m.If(~unit_open):
+                        m.d.sync += [slot.eq(jl.slot), request.eq(jl.request),
+                                     layer.eq(jl.layer), next_block.eq(0)]
+                    with m.Elif((jl.slot != slot) | (jl.layer != layer) |
+                                (jl.request != request)):
+                        m.d.sync += self.misorder.eq(1)
+                    with m.If((pc == E - 1) | (now_taken == unit_total)):
+                        m.d.sync += k.eq(0)
+                        m.next = "DESC"
+            with m.State("DESC"):
+                m.d.comb += self.te_job.valid.eq(1)
+                with m.If(self.te_job.ready):
+                    m.d.sync += qcnt.eq(0)
+                    m.next = "Q"
+            with m.State("Q"):
+                m.d.comb += self.q.valid.eq(1)
+                with m.If(self.q.ready):
+                    m.d.sync += qcnt.eq(qcnt + 1)
+                    with m.If(qcnt == self.qbeats - 1):
+                        with m.If(k == pc - 1):
+                            m.d.sync += blk.eq(lo >> 4)
+                            m.next = "BLOCK"
+                        with m.Else():
+                            m.d.sync += k.eq(k + 1)
+                            m.next = "DESC"
+            with m.State("BLOCK"):
+                # choose the block's source
+                with m.If(~use_entry):
+                    m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
+                    m.next = "HBM"
+                with m.Elif(self.ready.valid):
+                    with m.If(~ent_block_ok):
+                        m.d.sync += self.misorder.eq(1)
+                    with m.If(rdy.err):
+                        m.d.sync += self.err.eq(1)
+                    with m.If(rdy.bypass):
+                        m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
+                        m.next = "HBM"
+                    with m.Else():
+                        m.next = "L2REQ"
+            with m.State("L2REQ"):
+                rq = self.l2_read.payload
+                m.d.comb += [self.l2_read.valid.eq(1), rq.frame.eq(frame),
+                             rq.beats.eq(self.block_beats), rq.tag.eq(0)]
+                with m.If(self.l2_read.ready):
+                    m.d.sync += [tok.eq(0), head.eq(0), word.eq(0)]
+                    m.next = "L2DATA"
+            with m.State("L2DATA"):
+                m.d.comb += [kv_bits[:wb].eq(l2d.data[:wb]), kvp.engine.eq(l2_eng),
+                             kvp.kv.last.eq(l2_lastt & (word == two_dk - 1)),
+                             self.kv.valid.eq(self.l2_data.valid & l2_hit),
+                             self.l2_data.ready.eq(~l2_hit | self.kv.ready)]
+                with m.If(self.l2_data.valid & self.l2_data.ready):
+                    with m.If(l2d.err):
+                        m.d.sync += self.err.eq(1)
+                    m.d.sync += word.eq(word + 1)
+                    with m.If(word == two_dk - 1):
+                        m.d.sync += [word.eq(0), head.eq(head + 1)]
+                        with m.If(head == H - 1):
+                            m.d.sync += [head.eq(0), tok.eq(tok + 1)]
+                    with m.If(l2d.last):
+                        m.d.comb += self.ready.ready.eq(1)
+                        m.d.sync += next_block.eq(next_block + 1)
+                        m.next = "NEXT"
+            with m.State("HBM"):
+                m.d.comb += [kv_bits[:wb].eq(rdd.payload.data[:wb]),
+                             kvp.engine.eq(routes.r_data[:eb]),
+                             kvp.kv.last.eq(routes.r_data[eb] & rdd.payload.last),
+                             self.kv.valid.eq(rdd.valid), rdd.ready.eq(self.kv.ready)]
+                with m.If(rdd.valid & self.kv.ready):
+                    with m.If(rdd.payload.err):
+                        m.d.sync += self.err.eq(1)
+                    with m.If(rdd.payload.last):
+                        m.d.comb += routes.r_en.eq(1)
+                done_walk = Signal()
+                m.d.comb += done_walk.eq(~walking & ~routes.r_rdy)
+                with m.If(done_walk):
+                    with m.If(use_entry):       # a bypass entry: popped once read
+                        m.d.comb += self.ready.ready.eq(1)
+                        m.d.sync += next_block.eq(next_block + 1)
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                with m.If(blk == last_blk):
+                    m.d.sync += pc.eq(0)
+                    with m.If(taken == total):
+                        m.d.sync += unit_open.eq(0)
+                    m.next = "COLLECT"
+                with m.Else():
+                    m.d.sync += blk.eq(blk + 1)
+                    m.next = "BLOCK"
+        return m

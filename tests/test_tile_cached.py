@@ -1,0 +1,173 @@
+"""Whole decode steps through the decode tile's attention path with the CDU in the K/V path
+(``rtl/tile/cached_attention_tile.py``, ``rtl/tile/unit_streamer.py``; docs/tile.md, "Attention
+path with the CDU in the K/V path"), co-simulated with the golden decode step in Amaranth's
+simulator (``sim/harness/tile_cosim.py`` with a ``policy``, ``tricut tile run --policy``).
+
+* equivalence, one run per CDU policy: every attention output bit-exact with the TE golden,
+  the tokens the golden decode step's, and every CDU decision equal to the CDU golden model's
+  on the same step descriptors (transaction by transaction) with its counters: ``static``
+  (bf16, 1 engine: the second KV head's pass re-reads from HBM), ``adaptive`` (fp8, 4 engines,
+  split-K on the longer contexts, evictions and eviction holds), ``disabled`` (NVFP4, 2
+  engines: every block a bypass, read from HBM by the streamer);
+* the L2 is used: with ``static`` every demand read hits and its blocks come from L2 frames
+  the fill engine wrote; with ``disabled`` none does;
+* the checks can fail: a flipped HBM bit of a block that reaches the TE only through an L2
+  fill is reported; a CDU reference with another prefetch distance differs from the tile's
+  decisions;
+* bad parameters and flags: one error line, exit 2.
+
+The Amaranth simulator runs the cached tile at ~80 cycles/s: each equivalence run (~10,000
+cycles) takes 70-120 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import warnings
+
+import numpy as np
+import pytest
+
+from tricut.rtl.tile.attention_layouts import kv_addr
+from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
+from tricut.rtl.tile.unit_streamer import UnitStreamer
+from tricut.sim.harness import tile_cosim as C
+
+from conftest import assert_one_line_error, run_cli
+
+STATIC = C.Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+                 max_ctx=32, policy="static")
+ADAPTIVE = C.Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
+                   max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8")
+DISABLED = C.Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
+                   max_ctx=32, policy="disabled", kv_dtype="nvfp4")
+
+
+@pytest.fixture(scope="module")
+def static_report():
+    return C.simulate(STATIC)
+
+
+def _assert_equivalent(rep):
+    s, t = rep.setup, rep.tile
+    assert rep.differences == [] and not t.stopped and not t.problems, rep.differences[:3]
+    golden = C.golden_run(s)                         # independent of the run's own golden
+    assert set(golden.attn) == set(t.attn) and golden.attn
+    for k in golden.attn:
+        assert np.array_equal(golden.attn[k], t.attn[k]), k
+    assert t.tokens == golden.tokens
+    core = C._Run(s).cdu_reference()
+    assert t.txns == [C.txn_tuple(x) for x in core.txns] and t.txns
+    c = core.counters()
+    for k in ("accesses", "hits", "misses_alloc", "misses_bypass", "prefetch_issued",
+              "writes", "write_hits", "write_allocs", "evictions", "fills"):
+        assert t.cdu_counters[k] == c[k], k
+    return c
+
+
+def test_static_policy_bit_exact_and_cdu_equal(static_report):
+    c = _assert_equivalent(static_report)
+    # every demand read hits a frame the fill engine wrote (prefetched or reused)
+    assert c["accesses"] == c["hits"] > 0 and c["fills"] > 0
+    assert static_report.tile.cdu_counters["hbm_reads"] == c["prefetch_issued"]
+
+
+def test_adaptive_policy_four_engines_split_k_fp8():
+    rep = C.simulate(ADAPTIVE)
+    c = _assert_equivalent(rep)
+    seq = [d.seq_len for descs in C.schedule(ADAPTIVE) for d in descs]
+    assert max(seq) > ADAPTIVE.split_tokens >= min(seq)      # split on some contexts only
+    assert c["evictions"] > 0 and c["hits"] > 0 and c["misses_alloc"] > 0
+    print(f"\n[tile cached adaptive] step cycles {rep.tile.step_cycles}, counters "
+          f"{ {k: c[k] for k in ('hits', 'misses_alloc', 'evictions', 'prefetch_issued')} }")
+
+
+def test_disabled_policy_streams_every_block_from_hbm():
+    rep = C.simulate(DISABLED)
+    c = _assert_equivalent(rep)
+    assert c["hits"] == 0 and c["fills"] == 0 and c["misses_bypass"] == c["accesses"] > 0
+
+
+def test_a_flipped_hbm_bit_behind_an_l2_fill_is_reported():
+    """Request 0's K of token 1 (layer 0, KV head 0) reaches the TE only from an L2 frame
+    under ``static`` (every read hits): one flipped bit in HBM is caught."""
+    s = dataclasses.replace(STATIC, requests=1, prompt_lens=(2,), steps=1)
+    addr = kv_addr(0, 0, 0, 1, num_layers=2, num_kv_heads=2, max_ctx=32, head_dim=64,
+                   lanes=16) + 1
+    rep = C.simulate(s, corrupt=(addr, 14))
+    assert rep.differences and "attention[" in rep.differences[0]
+    assert rep.tile.cdu_counters["hits"] == rep.tile.cdu_counters["accesses"] > 0
+
+
+def test_a_different_cdu_reference_is_caught(static_report):
+    other = dataclasses.replace(STATIC, distance=1)
+    diffs = C.compare_cdu(other, static_report.tile)
+    assert diffs and diffs[0].startswith("CDU "), diffs
+    assert C.compare_cdu(STATIC, static_report.tile) == []
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(max_ctx=40), "max_ctx must be a multiple of 16"),
+    (dict(sets=3), "sets must be a power of 2"),
+    (dict(ways=0), "ways must be an integer in 1..16"),
+    (dict(engines=0), "engines must be an integer in 1..16"),
+])
+def test_unit_streamer_bad_parameters(kw, needle):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=needle):
+            UnitStreamer(**kw)
+        gc.collect()
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(cdu=dict(sets=4, bogus=1)), "cdu must be a dict"),
+    (dict(cdu=dict(mshrs=0)), "mshrs"),
+    (dict(max_slots=9), "max_slots must be an integer in 1..4"),
+    (dict(max_ctx=24), "max_ctx must be a multiple of 16"),
+])
+def test_cached_tile_bad_parameters(kw, needle):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=needle):
+            CachedAttentionTile(**kw)
+        gc.collect()
+
+
+BAD = [
+    (["--policy", "lru"], "invalid choice"),
+    (["--policy", "static", "--max-ctx", "40"], "multiple of 16"),
+    (["--policy", "static", "--cdu-sets", "3"], "--cdu-sets"),
+    (["--policy", "static", "--cdu-ways", "0"], "--cdu-ways"),
+    (["--policy", "static", "--cdu-ways", "17"], "--cdu-ways"),
+    (["--policy", "static", "--distance", "300"], "--distance"),
+    (["--policy", "static", "--distance", "-1"], "--distance"),
+    (["--policy", "static", "--long-context", "0"], "--long-context"),
+]
+
+
+@pytest.mark.parametrize("extra,needle", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_cli_tile_run_cdu_bad_input(capsys, extra, needle):
+    code, cap = run_cli(["tile", "run", *extra], capsys)
+    assert_one_line_error(code, cap, needle)
+
+
+def test_cli_prints_the_cdu_counters(capsys, monkeypatch, static_report):
+    """``tricut tile run --policy static`` on the report of the equivalence run above: the
+    CDU line, the equality line, and the JSON keys."""
+    import json
+    monkeypatch.setattr(C, "simulate", lambda s, **kw: static_report)
+    argv = ["tile", "run", "--prompt-lens", "3,17", "--steps", "2", "--max-ctx", "32",
+            "--policy", "static"]
+    code, cap = run_cli(argv, capsys)
+    assert code == 0, cap.err
+    c = static_report.tile.cdu_counters
+    assert "CDU static (4 sets x 2 ways, distance 4)" in cap.out
+    assert (f"CDU: {len(static_report.tile.txns)} decisions; reads {c['accesses']} (hits "
+            f"{c['hits']}") in cap.out
+    assert "CDU decisions equal to the CDU golden model" in cap.out
+    code, cap = run_cli(argv + ["--json"], capsys)
+    out = json.loads(cap.out)
+    assert out["setup"]["policy"] == "static" and out["cdu_counters"]["hits"] == c["hits"]
+    assert out["cdu_decisions"] == len(static_report.tile.txns)
