@@ -20,8 +20,7 @@ import warnings
 
 import pytest
 from amaranth.hdl import Fragment, Module
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import Out
+from amaranth.lib import wiring
 
 from tricut.rtl.cdu import layouts as CL
 from tricut.rtl.tile import attention_layouts as AL

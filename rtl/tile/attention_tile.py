@@ -102,9 +102,15 @@ class AttentionTile(CheckedComponent):
         m = Module()
         m.submodules.streamer = st = self.streamer
         m.submodules.array = arr = self.array
-        wiring.connect(m, wiring.flipped(self.q_write), st.q_write)
         wiring.connect(m, wiring.flipped(self.hbm_req), st.hbm_req)
         wiring.connect(m, st.hbm_resp, wiring.flipped(self.hbm_resp))
+        self._elaborate_attention(m, st, arr)
+        return m
+
+    def _elaborate_attention(self, m, st, arr):
+        """The Q buffer's writes, streamer -> TE array, the TE status, the layer gate and the
+        output side (the cached tile shares them)."""
+        wiring.connect(m, wiring.flipped(self.q_write), st.q_write)
         wiring.connect(m, st.te_job, arr.job)
         wiring.connect(m, st.q, arr.q)
         wiring.connect(m, st.kv, arr.kv)
@@ -116,7 +122,6 @@ class AttentionTile(CheckedComponent):
             m.d.sync += self.te_status.eq(self.te_status | arr.status.payload.status.as_value())
         pending = self._elaborate_gate(m, st, arr)
         self._elaborate_output(m, arr, pending)
-        return m
 
     def _elaborate_gate(self, m, st, arr):
         """The layer gate between ``job`` and the streamer, and ``pending``: results of the

@@ -19,7 +19,7 @@ from .combine import CombineUnit
 from .kv_streamer import combine_parts
 from .l2_fill import L2Filler, L2WriteArbiter, NewTokenWriter
 from .sequencer_layouts import attn_job_layout
-from .te_array import MAX_ENGINES, TEArray
+from .te_array import TEArray
 from .unit_streamer import UnitStreamer
 
 __all__ = ["CachedAttentionTile", "CDU_DEFAULTS", "CDU_FE_ENTRIES", "CDU_FE_UNITS"]
@@ -181,18 +181,8 @@ class CachedAttentionTile(AttentionTile):
         wiring.connect(m, wiring.flipped(self.l2_data), st.l2_data)
         self._elaborate_hbm_mux(m, fl, st)
         # attention: as the attention tile
-        wiring.connect(m, wiring.flipped(self.q_write), st.q_write)
-        wiring.connect(m, st.te_job, arr.job)
-        wiring.connect(m, st.q, arr.q)
-        wiring.connect(m, st.kv, arr.kv)
-        m.d.comb += [st.tensor_scale.eq(self.tensor_scale), st.clear.eq(self.go),
-                     self.err.eq(st.err), self.misorder.eq(st.misorder), arr.status.ready.eq(1)]
-        with m.If(self.go):
-            m.d.sync += self.te_status.eq(0)
-        with m.Elif(arr.status.valid):
-            m.d.sync += self.te_status.eq(self.te_status | arr.status.payload.status.as_value())
-        pending = self._elaborate_gate(m, st, arr)
-        self._elaborate_output(m, arr, pending)
+        self._elaborate_attention(m, st, arr)
+        m.d.comb += self.misorder.eq(st.misorder)
         return m
 
     def _elaborate_hbm_mux(self, m, fl, st):

@@ -194,6 +194,51 @@ class HbmBlockReader(wiring.Component):
         return m
 
 
+def streamer_ports(st, kv_payload):
+    """The ports every streamer of the tile has (``st`` a :class:`KVStreamer` or a unit
+    streamer, its ``kv`` payload layout given): ``job``, ``q_write``, ``te_job``, ``q``,
+    ``kv``, ``hbm_req``/``hbm_resp`` (its block reader's HBM port), ``tensor_scale``,
+    ``clear``, ``err``, ``busy``."""
+    r = st.reader
+    return {
+        "job": In(stream.Signature(attn_job_layout(st.w, st.slot_bits, st.H,
+                                                   st.split_tokens))),
+        "q_write": In(stream.Signature(q_write_layout(st.slot_bits, st.hb,
+                                                      index_bits(st.qbeats), st.lanes))),
+        "te_job": Out(stream.Signature(array_job_layout(st.tag.size))),
+        "q": Out(stream.Signature(q_layout(st.lanes))),
+        "kv": Out(stream.Signature(kv_payload)),
+        "hbm_req": Out(stream.Signature(hbm_req_layout(r.id_bits, r.addr_bits, r.max_beats))),
+        "hbm_resp": In(stream.Signature(hbm_resp_layout(r.id_bits, r.data_bits))),
+        "tensor_scale": In(32),
+        "clear": In(1),
+        "err": Out(1),
+        "busy": Out(1),
+    }
+
+
+def q_and_desc(st, m, slot, kv_head, qcnt, start, end, part, parts):
+    """A streamer's Q buffer (written through ``q_write``, always ready; ``2**slot_bits * H *
+    G*Dk`` words of ``lanes`` bf16 codes, read combinationally at ``(slot, kv_head, qcnt)``
+    onto ``q``) and the ``te_job`` payload of the job ``(slot, kv_head, start, end, part,
+    parts)``: ``n = end - start``, the softmax scale, ``tensor_scale``, partial when split,
+    and the tag."""
+    m.submodules.qbuf = qbuf = Memory(shape=unsigned(16 * st.lanes),
+                                      depth=(1 << st.slot_bits) * st.H * st.qbeats, init=[])
+    qw = qbuf.write_port()
+    qr = qbuf.read_port(domain="comb")
+    qp = st.q_write.payload
+    m.d.comb += [st.q_write.ready.eq(1), qw.en.eq(st.q_write.valid),
+                 qw.addr.eq(st.qbuf_addr(qp.slot, qp.kv_head, qp.beat)),
+                 qw.data.eq(qp.data.as_value()),
+                 qr.addr.eq(st.qbuf_addr(slot, kv_head, qcnt)),
+                 st.q.payload.data.as_value().eq(qr.data)]
+    d, tag = st.te_job.payload.desc, st.te_job.payload.tag
+    m.d.comb += [d.n.eq(end - start), d.scale.eq(st.scale_bits),
+                 d.tensor_scale.eq(st.tensor_scale), d.partial.eq(parts != 1),
+                 tag.eq(Cat(slot, kv_head, part == parts - 1, parts[:st.parts_bits]))]
+
+
 class KVStreamer(CheckedComponent):
     """Turns attention jobs (the step sequencer's ``job`` payload) into the TE array's input
     streams, reading each job's K/V from HBM.
@@ -262,22 +307,7 @@ class KVStreamer(CheckedComponent):
         self.tag = tag_layout(slot_bits, self.hb, self.parts_bits)
         self.reader = HbmBlockReader(w, num_layers, num_kv_heads, max_ctx, num_requests,
                                      head_dim, lanes, kv_dtype, max_beats, max_outstanding)
-        r = self.reader
-        super().__init__({
-            "job": In(stream.Signature(attn_job_layout(w, slot_bits, num_kv_heads,
-                                                       split_tokens))),
-            "q_write": In(stream.Signature(q_write_layout(slot_bits, self.hb,
-                                                          index_bits(self.qbeats), lanes))),
-            "te_job": Out(stream.Signature(array_job_layout(self.tag.size))),
-            "q": Out(stream.Signature(q_layout(lanes))),
-            "kv": Out(stream.Signature(kv_layout(lanes, kv_dtype))),
-            "hbm_req": Out(stream.Signature(hbm_req_layout(r.id_bits, r.addr_bits, max_beats))),
-            "hbm_resp": In(stream.Signature(hbm_resp_layout(r.id_bits, r.data_bits))),
-            "tensor_scale": In(32),
-            "clear": In(1),
-            "err": Out(1),
-            "busy": Out(1),
-        })
+        super().__init__(streamer_ports(self, kv_layout(lanes, kv_dtype)))
 
     def qbuf_addr(self, slot, kv_head, beat):
         """Word of the Q (and output) buffer: ``(slot * H + kv_head) * G*Dk + beat``."""
@@ -300,23 +330,8 @@ class KVStreamer(CheckedComponent):
         jl = self.job.payload
         j = Signal.like(jl, name="cur")                     # the job being streamed
         kv_left = Signal(sb + (2 * self.dk).bit_length())   # kv beats still to send
-        m.submodules.qbuf = qbuf = Memory(shape=unsigned(16 * self.lanes),
-                                          depth=(1 << self.slot_bits) * self.H * self.qbeats,
-                                          init=[])
-        qw = qbuf.write_port()
-        qr = qbuf.read_port(domain="comb")
-        qp = self.q_write.payload
-        m.d.comb += [self.q_write.ready.eq(1), qw.en.eq(self.q_write.valid),
-                     qw.addr.eq(self.qbuf_addr(qp.slot, qp.kv_head, qp.beat)),
-                     qw.data.eq(qp.data.as_value())]
         qcnt = Signal(range(self.qbeats))
-        m.d.comb += [qr.addr.eq(self.qbuf_addr(j.slot, j.kv_head, qcnt)),
-                     self.q.payload.data.as_value().eq(qr.data)]
-        d, tag = self.te_job.payload.desc, self.te_job.payload.tag
-        m.d.comb += [d.n.eq(j.end - j.start), d.scale.eq(self.scale_bits),
-                     d.tensor_scale.eq(self.tensor_scale), d.partial.eq(j.parts != 1),
-                     tag.eq(Cat(j.slot, j.kv_head, j.part == j.parts - 1,
-                                j.parts[:self.parts_bits]))]
+        q_and_desc(self, m, j.slot, j.kv_head, qcnt, j.start, j.end, j.part, j.parts)
         wb = kv_word_bits(self.lanes, self.kv_dtype)
         kv = self.kv.payload.as_value()
         m.d.comb += [kv[:wb].eq(rd_data.payload.data[:wb]),

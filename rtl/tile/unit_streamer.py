@@ -3,24 +3,21 @@ K/V stream over the TE array's engines, each KV block streamed once per pass."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, ready_layout, seq_bits
-from tricut.rtl.te.layouts import q_layout
 
-from .array_layouts import array_job_layout, routed_kv_layout
-from .attention_layouts import (BLOCK_TOKENS, count_bits, hbm_req_layout, hbm_resp_layout,
-                                index_bits, kv_word_bits, l2_data_layout, l2_read_layout,
-                                q_write_layout, tag_layout)
+from .array_layouts import routed_kv_layout
+from .attention_layouts import (BLOCK_TOKENS, count_bits, index_bits, kv_word_bits,
+                                l2_data_layout, l2_read_layout, tag_layout)
 from .kv_streamer import (HbmBlockReader, check_streamer_params, combine_parts,
-                          default_scale_bits)
+                          default_scale_bits, q_and_desc, streamer_ports)
 from .l2_fill import _frame_value, block_beats
-from .sequencer_layouts import attn_job_layout, head_bits
+from .sequencer_layouts import head_bits
 from .te_array import MAX_ENGINES
 
 __all__ = ["UnitStreamer"]
@@ -76,6 +73,7 @@ class UnitStreamer(CheckedComponent):
         self.E, self.head_dim, self.G, self.lanes = engines, head_dim, G, lanes
         self.kv_dtype, self.L, self.H = kv_dtype, num_layers, num_kv_heads
         self.split_tokens, self.slot_bits, self.max_ctx = split_tokens, slot_bits, max_ctx
+        self.lanes = lanes
         self.sets, self.ways = sets, ways
         self.scale_bits = default_scale_bits(head_dim) if scale_bits is None else scale_bits
         self.dk = head_dim // lanes
@@ -89,23 +87,11 @@ class UnitStreamer(CheckedComponent):
                                      head_dim, lanes, kv_dtype, max_beats, max_outstanding)
         r = self.reader
         super().__init__({
-            "job": In(stream.Signature(attn_job_layout(w, slot_bits, num_kv_heads,
-                                                       split_tokens))),
-            "q_write": In(stream.Signature(q_write_layout(slot_bits, self.hb,
-                                                          index_bits(self.qbeats), lanes))),
+            **streamer_ports(self, routed_kv_layout(lanes, kv_dtype, engines)),
             "ready": In(stream.Signature(ready_layout(w))),
             "l2_read": Out(stream.Signature(l2_read_layout(self.frames, self.block_beats, 1))),
             "l2_data": In(stream.Signature(l2_data_layout(1, r.data_bits))),
-            "te_job": Out(stream.Signature(array_job_layout(self.tag.size))),
-            "q": Out(stream.Signature(q_layout(lanes))),
-            "kv": Out(stream.Signature(routed_kv_layout(lanes, kv_dtype, engines))),
-            "hbm_req": Out(stream.Signature(hbm_req_layout(r.id_bits, r.addr_bits, max_beats))),
-            "hbm_resp": In(stream.Signature(hbm_resp_layout(r.id_bits, r.data_bits))),
-            "tensor_scale": In(32),
-            "clear": In(1),
-            "err": Out(1),
             "misorder": Out(1),
-            "busy": Out(1),
         })
 
     def qbuf_addr(self, slot, kv_head, beat):
@@ -143,24 +129,10 @@ class UnitStreamer(CheckedComponent):
         lo = Signal(sb + 1)
         hi = Signal(sb + 1)
 
-        # ------------------------------------------------------------ Q buffer
-        m.submodules.qbuf = qbuf = Memory(shape=unsigned(16 * self.lanes),
-                                          depth=(1 << self.slot_bits) * H * self.qbeats, init=[])
-        qw = qbuf.write_port()
-        qr = qbuf.read_port(domain="comb")
-        qp = self.q_write.payload
-        m.d.comb += [self.q_write.ready.eq(1), qw.en.eq(self.q_write.valid),
-                     qw.addr.eq(self.qbuf_addr(qp.slot, qp.kv_head, qp.beat)),
-                     qw.data.eq(qp.data.as_value())]
+        # ------------------------------------------------------------ Q buffer, job beat
         k = Signal(range(E))                     # pass job being dispatched
         qcnt = Signal(range(self.qbeats))
-        m.d.comb += [qr.addr.eq(self.qbuf_addr(slot, t_head[k], qcnt)),
-                     self.q.payload.data.as_value().eq(qr.data)]
-        d, tag = self.te_job.payload.desc, self.te_job.payload.tag
-        m.d.comb += [d.n.eq(t_end[k] - t_start[k]), d.scale.eq(self.scale_bits),
-                     d.tensor_scale.eq(self.tensor_scale), d.partial.eq(t_parts[k] != 1),
-                     tag.eq(Cat(slot, t_head[k], t_part[k] == t_parts[k] - 1,
-                                t_parts[k][:self.parts_bits]))]
+        q_and_desc(self, m, slot, t_head[k], qcnt, t_start[k], t_end[k], t_part[k], t_parts[k])
 
         # ------------------------------------------------------------ routing
         blk = Signal(self.w.block + 1)           # block being streamed

@@ -683,13 +683,21 @@ def compare_cdu(s: Setup, tile: RunResult) -> list:
             if k not in skip and tile.cdu_counters.get(k) != c[k]]
 
 
-def simulate(s: Setup, corrupt=None, strict=False, stop_early=True) -> Report:
+def simulate(s: Setup, corrupt=None, strict=False, stop_early=True, sim="amaranth") -> Report:
     """Golden run, tile run, comparison (with a CDU policy, also of the CDU's decisions with
     its golden model). ``stop_early``: the tile run ends at the first layer that differs.
     ``strict``: raise :class:`CosimError` naming the first difference instead of returning it
-    in the report."""
+    in the report. ``sim``: the tile's simulator, ``amaranth`` (:func:`cosim_run`) or
+    ``verilator`` (:mod:`tricut.sim.harness.tile_cosim_verilator`: the same run, cycle for
+    cycle)."""
+    if sim == "verilator":
+        from tricut.sim.harness.tile_cosim_verilator import cosim_run_verilator as tile_run
+    elif sim == "amaranth":
+        tile_run = cosim_run
+    else:
+        raise SetupError("sim", f"must be amaranth or verilator, got {sim!r}")
     golden = golden_run(s)
-    tile = cosim_run(s, corrupt=corrupt, golden=golden if stop_early else None)
+    tile = tile_run(s, corrupt=corrupt, golden=golden if stop_early else None)
     diffs = compare(golden, tile) + compare_cdu(s, tile)
     if strict and diffs:
         raise CosimError(f"{len(diffs)} difference(s); first: {diffs[0]}")
