@@ -1,7 +1,7 @@
 """Whole decode steps through the decode tile with the CDU in the K/V path, one run per CDU
 policy (``sim/harness/tile_cosim.py`` with a ``policy``; the setups of
-``tests/test_tile_cached.py``, and the static one's again under ``disabled``), in Amaranth's
-simulator.
+``tests/test_tile_cached.py``, and the static one's again under ``disabled``), on Verilator
+(``tricut tile run --sim verilator``; the same cycles as Amaranth's simulator).
 
     .venv/bin/python benchmarks/tile_cached.py            # run, print the table
     .venv/bin/python benchmarks/tile_cached.py --write    # ... and into docs/tile.md
@@ -39,7 +39,7 @@ def run_all():
     # STATIC's setup again without a CDU policy in effect: the same steps, every block a bypass
     for s in (STATIC, dataclasses.replace(STATIC, policy="disabled"), ADAPTIVE, DISABLED):
         t0 = time.perf_counter()
-        rep = C.simulate(s)
+        rep = C.simulate(s, sim="verilator")
         wall = time.perf_counter() - t0
         if not rep.ok:
             raise SystemExit(f"{SCRIPT}: {s.policy}: {rep.differences[0]}")
@@ -48,7 +48,7 @@ def run_all():
 
 
 def report(rows, cmd):
-    lines = [f"Measured by `{cmd}` (Amaranth simulator; every run bit-exact with the TE golden, "
+    lines = [f"Measured by `{cmd}` (Verilator; every run bit-exact with the TE golden, "
              f"tokens equal, CDU decisions equal to the CDU golden model):", "",
              "| policy | K/V | engines | prompts | split | reads: hits / allocated misses / "
              "bypass | prefetches issued | evictions | step cycles | wall |",

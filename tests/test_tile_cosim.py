@@ -27,6 +27,7 @@ from tricut.models.llama import (LlamaWeights, _qkv, decode_step, decode_step_la
                                  rms_norm, swiglu)
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
+from tricut.sim.fast.tile_timing import TileConfig, predict_step
 from tricut.sim.harness import tile_cosim as C
 
 from conftest import assert_one_line_error, run_cli
@@ -156,6 +157,14 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
         t.step_cycles[ri] > sum(t.layer_cycles[(ri, li)] for li in range(2)) for ri in range(3))
     for ri in range(3):
         assert f"step {ri}: {t.step_cycles[ri]} cycles" in cap.out
+    # the fast model of the HBM-only tile (sim/fast/tile_timing.py) gives every layer's cycles
+    cfg_t = TileConfig(engines=EQUIV.engines, head_dim=cfg.head_dim, G=cfg.group_size,
+                       lanes=EQUIV.lanes, num_kv_heads=cfg.num_kv_heads,
+                       num_layers=cfg.num_layers, split_tokens=EQUIV.split_tokens,
+                       latency=EQUIV.latency, max_beats=EQUIV.max_beats)
+    for ri, descs in enumerate(C.schedule(EQUIV)):
+        want = predict_step(cfg_t, [d.seq_len for d in descs])
+        assert [t.layer_cycles[(ri, li)] for li in range(cfg.num_layers)] == want, (ri, want)
     print(f"\n[tile cosim] layer cycles {t.layer_cycles}, step cycles {t.step_cycles}")
 
 
@@ -210,7 +219,7 @@ BAD = [
     (["--max-batch", "0"], "--max-batch"),
     (["--max-batch", "9"], "--max-batch"),
     (["--profile", "best"], "--profile"),
-    (["--sim", "verilator"], "invalid choice"),
+    (["--sim", "vcs"], "invalid choice"),
     (["--seed", "-1"], "--seed"),
     (["--bogus"], "unrecognized"),
 ]

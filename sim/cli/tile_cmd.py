@@ -1,5 +1,5 @@
 """`tricut tile run`: whole decode steps of a model whose attention runs on the decode tile's RTL
-(attention path, Amaranth simulator), co-simulated with the golden decode step
+(attention path, Amaranth's simulator or Verilator), co-simulated with the golden decode step
 (``sim/harness/tile_cosim.py``, ``docs/tile.md``).
 
 Exit status: 0 when every attention output is bit-exact with the golden TE model and the tokens
@@ -64,7 +64,10 @@ def _setup(args):
     return s
 
 
-def _text(rep):
+_SIM_NAMES = {"amaranth": "Amaranth simulator", "verilator": "Verilator"}
+
+
+def _text(rep, sim="amaranth"):
     s, t = rep.setup, rep.tile
     eng = f"{s.engines} engine{'s' * (s.engines > 1)}"
     split = f"split-K at {s.split_tokens} tokens" if s.split_tokens else "no split"
@@ -72,7 +75,7 @@ def _text(rep):
            if s.policy else "no CDU (K/V from HBM)")
     lines = [f"tile run: {s.model}, {s.requests} requests (prompts "
              f"{', '.join(map(str, rep.prompt_lens))}), {s.steps} steps each, {s.kv_dtype} K/V, "
-             f"{eng}, {s.lanes} lanes, {split}, {cdu}; Amaranth simulator",
+             f"{eng}, {s.lanes} lanes, {split}, {cdu}; {_SIM_NAMES[sim]}",
              f"DSU rounds ({s.profile}): " + "  ".join(
                  f"{i}:[{','.join(map(str, r))}]" for i, r in enumerate(rep.rounds))]
     for r, toks in t.tokens.items():
@@ -97,9 +100,10 @@ def _text(rep):
     return "\n".join(lines)
 
 
-def _json(rep):
+def _json(rep, sim="amaranth"):
     s, t = rep.setup, rep.tile
     return json.dumps({
+        "sim": sim,
         "setup": {k: getattr(s, k) for k in ("model", "requests", "steps", "kv_dtype", "engines",
                                              "lanes", "split_tokens", "max_ctx", "max_batch",
                                              "profile", "seed", "policy", "cdu_sets",
@@ -116,16 +120,19 @@ def _json(rep):
 
 
 def cmd_tile_run(args) -> int:
+    from tricut.sim.harness.cocotb_run import CocotbFailure
     from tricut.sim.harness.tile_cosim import CosimError, simulate
+    from tricut.sim.harness.toolchain import ToolchainError
     from tricut.sim.harness.waves import one_line
 
     s = _setup(args)
     try:
-        rep = simulate(s)
-    except (CosimError, TimeoutError) as e:        # golden TE status, a DSU mismatch, a hang
+        rep = simulate(s, sim=args.sim)
+    except (CosimError, TimeoutError,              # golden TE status, a DSU mismatch, a hang
+            CocotbFailure, ToolchainError) as e:   # --sim verilator: the bench or toolchain
         print(f"tricut: error: {one_line(e, 240)}", file=sys.stderr)
         return 1
-    print(_json(rep) if args.json else _text(rep))
+    print(_json(rep, args.sim) if args.json else _text(rep, args.sim))
     if not rep.ok:
         print(f"tricut: error: tile differs from the golden decode step "
               f"({len(rep.differences)} difference(s)); first: {one_line(rep.differences[0], 240)}",
@@ -144,7 +151,7 @@ def add_commands(sub) -> None:
                     "golden decode step",
         description="Prefills requests with the golden model (float32 reference prefill), then "
                     "decodes them in rounds chosen by the golden DSU model; per round and layer "
-                    "the tile's attention path (Amaranth simulator) computes the attention of "
+                    "the tile's attention path (--sim) computes the attention of "
                     "the round's requests from the q the golden decode step gives it and the "
                     "K/V in its HBM model, and its outputs feed the rest of the step. Prints "
                     "the tokens per request and the cycles per step and layer. Exit status 0: "
@@ -205,8 +212,11 @@ def add_commands(sub) -> None:
                         "(default: %(default)s: every context)")
     p.add_argument("--seed", type=_int_arg(0), default=0, metavar="X",
                    help="seed of the weights, prompts and synthetic lengths (default: %(default)s)")
-    p.add_argument("--sim", choices=("amaranth",), default="amaranth",
-                   help="simulator: amaranth only (Verilator is a later step)")
+    p.add_argument("--sim", choices=("amaranth", "verilator"), default="amaranth",
+                   help="the tile's simulator: amaranth (~80-130 cycles/s) or verilator (the "
+                        "same run cycle for cycle, one Verilator build per tile shape, cached "
+                        "under .build/cocotb; docs/tile.md, 'Co-simulation on Verilator') "
+                        "(default: %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object: setup, prompt lengths, DSU rounds, tokens (tile and "
                         "golden), cycles per step and layer, differences")

