@@ -3,6 +3,8 @@ K/V stream over the TE array's engines, each KV block streamed once per pass."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -37,8 +39,8 @@ class UnitStreamer(CheckedComponent):
     Where a block comes from: the CDU sends one ``ready`` entry per demand block of the unit,
     blocks ``0, 1, ...`` in order (pattern ``full``). The first pass that reaches block ``b``
     uses its entry: a hit or an allocated miss is read from the L2 frame
-    (:func:`~.l2_fill.frame_of`, all ``16*H*2*Dk`` words, token-major), a bypass from HBM; the entry is
-    popped (``ready.ready``) when the block's last word has been taken, so the frame cannot be
+    (:func:`~.l2_fill.frame_of`, all ``16*H*2*Dk`` words, token-major), a bypass from HBM;
+    the entry is popped (``ready.ready``) when the block's last word has been taken, so the frame cannot be
     re-allocated while it is read (the CDU holds such allocations). A later pass of the same
     unit (fewer engines than jobs) re-reads the block from HBM, one request per (token, job).
     An entry that is not the expected (request, layer, block) raises sticky ``misorder``.
@@ -206,114 +208,140 @@ class UnitStreamer(CheckedComponent):
         m.d.comb += [blk_lo.eq(Mux(lo > (blk << 4), lo, blk << 4)),
                      blk_hi.eq(Mux(hi < ((blk + 1) << 4), hi, (blk + 1) << 4))]
 
+        v = SimpleNamespace(**locals())
         with m.FSM(name="unit"):
-            with m.State("COLLECT"):
-                m.d.comb += self.job.ready.eq(1)
-                with m.If(self.job.valid):
-                    for i in range(E):
-                        with m.If(pc == i):
-                            m.d.sync += [t_head[i].eq(jl.kv_head), t_part[i].eq(jl.part),
-                                         t_parts[i].eq(jl.parts), t_start[i].eq(jl.start),
-                                         t_end[i].eq(jl.end), t_eng[i].eq(next_eng)]
-                    m.d.sync += [pc.eq(pc + 1), next_eng.eq(Mux(next_eng == E - 1, 0,
-                                                                next_eng + 1))]
-                    with m.If((pc == 0) | (jl.start < lo)):
-                        m.d.sync += lo.eq(jl.start)
-                    with m.If((pc == 0) | (jl.end > hi)):
-                        m.d.sync += hi.eq(jl.end)
-                    now_taken = Signal.like(taken)
-                    unit_total = Signal.like(total)
-                    m.d.comb += [now_taken.eq(Mux(unit_open, taken, 0) + 1),
-                                 unit_total.eq(Mux(unit_open, total, jl.parts * H))]
-                    m.d.sync += [taken.eq(now_taken), total.eq(unit_total), unit_open.eq(1)]
-                    with m.If(~unit_open):
-                        m.d.sync += [slot.eq(jl.slot), request.eq(jl.request),
-                                     layer.eq(jl.layer), next_block.eq(0)]
-                    with m.Elif((jl.slot != slot) | (jl.layer != layer) |
-                                (jl.request != request)):
-                        m.d.sync += self.misorder.eq(1)
-                    with m.If((pc == E - 1) | (now_taken == unit_total)):
-                        m.d.sync += k.eq(0)
+            self._dispatch_states(m, v)
+            self._stream_states(m, v)
+        return m
+
+    def _dispatch_states(self, m, v):
+        """States of the unit FSM (see the class docs); ``v``: the signals of :meth:`elaborate`."""
+        E, H, blk, hi, jl, k = v.E, v.H, v.blk, v.hi, v.jl, v.k
+        layer, lo, next_block = v.layer, v.lo, v.next_block
+        next_eng, pc, qcnt = v.next_eng, v.pc, v.qcnt
+        request, slot, t_end = v.request, v.slot, v.t_end
+        t_eng, t_head, t_part = v.t_eng, v.t_head, v.t_part
+        t_parts, t_start, taken = v.t_parts, v.t_start, v.taken
+        total, unit_open = v.total, v.unit_open
+        with m.State("COLLECT"):
+            m.d.comb += self.job.ready.eq(1)
+            with m.If(self.job.valid):
+                for i in range(E):
+                    with m.If(pc == i):
+                        m.d.sync += [t_head[i].eq(jl.kv_head), t_part[i].eq(jl.part),
+                                     t_parts[i].eq(jl.parts), t_start[i].eq(jl.start),
+                                     t_end[i].eq(jl.end), t_eng[i].eq(next_eng)]
+                m.d.sync += [pc.eq(pc + 1), next_eng.eq(Mux(next_eng == E - 1, 0,
+                                                            next_eng + 1))]
+                with m.If((pc == 0) | (jl.start < lo)):
+                    m.d.sync += lo.eq(jl.start)
+                with m.If((pc == 0) | (jl.end > hi)):
+                    m.d.sync += hi.eq(jl.end)
+                now_taken = Signal.like(taken)
+                unit_total = Signal.like(total)
+                m.d.comb += [now_taken.eq(Mux(unit_open, taken, 0) + 1),
+                             unit_total.eq(Mux(unit_open, total, jl.parts * H))]
+                m.d.sync += [taken.eq(now_taken), total.eq(unit_total), unit_open.eq(1)]
+                with m.If(~unit_open):
+                    m.d.sync += [slot.eq(jl.slot), request.eq(jl.request),
+                                 layer.eq(jl.layer), next_block.eq(0)]
+                with m.Elif((jl.slot != slot) | (jl.layer != layer) |
+                            (jl.request != request)):
+                    m.d.sync += self.misorder.eq(1)
+                with m.If((pc == E - 1) | (now_taken == unit_total)):
+                    m.d.sync += k.eq(0)
+                    m.next = "DESC"
+        with m.State("DESC"):
+            m.d.comb += self.te_job.valid.eq(1)
+            with m.If(self.te_job.ready):
+                m.d.sync += qcnt.eq(0)
+                m.next = "Q"
+        with m.State("Q"):
+            m.d.comb += self.q.valid.eq(1)
+            with m.If(self.q.ready):
+                m.d.sync += qcnt.eq(qcnt + 1)
+                with m.If(qcnt == self.qbeats - 1):
+                    with m.If(k == pc - 1):
+                        m.d.sync += blk.eq(lo >> 4)
+                        m.next = "BLOCK"
+                    with m.Else():
+                        m.d.sync += k.eq(k + 1)
                         m.next = "DESC"
-            with m.State("DESC"):
-                m.d.comb += self.te_job.valid.eq(1)
-                with m.If(self.te_job.ready):
-                    m.d.sync += qcnt.eq(0)
-                    m.next = "Q"
-            with m.State("Q"):
-                m.d.comb += self.q.valid.eq(1)
-                with m.If(self.q.ready):
-                    m.d.sync += qcnt.eq(qcnt + 1)
-                    with m.If(qcnt == self.qbeats - 1):
-                        with m.If(k == pc - 1):
-                            m.d.sync += blk.eq(lo >> 4)
-                            m.next = "BLOCK"
-                        with m.Else():
-                            m.d.sync += k.eq(k + 1)
-                            m.next = "DESC"
-            with m.State("BLOCK"):
-                # choose the block's source
-                with m.If(~use_entry):
+
+    def _stream_states(self, m, v):
+        """States of the unit FSM (see the class docs); ``v``: the signals of :meth:`elaborate`."""
+        H, blk, blk_hi = v.H, v.blk, v.blk_hi
+        blk_lo, eb, ent_block_ok = v.blk_lo, v.eb, v.ent_block_ok
+        frame, head, kv_bits = v.frame, v.head, v.kv_bits
+        kvp, l2_eng, l2_hit = v.kvp, v.l2_eng, v.l2_hit
+        l2_lastt, l2d, last_blk = v.l2_lastt, v.l2d, v.last_blk
+        next_block, pc, rdd = v.next_block, v.pc, v.rdd
+        rdy, routes, taken, tok, total, two_dk = v.rdy, v.routes, v.taken, v.tok, v.total, v.two_dk
+        unit_open, use_entry, walking = v.unit_open, v.use_entry, v.walking
+        wb, wend, wj = v.wb, v.wend, v.wj
+        word, wt = v.word, v.wt
+        with m.State("BLOCK"):
+            # choose the block's source
+            with m.If(~use_entry):
+                m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
+                m.next = "HBM"
+            with m.Elif(self.ready.valid):
+                with m.If(~ent_block_ok):
+                    m.d.sync += self.misorder.eq(1)
+                with m.If(rdy.err):
+                    m.d.sync += self.err.eq(1)
+                with m.If(rdy.bypass):
                     m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
                     m.next = "HBM"
-                with m.Elif(self.ready.valid):
-                    with m.If(~ent_block_ok):
-                        m.d.sync += self.misorder.eq(1)
-                    with m.If(rdy.err):
-                        m.d.sync += self.err.eq(1)
-                    with m.If(rdy.bypass):
-                        m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
-                        m.next = "HBM"
-                    with m.Else():
-                        m.next = "L2REQ"
-            with m.State("L2REQ"):
-                rq = self.l2_read.payload
-                m.d.comb += [self.l2_read.valid.eq(1), rq.frame.eq(frame),
-                             rq.beats.eq(self.block_beats), rq.tag.eq(0)]
-                with m.If(self.l2_read.ready):
-                    m.d.sync += [tok.eq(0), head.eq(0), word.eq(0)]
-                    m.next = "L2DATA"
-            with m.State("L2DATA"):
-                m.d.comb += [kv_bits[:wb].eq(l2d.data[:wb]), kvp.engine.eq(l2_eng),
-                             kvp.kv.last.eq(l2_lastt & (word == two_dk - 1)),
-                             self.kv.valid.eq(self.l2_data.valid & l2_hit),
-                             self.l2_data.ready.eq(~l2_hit | self.kv.ready)]
-                with m.If(self.l2_data.valid & self.l2_data.ready):
-                    with m.If(l2d.err):
-                        m.d.sync += self.err.eq(1)
-                    m.d.sync += word.eq(word + 1)
-                    with m.If(word == two_dk - 1):
-                        m.d.sync += [word.eq(0), head.eq(head + 1)]
-                        with m.If(head == H - 1):
-                            m.d.sync += [head.eq(0), tok.eq(tok + 1)]
-                    with m.If(l2d.last):
-                        m.d.comb += self.ready.ready.eq(1)
-                        m.d.sync += next_block.eq(next_block + 1)
-                        m.next = "NEXT"
-            with m.State("HBM"):
-                m.d.comb += [kv_bits[:wb].eq(rdd.payload.data[:wb]),
-                             kvp.engine.eq(routes.r_data[:eb]),
-                             kvp.kv.last.eq(routes.r_data[eb] & rdd.payload.last),
-                             self.kv.valid.eq(rdd.valid), rdd.ready.eq(self.kv.ready)]
-                with m.If(rdd.valid & self.kv.ready):
-                    with m.If(rdd.payload.err):
-                        m.d.sync += self.err.eq(1)
-                    with m.If(rdd.payload.last):
-                        m.d.comb += routes.r_en.eq(1)
-                done_walk = Signal()
-                m.d.comb += done_walk.eq(~walking & ~routes.r_rdy)
-                with m.If(done_walk):
-                    with m.If(use_entry):       # a bypass entry: popped once read
-                        m.d.comb += self.ready.ready.eq(1)
-                        m.d.sync += next_block.eq(next_block + 1)
-                    m.next = "NEXT"
-            with m.State("NEXT"):
-                with m.If(blk == last_blk):
-                    m.d.sync += pc.eq(0)
-                    with m.If(taken == total):
-                        m.d.sync += unit_open.eq(0)
-                    m.next = "COLLECT"
                 with m.Else():
-                    m.d.sync += blk.eq(blk + 1)
-                    m.next = "BLOCK"
-        return m
+                    m.next = "L2REQ"
+        with m.State("L2REQ"):
+            rq = self.l2_read.payload
+            m.d.comb += [self.l2_read.valid.eq(1), rq.frame.eq(frame),
+                         rq.beats.eq(self.block_beats), rq.tag.eq(0)]
+            with m.If(self.l2_read.ready):
+                m.d.sync += [tok.eq(0), head.eq(0), word.eq(0)]
+                m.next = "L2DATA"
+        with m.State("L2DATA"):
+            m.d.comb += [kv_bits[:wb].eq(l2d.data[:wb]), kvp.engine.eq(l2_eng),
+                         kvp.kv.last.eq(l2_lastt & (word == two_dk - 1)),
+                         self.kv.valid.eq(self.l2_data.valid & l2_hit),
+                         self.l2_data.ready.eq(~l2_hit | self.kv.ready)]
+            with m.If(self.l2_data.valid & self.l2_data.ready):
+                with m.If(l2d.err):
+                    m.d.sync += self.err.eq(1)
+                m.d.sync += word.eq(word + 1)
+                with m.If(word == two_dk - 1):
+                    m.d.sync += [word.eq(0), head.eq(head + 1)]
+                    with m.If(head == H - 1):
+                        m.d.sync += [head.eq(0), tok.eq(tok + 1)]
+                with m.If(l2d.last):
+                    m.d.comb += self.ready.ready.eq(1)
+                    m.d.sync += next_block.eq(next_block + 1)
+                    m.next = "NEXT"
+        with m.State("HBM"):
+            m.d.comb += [kv_bits[:wb].eq(rdd.payload.data[:wb]),
+                         kvp.engine.eq(routes.r_data[:eb]),
+                         kvp.kv.last.eq(routes.r_data[eb] & rdd.payload.last),
+                         self.kv.valid.eq(rdd.valid), rdd.ready.eq(self.kv.ready)]
+            with m.If(rdd.valid & self.kv.ready):
+                with m.If(rdd.payload.err):
+                    m.d.sync += self.err.eq(1)
+                with m.If(rdd.payload.last):
+                    m.d.comb += routes.r_en.eq(1)
+            done_walk = Signal()
+            m.d.comb += done_walk.eq(~walking & ~routes.r_rdy)
+            with m.If(done_walk):
+                with m.If(use_entry):       # a bypass entry: popped once read
+                    m.d.comb += self.ready.ready.eq(1)
+                    m.d.sync += next_block.eq(next_block + 1)
+                m.next = "NEXT"
+        with m.State("NEXT"):
+            with m.If(blk == last_blk):
+                m.d.sync += pc.eq(0)
+                with m.If(taken == total):
+                    m.d.sync += unit_open.eq(0)
+                m.next = "COLLECT"
+            with m.Else():
+                m.d.sync += blk.eq(blk + 1)
+                m.next = "BLOCK"
