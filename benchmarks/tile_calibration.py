@@ -1,16 +1,23 @@
 """Integration calibration of the decode tile: the tile's measured cycles per layer and per
 step against the fast model's prediction for the same configuration
-(``sim/fast/tile_timing.py``), on whole decode steps co-simulated with the golden decode step
+(``sim/fast/tile_timing.py`` for the HBM-only tile, ``sim/fast/cached_tile_timing.py`` for
+the cached tile), on whole decode steps co-simulated with the golden decode step
 (``sim/harness/tile_cosim.py``).
 
     .venv/bin/python benchmarks/tile_calibration.py            # run, print the table
     .venv/bin/python benchmarks/tile_calibration.py --write    # ... and into docs/tile.md
 
-Runs (tiny-te; each checked bit-exact against the golden first): the HBM-only tile with 1, 2
-and 4 engines, with and without split-K, bf16 and fp8. A step's tile cycles are the sum of its
-layers' (``go`` to ``done``); the host's K/V, q and output traffic between layers is the
-harness's, not the tile's, and is left out. ``--write`` replaces the text between
-``<!-- tile:calibration:begin -->`` and ``<!-- tile:calibration:end -->`` in docs/tile.md.
+Runs (tiny-te; each checked bit-exact against the golden first, the cached ones also with the
+CDU's decisions equal to its golden model's): the HBM-only tile with 1, 2 and 4 engines, with
+and without split-K, bf16 and fp8 (Amaranth simulator); the cached tile under the ``static``,
+``adaptive`` and ``disabled`` CDU policies with 1, 2 and 4 engines, with and without split-K,
+bf16, fp8 and NVFP4, and on a thrashing two-frame L2 (Verilator: the same cycles as
+Amaranth's simulator). The cached model
+gets the CDU golden model's decisions (``cdu_decisions``), run one step at a time as the
+tile's CDU sees them. A step's tile cycles are the sum of its layers' (``go`` to ``done``); the
+host's K/V, q and output traffic between layers is the harness's, not the tile's, and is left
+out. ``--write`` replaces the text between ``<!-- tile:calibration:begin -->`` and
+``<!-- tile:calibration:end -->`` in docs/tile.md.
 """
 
 from __future__ import annotations
@@ -37,33 +44,81 @@ def setups():
                                 split_tokens=12)]
 
 
+def cached_setups():
+    """The cached tile's runs: the three policies' runs of tests/test_tile_cached.py (static
+    bf16 1 engine, adaptive fp8 4 engines split-K, disabled NVFP4 2 engines), the static one
+    again under ``disabled``, static with 2 engines and split-K, and a thrashing L2 (one set of
+    two frames, 4 engines, split-K, HBM latency 20: prefetches evicted before use, orphaned
+    fills, eviction holds)."""
+    from tricut.sim.harness.tile_cosim import Setup
+    static = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+                   max_ctx=32, policy="static")
+    return [static, dataclasses.replace(static, policy="disabled"),
+            dataclasses.replace(static, engines=2, split_tokens=12, kv_dtype="fp8"),
+            Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
+                  max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8"),
+            Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
+                  max_ctx=32, policy="disabled", kv_dtype="nvfp4"),
+            Setup(model="tiny-te", requests=2, prompt_lens=(33, 14), steps=1, engines=4,
+                  max_ctx=48, policy="static", split_tokens=16, cdu_sets=1, cdu_ways=2,
+                  latency=20)]
+
+
 def config_of(s):
     from tricut.models.config import load_model
+    from tricut.sim.fast.cached_tile_timing import CachedTileConfig
     from tricut.sim.fast.tile_timing import TileConfig
     cfg = load_model(s.model)
-    return TileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
-                      num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
-                      split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
+    common = dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
+                  num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
+                  split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
+    if s.policy is None:
+        return TileConfig(**common)
+    return CachedTileConfig(**common, max_outstanding=s.max_outstanding,
+                            hbm_outstanding=s.max_outstanding)
+
+
+def predict_cached(s):
+    """The cached-tile model's ``{(round, layer): cycles}`` for a co-simulation setup: its
+    rounds (the DSU model's schedule) and the CDU golden model's decisions on them."""
+    from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
+    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+    from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_run
+    from tricut.sim.harness.tile_cosim import schedule
+    cfg = config_of(s)
+    rounds = schedule(s)
+    steps = [StepDesc(descs[0].step,
+                      tuple(SlotDesc(d.slot, d.request, d.seq_len, HINT_OF_RESIDENCY[d.residency])
+                            for d in descs), tuple(range(cfg.num_layers))) for descs in rounds]
+    decisions = cdu_decisions(s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
+                              CDU_FE_ENTRIES)
+    return predict_run(cfg, [[(d.slot, d.request, d.seq_len) for d in descs]
+                             for descs in rounds], decisions)
 
 
 def measure(s):
     """``[(round, seq_lens, [measured per layer], [predicted per layer])]`` of one run."""
     from tricut.sim.fast.tile_timing import predict_step
     from tricut.sim.harness import tile_cosim as C
-    rep = C.simulate(s)
+    rep = C.simulate(s, sim="amaranth" if s.policy is None else "verilator")
     if not rep.ok:
         raise SystemExit(f"{SCRIPT}: {s}: {rep.differences[0]}")
     cfg = config_of(s)
+    cached = predict_cached(s) if s.policy is not None else None
     rows = []
     for ri, descs in enumerate(C.schedule(s)):
         lens = [d.seq_len for d in descs]
         got = [rep.tile.layer_cycles[(ri, li)] for li in range(cfg.num_layers)]
-        rows.append((ri, lens, got, predict_step(cfg, lens)))
+        want = predict_step(cfg, lens) if cached is None else \
+            [cached[(ri, li)] for li in range(cfg.num_layers)]
+        rows.append((ri, lens, got, want))
     return rows
 
 
 def report(results, cmd):
-    lines = [f"Measured by `{cmd}` (Amaranth simulator; every run bit-exact with the golden):",
+    lines = [f"Measured by `{cmd}` (HBM-only runs on the Amaranth simulator, cached runs on "
+             f"Verilator, cycle-identical to it; every run bit-exact with the golden, the cached "
+             f"runs' CDU decisions equal to the CDU golden model's):",
              "", "| tile | K/V | engines | split | step | contexts | measured (layers) | "
                  "predicted (layers) | error per step |", "|---|---|---|---|---|---|---|---|---|"]
     worst, tot_m, tot_p = 0.0, 0, 0
@@ -74,7 +129,8 @@ def report(results, cmd):
             tot_m += sum(got)
             tot_p += sum(want)
             split = f"{s.split_tokens}" if s.split_tokens else "—"
-            lines.append(f"| HBM only | {s.kv_dtype} | {s.engines} | {split} | {ri} | "
+            tile = "HBM only" if s.policy is None else f"CDU {s.policy}"
+            lines.append(f"| {tile} | {s.kv_dtype} | {s.engines} | {split} | {ri} | "
                          f"{', '.join(map(str, lens))} | {sum(got):,} "
                          f"({', '.join(map(str, got))}) | {sum(want):,} "
                          f"({', '.join(map(str, want))}) | {100 * err:+.2f} % |")
@@ -87,7 +143,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="write the table into docs/tile.md")
     args = ap.parse_args(argv)
-    results = [(s, measure(s)) for s in setups()]
+    results = [(s, measure(s)) for s in setups() + cached_setups()]
     text = report(results, ".venv/bin/python benchmarks/tile_calibration.py")
     print(text)
     if args.write:

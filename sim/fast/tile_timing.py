@@ -22,7 +22,8 @@ constant ``gate`` cycles (``go``, the layer gate, ``done``) is added::
 
 with ``I = 1 + G*Dk + 3*n*G*Dk`` and ``O = G*Dk`` (``+ G`` for a split part) as for the TE.
 
-**Cached tile** (``CachedAttentionTile``): not modelled yet (docs/tile.md says what differs).
+**Cached tile** (``CachedAttentionTile``): :mod:`.cached_tile_timing` (its units meet on shared
+resources, so that model steps them cycle by cycle).
 """
 
 from __future__ import annotations

@@ -1,0 +1,822 @@
+"""The fast model of the cached decode tile (``CachedAttentionTile``: CDU, L2 fill engine,
+new-token writer, unit streamer, routed TE array): cycles per layer (``go`` to ``done``, as
+``RunResult.layer_cycles``) for a whole run, from the tile's configuration and the CDU's
+decisions (the golden CDU model's transactions, in order), for the integration calibration
+(docs/tile.md, "Integration calibration"; ``benchmarks/tile_calibration.py``).
+
+The HBM-only tile's model (:mod:`.tile_timing`) is a closed recurrence because its only
+shared resource is one serial job stream. The cached tile has four agents that meet on
+shared resources (the HBM port and its response channel, the L2 write port, the CDU's
+decision order, the per-engine K/V FIFOs), so the model steps them cycle by cycle, each by
+the rule its RTL unit implements (a few dozen Python operations per cycle: ~0.1 s for a
+two-step tiny-te run). Time is absolute over the run: the CDU's fills and prefetches run
+across layer boundaries and through the host's traffic between layers, whose cycles are the
+co-simulation harness's (``host_gaps``).
+
+**HBM** (``HbmModel``, in order): a request accepted on cycle ``a`` is due on ``a + latency``;
+the response channel answers due bursts in acceptance order, one beat per cycle, bursts back
+to back; ``hbm_outstanding`` slots (a slot frees the cycle after its last beat).
+
+**Block readers** (``HbmBlockReader``, one for the filler, one for the streamer; the filler
+has priority on the HBM request port): a block read of ``ntok`` tokens (``ntok*2*Dk`` words)
+is cut into bursts of ``max_beats``, one burst per cycle while one of ``max_outstanding``
+reorder slots is free; a burst's words are handed on one per cycle from the cycle after its
+last beat, oldest slot first; the next block read is taken the cycle after the previous one's
+last burst was issued.
+
+**Fill engine** (``L2Filler``): a fill (``hbm_req`` with ``alloc``) is taken when the order
+queue has room and the previous fill's ``H`` block reads (kv head ``h``, 16 tokens) are all
+taken by its reader; its ``16*H*2*Dk`` words go into the L2 frame one per cycle in order (the
+new-token writer's L2 words have priority), the response the cycle after its last word. So a
+fill ends ``latency + max_beats + 2 + 16*H*2*Dk`` cycles after it is taken when alone, and
+back-to-back fills end ``16*H*2*Dk`` cycles apart. A read without ``alloc`` (a bypass) is
+answered when it reaches the head of the queue.
+
+**New-token writer**: a W decision waits for its layer's ``go`` (the layer opens the cycle
+after), writes ``H*2*Dk`` HBM words, and on ``w_hit``/``w_alloc`` waits until no fill is
+queued or in flight, then writes ``H*2*Dk`` L2 words::
+
+    s = max(decided, go + 1)
+    taken = s + H*2*Dk                                            (w_bypass)
+    taken = max(s + H*2*Dk + 1, last fill response) + H*2*Dk      (w_hit, w_alloc)
+
+**CDU** (the decisions are the golden model's, :func:`cdu_decisions`; their timing is the
+RTL's): the front end emits decision ``i`` ``fe_i`` cycles after decision ``i-1``
+(``rtl/cdu/frontend.py``: a P or R 1, +2 per unit its prefetch walk plans first; a W 4, +5
+when the previous unit is observed by the adaptive predictor, +2 when its own unit is
+planned at its start) once its output register is free; the decision then passes the
+intake's and the core's registers::
+
+    e_i = max(e_{i-1} + fe_i, taken_{i-3})        (emitted; round's step beats first)
+    o_i = max(e_i + 3, taken_{i-1} + 1)           (offered on txn)
+
+A W is taken as above, any other decision at once, except that an HBM read (``pf_issue``,
+``miss_alloc``, ``miss_bypass``: into the CDU's ``hbm_req`` register the cycle it is taken,
+or when the register is next read) waits while ``mshrs`` fills are unanswered, a demand read
+while ``rq_depth`` ``ready`` entries are not popped, and an allocation whose victim still has
+a ``ready`` entry not popped waits (the eviction hold) -- a response or pop on cycle ``c``
+frees its resource for a decision offered on ``c + 2``. An allocation whose victim's fill is
+not yet answered orphans it: sent to the fill engine from then on, it has ``alloc = 0``.
+A demand read's ``ready`` entry (one per block, in order) is offered from the cycle it is
+taken (a hit on a resident block) or the cycle after its fill's (or bypass answer's)
+response, and not before the cycle after the previous entry was popped.
+
+**Unit streamer** (``UnitStreamer``): per (slot, layer) unit of ``H*parts`` jobs, passes of
+at most ``E`` jobs (job ``k`` of the run to engine ``k mod E``): one cycle per job taken, per
+job a ``job`` beat (when its engine is idle) and ``G*Dk`` q beats; then per 16-token block
+the pass covers: one cycle to choose the source; the first pass's block with a hit or
+allocated entry reads the whole L2 frame (request one cycle, data from two cycles later,
+``16*H*2*Dk`` words token-major, a word of a token no pass job covers dropped in its cycle, a
+covered word sent when its engine's FIFO has room), a bypass entry or a later pass reads HBM
+(one 1-token block read per (token, pass job), issued at most one per two cycles, the walker
+stepping over the ``E`` job slots per token, eight reads in flight); the entry is popped
+after the block; one cycle between blocks and at the pass's end.
+
+**Routed TE array** (``TEArray(routed_kv=True)``, ``TEEngine``): per engine a FIFO of
+``2*2*Dk`` words; a job is dispatched when its engine is idle; the engine takes its ``G*Dk``
+q beats, then per token ``Dk`` K words (``G`` cycles each, every cycle needing the word) and
+``Dk`` V words (``2G`` cycles each, the word needed every second cycle), then its ``G*Dk``
+(``+G`` for a split part) output beats when its job is the oldest not yet out. The layer is
+done ``gate`` cycles after the last output beat (plus the combine unit's tail after a split
+part: :data:`.tile_timing.STATUS_TAIL`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from tricut.models.tile import split_parts
+
+from .tile_timing import STATUS_TAIL, TileConfig
+
+__all__ = ["CachedTileConfig", "Decision", "host_gaps", "predict_run"]
+
+BLOCK_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class CachedTileConfig(TileConfig):
+    """:class:`~.tile_timing.TileConfig` plus what the cached tile adds: the block readers'
+    and the HBM model's outstanding bursts, the L2 data array's latency, the CDU's MSHRs and
+    the fill engine's order queue."""
+    max_outstanding: int = 4
+    hbm_outstanding: int = 4
+    l2_latency: int = 2
+    mshrs: int = 4
+    rq_depth: int = 4
+    fill_depth: int = 4
+
+    @property
+    def block_beats(self):
+        return BLOCK_TOKENS * self.num_kv_heads * 2 * self.dk
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One CDU decision (a golden ``Txn``): ``kind`` R/W/P/S, the block, the ``result``, the
+    victim block (or None) and whether it reads HBM."""
+    kind: str
+    req: int
+    layer: int
+    block: int
+    result: str
+    victim: tuple | None = None
+    hbm: bool = False
+    #: the step (round) it belongs to, and the front end's cycles from the previous
+    #: decision's emission to its own (see :func:`cdu_decisions`)
+    step: int = 0
+    fe: int = 1
+
+    @property
+    def tag(self):
+        return (self.req, self.layer, self.block)
+
+
+# --------------------------------------------------------------------------- HBM and readers
+
+class _Burst:
+    __slots__ = ("n", "left", "due", "full", "taken", "fin", "meta")
+
+    def __init__(self, n, fin, meta):
+        self.n, self.left, self.fin, self.meta = n, n, fin, meta
+        self.due = self.full = None
+        self.taken = 0
+
+
+class _Hbm:
+    """The HBM model's request slots and in-order response channel."""
+
+    def __init__(self, latency, slots):
+        self.latency, self.slots = latency, slots
+        self.q = deque()
+        self.busy_port = False          # a request was accepted this cycle
+
+    def free(self):
+        return len(self.q) < self.slots and not self.busy_port
+
+    def accept(self, t, burst):
+        burst.due = t + self.latency
+        self.q.append(burst)
+        self.busy_port = True
+
+    def tick(self, t):
+        self.busy_port = False
+        if self.q and self.q[0].due <= t:
+            b = self.q[0]
+            b.left -= 1
+            if b.left == 0:
+                b.full = t + 1
+                self.q.popleft()
+
+
+class _Reader:
+    """``HbmBlockReader``: block reads cut into bursts, reorder slots drained in order."""
+
+    def __init__(self, cfg, hbm):
+        self.hbm, self.slots, self.max_beats = hbm, cfg.max_outstanding, cfg.max_beats
+        self.words_per_token = 2 * cfg.dk
+        self.cut = deque()              # bursts of the block read being cut
+        self.cut_from = 0               # first cycle a burst of it may be issued
+        self.rob = deque()
+        self.used = 0                   # slots in use at the start of the cycle
+
+    def begin(self):
+        self.used = len(self.rob)
+
+    def ready(self):
+        return not self.cut
+
+    def request(self, t, ntok, meta):
+        words = ntok * self.words_per_token
+        sizes = []
+        while words:
+            sizes.append(min(words, self.max_beats))
+            words -= sizes[-1]
+        self.cut.extend(_Burst(n, i == len(sizes) - 1, meta) for i, n in enumerate(sizes))
+        self.cut_from = t + 1
+
+    def issue(self, t):
+        if self.cut and t >= self.cut_from and self.used < self.slots and self.hbm.free():
+            b = self.cut.popleft()
+            self.hbm.accept(t, b)
+            self.rob.append(b)
+
+    def head(self, t):
+        """The oldest slot's burst when its next word can be handed on this cycle."""
+        if self.rob and self.rob[0].full is not None and self.rob[0].full <= t:
+            return self.rob[0]
+        return None
+
+    def take(self):
+        """Hands the head word on; returns (burst, last word of its block read)."""
+        b = self.rob[0]
+        b.taken += 1
+        if b.taken == b.n:
+            self.rob.popleft()
+            return b, b.fin
+        return b, False
+
+
+# --------------------------------------------------------------------------- fill engine, writer
+
+class _Fill:
+    __slots__ = ("d", "alloc", "decided", "at", "left", "resp", "orphan")
+
+    def __init__(self, d, alloc, decided, words):
+        self.d, self.alloc, self.decided, self.left = d, alloc, decided, words
+        self.at = self.resp = self.orphan = None
+
+
+class _Filler:
+    """``L2Filler``: order queue, the newest fill's ``H`` block reads, in-order drain into L2."""
+
+    def __init__(self, cfg, hbm):
+        self.cfg, self.H = cfg, cfg.num_kv_heads
+        self.reader = _Reader(cfg, hbm)
+        self.reqs = deque()             # the CDU's HBM reads not yet in its hbm_req register
+        self.reg = None                 # the one in it
+        self.queue = deque()
+        self.issuing = 0                # block reads of the newest fill not yet taken
+        self.issue_from = 0
+        self.last_resp = -1             # cycle of the latest response
+
+    def idle(self):
+        return not self.queue
+
+    def tick_take(self, t):
+        f = self.reg
+        if f is not None and f.at <= t and not self.issuing and \
+                len(self.queue) < self.cfg.fill_depth:
+            # a fill orphaned (its frame re-allocated) before it is sent reads nothing
+            f.alloc = f.alloc and (f.orphan is None or f.orphan > t)
+            self.reg = None
+            f.at = t + 1                    # at the queue's head from the next cycle
+            self.queue.append(f)
+            if f.alloc:
+                self.issuing, self.issue_from = self.H, t + 1
+        if self.reg is None and self.reqs and self.reqs[0].decided <= t:
+            f = self.reg = self.reqs.popleft()      # the CDU's hbm_req register
+            f.at = t + 1
+        if self.issuing and t >= self.issue_from and self.reader.ready():
+            self.reader.request(t, BLOCK_TOKENS, None)
+            self.issuing -= 1
+
+    def tick_drain(self, t, l2_port_busy):
+        """The queue head: a bypass answer, or one word into L2 (not while the writer
+        writes L2). Returns the fill answered this cycle (its response is on ``t + 1``)."""
+        if not self.queue:
+            return None
+        f = self.queue[0]
+        if f.at > t:
+            return None
+        if f.alloc:
+            if l2_port_busy or self.reader.head(t) is None:
+                return None
+            self.reader.take()
+            f.left -= 1
+            if f.left:
+                return None
+        self.queue.popleft()
+        f.resp = self.last_resp = t + 1
+        return f
+
+
+class _Writer:
+    """``NewTokenWriter``: a W's HBM words after its layer opens, then (hit, alloc) its L2
+    words once no fill is queued or in flight."""
+
+    def __init__(self, cfg):
+        self.words = cfg.num_kv_heads * 2 * cfg.dk
+        self.w = None                   # the W being written: [decision, phase, count]
+        self.taken_at = None            # the cycle the last W was taken
+
+    def start(self, d):
+        self.w = [d, "open", 0]
+
+    def tick(self, t, open_layer, filler):
+        """Returns whether the L2 port is the writer's this cycle."""
+        if self.w is None:
+            return False
+        d, phase, n = self.w
+        if phase == "open":
+            if open_layer == d.layer:
+                self.w = [d, "hbm", 0]
+        elif phase == "hbm":
+            self.w[2] = n = n + 1
+            if n == self.words:
+                if d.result == "w_bypass":
+                    self.w, self.taken_at = None, t
+                else:
+                    self.w = [d, "idle", 0]
+        elif phase == "idle":
+            if filler.idle():
+                self.w = [d, "l2", 0]
+        else:
+            self.w[2] = n = n + 1
+            if n == self.words:
+                self.w, self.taken_at = None, t
+            return True
+        return False
+
+
+# --------------------------------------------------------------------------- TE array
+
+class _Engine:
+    """One ``TEEngine`` behind its routed K/V FIFO (``2*2*Dk`` words)."""
+
+    def __init__(self, cfg):
+        self.G, self.dk, self.q = cfg.G, cfg.dk, cfg.G * cfg.dk
+        self.depth = 4 * cfg.dk
+        self.level = 0                  # FIFO words (registered)
+        self.push = self.pop = 0
+        self.state = "idle"
+        self.free_at = 0                # first cycle a new job may be dispatched
+        self.job = None
+        self.n = self.tok = self.j = self.g = self.sub = self.cnt = 0
+
+    def room(self):
+        return self.level < self.depth
+
+    def idle(self, t):
+        return self.state == "idle" and t >= self.free_at
+
+    def dispatch(self, job):
+        """The ``job`` beat (the q beats follow in the next ``G*Dk`` cycles)."""
+        self.job, self.n = job, job.n
+        self.state, self.cnt = "q", 0
+
+    def tick(self, t, out_grant):
+        """One cycle; ``out_grant``: this engine's job is the oldest not yet out. Returns
+        True when its last output beat went out this cycle."""
+        st, avail = self.state, self.level > 0
+        done = False
+        if st == "q":
+            self.cnt += 1
+            if self.cnt == self.q:
+                self.state = "k" if self.n else "out"
+                self.tok = self.j = self.g = self.sub = self.cnt = 0
+        elif st == "k":
+            if avail:
+                self.g += 1
+                if self.g == self.G:
+                    self.pop, self.g = 1, 0
+                    self.j += 1
+                    if self.j == self.dk:
+                        self.state, self.j = "rv", 0
+        elif st == "rv":
+            if not self.sub:
+                self.sub = 1
+            elif avail:
+                self.sub = 0
+                self.g += 1
+                if self.g == self.G:
+                    self.pop, self.g = 1, 0
+                    self.j += 1
+                    if self.j == self.dk:
+                        self.j, self.tok = 0, self.tok + 1
+                        self.state = "out" if self.tok == self.n else "k"
+                        self.cnt = 0
+        elif st == "out" and out_grant:
+            self.cnt += 1
+            if self.cnt == self.outs():
+                self.state, done, self.free_at = "idle", True, t + 1
+        return done
+
+    def outs(self):
+        return self.q + (self.G if self.job.partial else 0)
+
+    def edge(self):
+        self.level += self.push - self.pop
+        self.push = self.pop = 0
+
+
+# --------------------------------------------------------------------------- unit streamer
+
+class _Job:
+    __slots__ = ("slot", "req", "layer", "head", "start", "end", "partial", "n", "unit",
+                 "total", "eng", "out_at")
+
+    def __init__(self, slot, req, layer, head, start, end, partial, unit, total):
+        self.slot, self.req, self.layer, self.head = slot, req, layer, head
+        self.start, self.end, self.partial = start, end, partial
+        self.n, self.unit, self.total = end - start, unit, total
+        self.eng = self.out_at = None
+
+
+class _Entry:
+    """A CDU ``ready`` entry: its block, bypass, and from when it is offered."""
+    __slots__ = ("tag", "bypass", "decided", "fill", "popped")
+
+    def __init__(self, tag, bypass, decided, fill):
+        self.tag, self.bypass, self.decided, self.fill = tag, bypass, decided, fill
+        self.popped = None
+
+    def offered(self):
+        """First cycle it may be offered (ignoring the entry ahead of it), or None."""
+        if self.fill is None:
+            return self.decided
+        return None if self.fill.resp is None else max(self.decided, self.fill.resp + 1)
+
+
+class _Streamer:
+    """``UnitStreamer``'s unit FSM and HBM walker (see the module docs)."""
+
+    def __init__(self, cfg, hbm, engines):
+        self.cfg, self.E, self.H = cfg, cfg.engines, cfg.num_kv_heads
+        self.two_dk, self.q = 2 * cfg.dk, cfg.G * cfg.dk
+        self.reader = _Reader(cfg, hbm)
+        self.engines = engines
+        self.jobs = deque()             # the open layer's jobs (past the layer gate)
+        self.ready = deque()            # CDU ready entries not yet popped
+        self.ready_from = 0             # the head entry is not offered before this cycle
+        self.state, self.unit, self.taken, self.next_block = "collect", None, 0, 0
+        self.unit_total = 0
+        self.pass_, self.next_eng, self.k, self.cnt = [], 0, 0, 0
+        self.blk = self.lo = self.hi = 0
+        self.word = self.l2_due = 0
+        self.walking, self.wt, self.wj, self.wend = False, 0, 0, 0
+        self.routes = deque()
+
+    def busy(self):
+        return self.unit is not None or bool(self.pass_)
+
+    def _cover(self, tok, head):
+        for j in self.pass_:
+            if j.head == head and j.start <= tok < j.end:
+                return j
+        return None
+
+    def _head_offered(self, t):
+        if not self.ready:
+            return False
+        o = self.ready[0].offered()
+        return o is not None and max(o, self.ready_from) <= t
+
+    def _pop(self, t):
+        e = self.ready.popleft()
+        e.popped = t
+        self.ready_from = t + 1
+        self.next_block += 1
+
+    def _walk(self, t, routes_level):
+        if not self.walking:
+            return
+        j = self.pass_[self.wj] if self.wj < len(self.pass_) else None
+        cover = j is not None and j.start <= self.wt < j.end
+        issue = cover and routes_level < 8 and self.reader.ready()
+        if issue:
+            self.reader.request(t, 1, j.eng)
+            self.routes.append(j.eng)
+        if issue or not cover:
+            if self.wj == self.E - 1:
+                self.wj, self.wt = 0, self.wt + 1
+                if self.wt == self.wend:
+                    self.walking = False
+            else:
+                self.wj += 1
+
+    def _start_walk(self):
+        self.walking, self.wj = True, 0
+        self.wt = max(self.lo, self.blk * BLOCK_TOKENS)
+        self.wend = min(self.hi, (self.blk + 1) * BLOCK_TOKENS)
+        self.state = "hbm"
+
+    def tick(self, t):
+        routes_level, walking = len(self.routes), self.walking
+        self._walk(t, routes_level)
+        st = self.state
+        if st == "collect":
+            if self.jobs:
+                self._collect(self.jobs.popleft())
+        elif st == "desc":
+            j = self.pass_[self.k]
+            if self.engines[j.eng].idle(t):
+                self.engines[j.eng].dispatch(j)
+                self.state, self.cnt = "q", 0
+        elif st == "q":
+            self.cnt += 1
+            if self.cnt == self.q:
+                if self.k == len(self.pass_) - 1:
+                    self.state, self.blk = "block", self.lo // BLOCK_TOKENS
+                else:
+                    self.k, self.state = self.k + 1, "desc"
+        elif st == "block":
+            if self.next_block != self.blk:
+                self._start_walk()
+            elif self._head_offered(t):
+                if self.ready[0].bypass:
+                    self._start_walk()
+                else:
+                    self.state = "l2req"
+        elif st == "l2req":
+            self.state, self.word, self.l2_due = "l2data", 0, t + self.cfg.l2_latency
+        elif st == "l2data":
+            self._l2_word(t)
+        elif st == "hbm":
+            self._hbm_word(t, walking, routes_level)
+        else:                           # next
+            if self.blk == (self.hi - 1) // BLOCK_TOKENS:
+                self.pass_ = []
+                if self.taken == self.unit_total:
+                    self.unit = None
+                self.state = "collect"
+            else:
+                self.blk += 1
+                self.state = "block"
+
+    def _collect(self, j):
+        if self.unit is None:
+            self.unit, self.taken, self.next_block = j.unit, 0, 0
+            self.unit_total = j.total
+        j.eng = self.next_eng
+        self.next_eng = (self.next_eng + 1) % self.E
+        self.taken += 1
+        self.pass_.append(j)
+        self.lo = min(x.start for x in self.pass_)
+        self.hi = max(x.end for x in self.pass_)
+        if len(self.pass_) == self.E or self.taken == self.unit_total:
+            self.state, self.k = "desc", 0
+
+    def _l2_word(self, t):
+        if t < self.l2_due:
+            return
+        tok, rest = divmod(self.word, self.H * self.two_dk)
+        j = self._cover(self.blk * BLOCK_TOKENS + tok, rest // self.two_dk)
+        if j is not None:
+            e = self.engines[j.eng]
+            if not e.room():
+                return
+            e.push += 1
+        self.word += 1
+        if self.word == self.cfg.block_beats:
+            self._pop(t)
+            self.state = "next"
+
+    def _hbm_word(self, t, walking, routes_level):
+        if not walking and not routes_level:
+            if self.next_block == self.blk:
+                self._pop(t)
+            self.state = "next"
+            return
+        if self.reader.head(t) is None:
+            return
+        e = self.engines[self.routes[0]]
+        if not e.room():
+            return
+        e.push += 1
+        _, last = self.reader.take()
+        if last:
+            self.routes.popleft()
+
+
+# --------------------------------------------------------------------------- CDU
+
+_FILLS = ("pf_issue", "miss_alloc", "miss_bypass")
+
+
+class _Cdu:
+    """The CDU's decisions in order, timed (see the module docs)."""
+
+    def __init__(self, cfg, decisions, filler, writer, streamer):
+        self.cfg, self.ops = cfg, list(decisions)
+        self.filler, self.writer, self.streamer = filler, writer, streamer
+        self.i = 0                      # next decision
+        self.emit = None                # front-end emit cycle of the previous decision
+        self.taken = []                 # cycle each decision was taken
+        self.at = None                  # cycle decision i is offered
+        self.step_from = {}             # step index -> first cycle of its round
+        self.in_w = False
+        self.outstanding = []           # fills not yet answered (MSHRs)
+        self.rq = []                    # ready-queue entries not yet popped
+        self.latest = {}                # block -> its newest fill
+        self.pending = {}               # block -> ready entries not yet popped
+
+    def _offer(self):
+        """When decision ``i`` is offered: emitted by the front end ``fe`` cycles after the
+        previous one once its output register is free (decision ``i-3`` taken), then through
+        the intake's and the core's registers (3 cycles), after decision ``i-1``."""
+        i, d, tk = self.i, self.ops[self.i], self.taken
+        e = d.fe if self.emit is None else self.emit + d.fe
+        e = max(e, tk[i - 3] if i >= 3 else 0, self.step_from.get(d.step, 1 << 60))
+        self.emit = e
+        self.at = max(e + 3, tk[i - 1] + 1 if i else 0)
+
+    def _stalled(self, t, d):
+        """The core's conditions for deciding (in the cycle before the decision is offered):
+        a free MSHR for an HBM read, room in the ready queue for a demand read, no eviction
+        hold. A resource freed on cycle ``c`` (response, pop) serves a decision offered on
+        ``c + 2``."""
+        def live(c):
+            return c is None or c + 2 > t
+        if d.hbm and d.result in _FILLS:
+            self.outstanding = [f for f in self.outstanding if live(f.resp)]
+            if len(self.outstanding) >= self.cfg.mshrs:
+                return True
+        if d.kind == "R":
+            self.rq = [e for e in self.rq if live(e.popped)]
+            if len(self.rq) >= self.cfg.rq_depth:
+                return True
+        if d.victim is not None and d.result in ("miss_alloc", "pf_issue", "w_alloc"):
+            return any(live(e.popped) and not e.bypass for e in self.pending.get(d.victim, ()))
+        return False
+
+    def _next(self, t):
+        self.taken.append(t)
+        self.i += 1
+        self.at = None
+
+    def tick(self, t):
+        if self.in_w:
+            if self.writer.taken_at is None:
+                return
+            self.in_w = False
+            self._next(self.writer.taken_at)
+        if self.i >= len(self.ops):
+            return
+        if self.at is None:
+            if self.ops[self.i].step not in self.step_from:
+                return
+            self._offer()
+        if t < self.at:
+            return
+        d = self.ops[self.i]
+        if self._stalled(t, d):
+            return
+        if d.victim is not None and d.result in ("miss_alloc", "pf_issue", "w_alloc"):
+            old = self.latest.pop(d.victim, None)
+            if old is not None and old.resp is None:
+                old.orphan = t
+        if d.kind == "W":
+            if d.result == "w_alloc":
+                self.latest.pop(d.tag, None)
+            self.writer.start(d)
+            self.writer.taken_at = None
+            self.in_w = True
+            return
+        fill = None
+        if d.hbm and d.result in _FILLS:
+            fill = _Fill(d, d.result != "miss_bypass", t, self.cfg.block_beats)
+            self.filler.reqs.append(fill)
+            self.outstanding.append(fill)
+            if fill.alloc:
+                self.latest[d.tag] = fill
+        if d.kind == "R":
+            f = fill if fill is not None else self.latest.get(d.tag)
+            if f is not None and f.resp is not None and f.resp + 1 <= t:
+                f = None
+            e = _Entry(d.tag, d.result == "miss_bypass", t, f)
+            self.streamer.ready.append(e)
+            self.rq.append(e)
+            self.pending.setdefault(d.tag, []).append(e)
+        self._next(t)
+
+
+# --------------------------------------------------------------------------- the run
+
+def host_gaps(cfg, n_slots):
+    """The co-simulation harness's cycles around a layer with ``n_slots`` requests:
+    ``(before, after, round)``: the new K/V and q beats before ``go``, the output reads after
+    ``done``, and the round and descriptor beats before a round's first layer."""
+    per = n_slots * cfg.num_kv_heads
+    return per * (2 * cfg.dk + cfg.G * cfg.dk), per * cfg.G * cfg.dk, 1 + n_slots
+
+
+def _layer_jobs(cfg, descs, layer, unit0):
+    jobs = []
+    for u, (slot, req, n) in enumerate(descs):
+        parts = split_parts(n, cfg.split_tokens)
+        for h in range(cfg.num_kv_heads):
+            for p in range(parts):
+                lo, hi = (0, n) if parts == 1 else \
+                    (p * cfg.split_tokens, min(n, (p + 1) * cfg.split_tokens))
+                jobs.append(_Job(slot, req, layer, h, lo, hi, parts != 1, unit0 + u,
+                                 cfg.num_kv_heads * parts))
+    return jobs
+
+
+class _Tile:
+    def __init__(self, cfg, decisions):
+        self.cfg = cfg
+        self.hbm = _Hbm(cfg.latency, cfg.hbm_outstanding)
+        self.engines = [_Engine(cfg) for _ in range(cfg.engines)]
+        self.filler = _Filler(cfg, self.hbm)
+        self.writer = _Writer(cfg)
+        self.streamer = _Streamer(cfg, self.hbm, self.engines)
+        self.cdu = _Cdu(cfg, decisions, self.filler, self.writer, self.streamer)
+        self.open_layer = None
+        self.outq = deque()             # jobs dispatched, oldest first (in-order output)
+        self.last_out = -10
+
+    def cycle(self, t):
+        """One clock cycle of every unit."""
+        oldest = self.outq[0] if self.outq else None
+        for e in self.engines:
+            if e.state == "idle":
+                continue
+            grant = e.job is oldest and e.state == "out"
+            if grant and e.cnt + 1 == e.outs() and t < self.last_out + 3:
+                grant = False           # the previous job's status word is still pending
+            if e.tick(t, grant):
+                self.last_out = oldest.out_at = t
+                self.outq.popleft()
+        for r in (self.filler.reader, self.streamer.reader):
+            r.begin()
+        self.cdu.tick(t)
+        l2_busy = self.writer.tick(t, self.open_layer, self.filler)
+        self.filler.tick_take(t)
+        self.filler.tick_drain(t, l2_busy)
+        idle = [e.state == "idle" for e in self.engines]
+        self.streamer.tick(t)
+        for e, was in zip(self.engines, idle):
+            if was and e.state != "idle":
+                self.outq.append(e.job)
+        self.filler.reader.issue(t)
+        self.streamer.reader.issue(t)
+        self.hbm.tick(t)
+        for e in self.engines:
+            e.edge()
+
+
+#: cycles from the layer's last output beat to ``done`` as the harness sees it
+DONE_LAG = 4
+
+
+def predict_run(cfg: CachedTileConfig, rounds, decisions, start=100):
+    """Cycles of every layer of a run: ``{(round, layer): cycles}`` (``go`` to ``done``).
+
+    ``rounds``: per round the descriptors in slot order, ``(slot, request, seq_len)``;
+    ``decisions``: the CDU's decisions for the whole run, in order (:func:`cdu_decisions`);
+    ``start``: the cycle of the first round beat (only the differences matter). The host's
+    traffic around each layer is :func:`host_gaps`'.
+    """
+    tile = _Tile(cfg, decisions)
+    now = [start]
+
+    def run_to(t_end):
+        while now[0] < t_end:
+            tile.cycle(now[0])
+            now[0] += 1
+
+    out = {}
+    unit0 = 0
+    for ri, descs in enumerate(rounds):
+        before, after, rnd = host_gaps(cfg, len(descs))
+        tile.cdu.step_from[ri] = now[0] + 1
+        run_to(now[0] + rnd)
+        for li in range(cfg.num_layers):
+            t_go = now[0] + before
+            run_to(t_go + 1)
+            jobs = _layer_jobs(cfg, descs, li, unit0)
+            unit0 += len(descs)
+            tile.open_layer = li
+            tile.streamer.jobs.extend(jobs)
+            while tile.streamer.jobs or tile.streamer.busy() or \
+                    any(j.out_at is None for j in jobs):
+                run_to(now[0] + 1)
+                if now[0] - t_go > 1_000_000:
+                    raise RuntimeError(f"cached tile model: round {ri} layer {li} never ends")
+            last = max(jobs, key=lambda j: j.out_at)
+            done = last.out_at + DONE_LAG
+            if last.partial:
+                done += max(0, cfg.dk + cfg.G * cfg.dk - STATUS_TAIL)
+            run_to(done + 1)
+            tile.open_layer = None
+            out[(ri, li)] = done - t_go
+            run_to(done + after)
+    return out
+
+
+def cdu_decisions(policy, sets, ways, distance, steps, entries):
+    """The CDU golden model's decisions for ``steps`` (``tricut.models.cdu.StepDesc``, one
+    per round), run one step at a time as the tile's CDU sees them (pattern ``full``), each
+    with the RTL front end's cycles from the previous decision's emission to its own
+    (``rtl/cdu/frontend.py``): a P or R 1 cycle, +2 per unit the prefetch walk plans
+    before it (STREAM -> PLAN -> STREAM); a W 4 (the previous unit's end, POP, UNIT, WOP),
+    +5 when the previous unit is observed (``adaptive``, not streamed: OBS_RD .. OBS_WB),
+    +2 when its own unit is planned at its start."""
+    from tricut.models.cdu import CDUCore, FrontEnd
+    fe = FrontEnd(policy, sets * ways, distance=distance, entries=entries)
+    core = CDUCore(sets, ways)
+    planned = []
+    plan = fe._unit_plan
+
+    def traced(sd, layer):
+        planned.append(layer)
+        return plan(sd, layer)
+    fe._unit_plan = traced
+    out = []
+    observed = False                    # the previous unit is observed at its end
+    for si, step in enumerate(steps):
+        hint = {sd.request: sd.hint for sd in step.slots}
+        for op in fe.ops([step], lambda st, sd, ly: list(range(-(-sd.seq_len // 16)))):
+            if op.kind == "W":
+                cost = 4 + 5 * observed + 2 * len(planned)
+                observed = policy == "adaptive" and hint[op.req] != "stream"
+            else:
+                cost = 1 + 2 * len(planned)
+            planned.clear()
+            t = core.apply(op)
+            out.append(Decision(t.kind, t.req, t.layer, t.block, t.result, t.victim,
+                                bool(t.hbm), si, cost))
+    return out

@@ -1,0 +1,93 @@
+"""The cached tile's fast model (``sim/fast/cached_tile_timing.py``) against the tile on
+Verilator (docs/tile.md, "Integration calibration"): every layer's cycles (``go`` to
+``done``) predicted exactly from the configuration and the CDU golden model's decisions, on
+a ``static`` run (L2 fills, prefetches, new-token writes waiting for fills, a second pass
+re-reading HBM with one engine) and the same steps under ``disabled`` (every block a bypass
+read from HBM); and the prediction fails when the model is given a wrong configuration or
+another policy's decisions.
+
+One Verilator build (``-O0``, the tile shape of ``tests/test_tile_cached.py``'s STATIC,
+shared with ``tests/test_tile_cosim_verilator.py``): ~40-90 s the first time, ~10 s when it
+exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
+from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_run
+from tricut.sim.harness import tile_cosim as C
+from tricut.sim.harness import tile_cosim_verilator as V
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: tiny-te, bf16, 1 engine, prompts 3 and 17, two decode steps (STATIC of test_tile_cached)
+STATIC = C.Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+                 max_ctx=32, policy="static")
+
+
+def _calibration():
+    spec = importlib.util.spec_from_file_location(
+        "tile_calibration", ROOT / "benchmarks" / "tile_calibration.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return mod
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """The two runs on Verilator (``-O0``), each checked bit-exact and CDU-equal first."""
+    out = {}
+    old = V.DEFAULT_OPT
+    V.DEFAULT_OPT = "-O0"
+    try:
+        for s in (STATIC, dataclasses.replace(STATIC, policy="disabled")):
+            rep = C.simulate(s, sim="verilator")
+            assert rep.ok, rep.differences[:3]
+            out[s.policy] = (s, rep.tile.layer_cycles)
+    finally:
+        V.DEFAULT_OPT = old
+    return out
+
+
+@pytest.mark.parametrize("policy", ["static", "disabled"])
+def test_model_predicts_every_layer_exactly(runs, policy):
+    s, measured = runs[policy]
+    predicted = _calibration().predict_cached(s)
+    assert set(predicted) == set(measured) and len(measured) == 4
+    assert predicted == measured
+    if policy == "static":      # the L2 path is slower here: fills, waits, HBM re-reads
+        assert all(measured[k] > runs["disabled"][1][k] for k in measured if k[0] == 0)
+
+
+def test_model_fails_with_a_wrong_configuration(runs):
+    s, measured = runs["static"]
+    cal = _calibration()
+    for wrong in (dict(latency=s.latency + 1), dict(engines=2), dict(max_beats=8)):
+        assert cal.predict_cached(dataclasses.replace(s, **wrong)) != measured, wrong
+
+
+def test_model_fails_with_another_policys_decisions(runs):
+    s, measured = runs["static"]
+    cal = _calibration()
+    rounds = [[(d.slot, d.request, d.seq_len) for d in descs] for descs in C.schedule(s)]
+    steps = [StepDesc(descs[0].step, tuple(SlotDesc(d.slot, d.request, d.seq_len,
+                                                    HINT_OF_RESIDENCY[d.residency])
+                                           for d in descs), (0, 1)) for descs in C.schedule(s)]
+    mine = cdu_decisions("static", s.cdu_sets, s.cdu_ways, s.distance, steps, CDU_FE_ENTRIES)
+    other = cdu_decisions("disabled", s.cdu_sets, s.cdu_ways, s.distance, steps,
+                          CDU_FE_ENTRIES)
+    cfg = cal.config_of(s)
+    assert predict_run(cfg, rounds, mine) == measured
+    assert predict_run(cfg, rounds, other) != measured
