@@ -201,7 +201,7 @@ BAD = [
     (["--steps", "0"], "--steps"),
     (["--steps", "x"], "--steps"),
     (["--engines", "0"], "--engines"),
-    (["--engines", "5"], "--engines"),
+    (["--engines", "17"], "--engines"),
     (["--kv-dtype", "fp16"], "--kv-dtype"),
     (["--lanes", "3"], "--lanes"),
     (["--synthetic", "0"], "--synthetic"),
