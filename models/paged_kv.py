@@ -144,6 +144,18 @@ class PagedKVCache:
         self._lens[request_id] = start + num_new_tokens
         return start
 
+    def truncate(self, request_id, length: int) -> None:
+        """Roll the request back to its first ``length`` tokens (a failed decode step's token
+        is dropped); blocks no longer needed return to the pool."""
+        self._require(request_id)
+        if not 0 <= length <= self._lens[request_id]:
+            raise ValueError(f"request {request_id!r}: cannot truncate {self._lens[request_id]} "
+                             f"tokens to {length}")
+        table = self._tables[request_id]
+        while len(table) > self.blocks_for(length):
+            self._free.append(table.pop())
+        self._lens[request_id] = length
+
     def free(self, request_id) -> None:
         """Forget the request and return its blocks to the pool (their contents stay stale)."""
         self._require(request_id)

@@ -74,6 +74,9 @@ class SlotArbiter(wiring.Component):
         Heartbeat watchdog and busy counters run only while 1 (the cores run).
     degraded, round_busy : Out(1); round : Out(24)
         ``STATUS.DEGRADED``, ``STATUS.ROUND_BUSY`` and ``ROUND``, as ports for the host.
+    issued : Out(1); issued_count : Out(range(n_slots + 1))
+        An ``ISSUE`` command was accepted this cycle (round ``round`` starts), and the number
+        of descriptors it will emit (``popcount(BATCH)``): the decode tile's round beat.
     """
 
     def __init__(self, *, n_slots=64, intake_depth=4, n_harts=1):
@@ -97,6 +100,8 @@ class SlotArbiter(wiring.Component):
             "degraded": Out(1),
             "round_busy": Out(1),
             "round": Out(24),
+            "issued": Out(1),
+            "issued_count": Out(range(n_slots + 1)),
         })
 
     def elaborate(self, platform):
@@ -457,7 +462,8 @@ class SlotArbiter(wiring.Component):
                     reject(Status.BAD_BATCH)
                 with m.Else():
                     reject(Status.OK)
-                    m.d.comb += a.issue_go.eq(1)
+                    m.d.comb += [a.issue_go.eq(1), self.issued.eq(1),
+                                 self.issued_count.eq(sum(a.batch))]
         # parked slots: RESUME, FREE, MOVE (between rounds, on a PARKED slot)
         slot8 = bus.wdata[:8]
         parked = A(a.st)[slot8[:SW]] == SS.PARKED

@@ -46,25 +46,33 @@ class DsuCluster(wiring.Component):
         Passed to :class:`SlotArbiter`.
     mem_bytes : int
         Local memory per core (power of two, 4 KiB .. 1 MiB).
+    firmware : sequence of int, optional
+        Initial words of every core's local memory (the firmware image, in place at time 0,
+        for simulation tops that do not load it through ``host``); at most ``mem_bytes/4``.
 
     Members
     -------
     host : In(BusSignature)
         Host port (zero wait states to local memory, arbitration + 1 to MMIO).
     run : In(1); stall : In(n_cores)
-    intake, intake_end, descriptors, completions, outcomes, moves, degraded, round, round_busy
+    intake, intake_end, descriptors, completions, outcomes, moves, degraded, round, round_busy,
+    issued, issued_count
         The slot arbiter's ports.
     trap : Out(n_cores)
         Core h took a trap this cycle (the firmware installs no handler: a trap is a bug).
     """
 
-    def __init__(self, *, n_cores=1, n_slots=64, intake_depth=4, mem_bytes=0x8000):
+    def __init__(self, *, n_cores=1, n_slots=64, intake_depth=4, mem_bytes=0x8000, firmware=()):
         if isinstance(n_cores, bool) or not isinstance(n_cores, int) \
                 or not 1 <= n_cores <= MAX_HARTS:
             raise ValueError(f"n_cores must be an integer in 1..{MAX_HARTS}, not {n_cores!r}")
         if not isinstance(mem_bytes, int) or mem_bytes & (mem_bytes - 1) or \
                 not 0x1000 <= mem_bytes <= 0x10_0000:
             raise ValueError(f"mem_bytes must be a power of two in 4 KiB..1 MiB, not {mem_bytes!r}")
+        self.firmware = [int(w) & 0xFFFF_FFFF for w in firmware]
+        if len(self.firmware) > mem_bytes // 4:
+            raise ValueError(f"firmware has {len(self.firmware)} words, the local memory "
+                             f"{mem_bytes // 4}")
         self.n_cores = n_cores
         self.mem_bytes = mem_bytes
         self.arbiter = SlotArbiter(n_slots=n_slots, intake_depth=intake_depth, n_harts=n_cores)
@@ -82,6 +90,8 @@ class DsuCluster(wiring.Component):
             "degraded": Out(1),
             "round_busy": Out(1),
             "round": Out(24),
+            "issued": Out(1),
+            "issued_count": Out(range(n_slots + 1)),
             "trap": Out(n_cores),
         })
 
@@ -94,7 +104,8 @@ class DsuCluster(wiring.Component):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(arb, name))
         m.d.comb += [arb.intake_end.eq(self.intake_end), arb.count_en.eq(self.run),
                      self.degraded.eq(arb.degraded), self.round_busy.eq(arb.round_busy),
-                     self.round.eq(arb.round)]
+                     self.round.eq(arb.round), self.issued.eq(arb.issued),
+                     self.issued_count.eq(arb.issued_count)]
 
         words = self.mem_bytes // 4
         aw = words.bit_length() - 1
@@ -123,7 +134,7 @@ class DsuCluster(wiring.Component):
             core = ResetInserter({"sync": ~self.run})(Core(hart_id=h))
             m.submodules[f"core{h}"] = core
             self.cores.append(core)
-            mem = Memory(shape=32, depth=words, init=[])
+            mem = Memory(shape=32, depth=words, init=self.firmware)
             m.submodules[f"mem{h}"] = mem
             irp = mem.read_port(domain="comb")
             drp = mem.read_port(domain="comb")

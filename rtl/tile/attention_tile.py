@@ -49,7 +49,10 @@ class AttentionTile(CheckedComponent):
     * ``hbm_req`` (out), ``hbm_resp`` (in): to the HBM (the behavioural model's payloads);
     * ``tensor_scale`` (in, 32 b): NVFP4 tensor scale of every job (fp32 bits);
     * ``err`` (out): sticky per layer, an HBM beat came with ``err``; ``te_status`` (out):
-      the OR of the layer's TE status words (``STATUS_BITS`` order), cleared by ``go``.
+      the OR of the layer's TE status words (``STATUS_BITS`` order), cleared by ``go``;
+    * ``fail_slots`` (out, one bit per slot): the slots of the layer's jobs that met an HBM
+      ``err`` or ended with a TE status flag, cleared by ``go`` (the completion unit's failed
+      completions).
 
     The layer gate: after ``go`` the tile takes jobs while they carry one layer (the layer of
     the first job taken); it stops at a job of another layer (left on the stream) or after a
@@ -96,6 +99,7 @@ class AttentionTile(CheckedComponent):
             "tensor_scale": In(32),
             "err": Out(1),
             "te_status": Out(5),
+            "fail_slots": Out(1 << slot_bits),
         })
 
     def elaborate(self, platform):
@@ -116,10 +120,16 @@ class AttentionTile(CheckedComponent):
         wiring.connect(m, st.kv, arr.kv)
         m.d.comb += [st.tensor_scale.eq(self.tensor_scale), st.clear.eq(self.go),
                      self.err.eq(st.err), arr.status.ready.eq(1)]
+        status_slots = Signal.like(self.fail_slots)
+        m.d.comb += self.fail_slots.eq(st.err_slots | status_slots)
         with m.If(self.go):
-            m.d.sync += self.te_status.eq(0)
+            m.d.sync += [self.te_status.eq(0), status_slots.eq(0)]
         with m.Elif(arr.status.valid):
-            m.d.sync += self.te_status.eq(self.te_status | arr.status.payload.status.as_value())
+            word = arr.status.payload.status.as_value()
+            m.d.sync += self.te_status.eq(self.te_status | word)
+            with m.If(word.any()):
+                slot = arr.status.payload.tag[:st.slot_bits]
+                m.d.sync += status_slots.eq(status_slots | (1 << slot))
         pending = self._elaborate_gate(m, st, arr)
         self._elaborate_output(m, arr, pending)
 

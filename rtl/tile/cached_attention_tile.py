@@ -42,7 +42,7 @@ class CachedAttentionTile(AttentionTile):
 
     Ports: those of the attention tile (``job``, ``q_write``, ``go``, ``done``,
     ``out_addr``/``out_data``, ``hbm_req``/``hbm_resp``, ``tensor_scale``, ``err``,
-    ``te_status``), and
+    ``te_status``, ``fail_slots``), and
 
     * ``step`` (in): the step sequencer's ``step`` beats, to the CDU front end;
     * ``config`` (in): the CDU front end's configuration (policy, pattern ``full``, distance);
@@ -138,6 +138,7 @@ class CachedAttentionTile(AttentionTile):
             "err": Out(1),
             "misorder": Out(1),
             "te_status": Out(5),
+            "fail_slots": Out(1 << slot_bits),
             "cdu_counters": Out(self.cdu.counters.shape()),
             "reg_addr": In(5),
             "reg_data": Out(32),

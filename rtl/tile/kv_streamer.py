@@ -213,8 +213,15 @@ def streamer_ports(st, kv_payload):
         "tensor_scale": In(32),
         "clear": In(1),
         "err": Out(1),
+        "err_slots": Out(1 << st.slot_bits),
         "busy": Out(1),
     }
+
+
+def flag_err(st, m, slot):
+    """A K/V word of ``slot``'s job came with ``err``: the sticky ``err`` and ``slot``'s bit of
+    ``err_slots`` (both cleared by ``clear``)."""
+    m.d.sync += [st.err.eq(1), st.err_slots.eq(st.err_slots | (1 << slot))]
 
 
 def q_and_desc(st, m, slot, kv_head, qcnt, start, end, part, parts):
@@ -337,7 +344,7 @@ class KVStreamer(CheckedComponent):
         m.d.comb += [kv[:wb].eq(rd_data.payload.data[:wb]),
                      self.kv.payload.last.eq(kv_left == 1)]
         with m.If(self.clear):
-            m.d.sync += self.err.eq(0)
+            m.d.sync += [self.err.eq(0), self.err_slots.eq(0)]
         take = Signal()
         m.d.comb += self.busy.eq(1)
         with m.FSM(name="streamer"):
@@ -364,7 +371,7 @@ class KVStreamer(CheckedComponent):
                 with m.If(rd_data.valid & self.kv.ready):
                     m.d.sync += kv_left.eq(kv_left - 1)
                     with m.If(rd_data.payload.err):
-                        m.d.sync += self.err.eq(1)
+                        flag_err(self, m, j.slot)
                     with m.If(kv_left == 1):
                         m.next = "IDLE"
         return type("J", (), dict(job=j, jl=jl, take=take))

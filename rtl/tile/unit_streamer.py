@@ -17,7 +17,8 @@ from .array_layouts import routed_kv_layout
 from .attention_layouts import (BLOCK_TOKENS, count_bits, index_bits, kv_word_bits,
                                 l2_data_layout, l2_read_layout, tag_layout)
 from .kv_streamer import (HbmBlockReader, check_streamer_params, combine_parts,
-                          default_scale_bits, q_and_desc, streamer_ports)
+                          default_scale_bits, flag_err, q_and_desc,
+                          streamer_ports)
 from .l2_fill import _frame_value, block_beats
 from .sequencer_layouts import head_bits
 from .te_array import MAX_ENGINES
@@ -191,7 +192,7 @@ class UnitStreamer(CheckedComponent):
 
         m.d.comb += self.busy.eq(unit_open | (pc != 0))
         with m.If(self.clear):
-            m.d.sync += [self.err.eq(0), self.misorder.eq(0)]
+            m.d.sync += [self.err.eq(0), self.err_slots.eq(0), self.misorder.eq(0)]
         rdy = self.ready.payload
         ent_block_ok = Signal()
         m.d.comb += ent_block_ok.eq((rdy.req == request) & (rdy.layer == layer) &
@@ -279,7 +280,7 @@ class UnitStreamer(CheckedComponent):
         rdy, routes, taken, tok, total, two_dk = v.rdy, v.routes, v.taken, v.tok, v.total, v.two_dk
         unit_open, use_entry, walking = v.unit_open, v.use_entry, v.walking
         wb, wend, wj = v.wb, v.wend, v.wj
-        word, wt = v.word, v.wt
+        word, wt, slot = v.word, v.wt, v.slot
         with m.State("BLOCK"):
             # choose the block's source
             with m.If(~use_entry):
@@ -289,7 +290,7 @@ class UnitStreamer(CheckedComponent):
                 with m.If(~ent_block_ok):
                     m.d.sync += self.misorder.eq(1)
                 with m.If(rdy.err):
-                    m.d.sync += self.err.eq(1)
+                    flag_err(self, m, slot)
                 with m.If(rdy.bypass):
                     m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
                     m.next = "HBM"
@@ -309,7 +310,7 @@ class UnitStreamer(CheckedComponent):
                          self.l2_data.ready.eq(~l2_hit | self.kv.ready)]
             with m.If(self.l2_data.valid & self.l2_data.ready):
                 with m.If(l2d.err):
-                    m.d.sync += self.err.eq(1)
+                    flag_err(self, m, slot)
                 m.d.sync += word.eq(word + 1)
                 with m.If(word == two_dk - 1):
                     m.d.sync += [word.eq(0), head.eq(head + 1)]
@@ -326,7 +327,7 @@ class UnitStreamer(CheckedComponent):
                          self.kv.valid.eq(rdd.valid), rdd.ready.eq(self.kv.ready)]
             with m.If(rdd.valid & self.kv.ready):
                 with m.If(rdd.payload.err):
-                    m.d.sync += self.err.eq(1)
+                    flag_err(self, m, slot)
                 with m.If(rdd.payload.last):
                     m.d.comb += routes.r_en.eq(1)
             done_walk = Signal()

@@ -26,11 +26,27 @@ _FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--promp
           "engines": "--engines", "lanes": "--lanes", "split_tokens": "--split-tokens",
           "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile",
           "policy": "--policy", "cdu_sets": "--cdu-sets", "cdu_ways": "--cdu-ways",
-          "distance": "--distance", "long_context": "--long-context"}
+          "distance": "--distance", "long_context": "--long-context", "dsu": "--dsu",
+          "dsu_cores": "--dsu-cores", "max_retries": "--max-retries", "faults": "--faults"}
 
 
 def _prompt_lens(text):
     return tuple(positive_int_list(text))
+
+
+def _faults(text):
+    """``R:L:H:B:N[,...]`` -> ``((R, L, H, B, N), ...)``."""
+    out = []
+    for item in text.split(","):
+        try:
+            f = tuple(int(x) for x in item.split(":"))
+        except ValueError:
+            f = ()
+        if len(f) != 5:
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not REQUEST:LAYER:KV_HEAD:BLOCK:FAILS (five integers)")
+        out.append(f)
+    return tuple(out)
 
 
 def _int_arg(lo=None):
@@ -56,7 +72,10 @@ def _setup(args):
               max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
               seed=args.seed, policy=None if args.policy == "none" else args.policy,
               cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
-              long_context=args.long_context)
+              long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
+              max_retries=args.max_retries, faults=args.faults)
+    if args.dsu and args.sim != "verilator":
+        raise InputError("--dsu: the DSU cluster runs on Verilator only (add --sim verilator)")
     try:
         check_setup(s)
     except SetupError as e:
@@ -81,10 +100,20 @@ def _text(rep, sim="amaranth"):
     for r, toks in t.tokens.items():
         lines.append(f"request {r} (prompt {rep.prompt_lens[r]}): tokens "
                      f"{' '.join(map(str, toks))}")
+    span = "first descriptor to last completion" if s.dsu else "first go to last done"
     for ri, cyc in t.step_cycles.items():
         layers = [t.layer_cycles[k] for k in sorted(t.layer_cycles) if k[0] == ri]
-        lines.append(f"step {ri}: {cyc} cycles (first go to last done); layers "
-                     f"{', '.join(map(str, layers))} (go to done)")
+        fail = [r for k, r in t.failed if k == ri]
+        lines.append(f"step {ri}: {cyc} cycles ({span}); layers "
+                     f"{', '.join(map(str, layers))} (go to done)"
+                     + (f"; failed (rolled back): request {', '.join(map(str, fail))}"
+                        if fail else ""))
+    if s.dsu:
+        ends = ", ".join(f"{r} {o.status} ({o.tokens} tokens{', ' + o.reason if o.reason else ''})"
+                         for r, o in sorted(t.outcomes.items()))
+        lines.append(f"DSU cluster ({s.dsu_cores} core{'s' * (s.dsu_cores > 1)}, scheduler "
+                     f"firmware): {len(t.rounds)} rounds, {len(t.failed)} failed step(s); "
+                     f"outcomes: {ends}")
     if s.policy:
         c = t.cdu_counters
         lines.append(f"CDU: {len(t.txns)} decisions; reads {c.get('accesses', 0)} (hits "
@@ -107,7 +136,11 @@ def _json(rep, sim="amaranth"):
         "setup": {k: getattr(s, k) for k in ("model", "requests", "steps", "kv_dtype", "engines",
                                              "lanes", "split_tokens", "max_ctx", "max_batch",
                                              "profile", "seed", "policy", "cdu_sets",
-                                             "cdu_ways", "distance", "long_context")},
+                                             "cdu_ways", "distance", "long_context", "dsu",
+                                             "dsu_cores", "max_retries", "faults")},
+        "failed_steps": [list(x) for x in t.failed],
+        "outcomes": {str(r): {"status": o.status, "tokens": o.tokens, "reason": o.reason}
+                     for r, o in t.outcomes.items()},
         "cdu_counters": t.cdu_counters, "cdu_decisions": len(t.txns),
         "prompt_lens": rep.prompt_lens, "rounds": rep.rounds,
         "tokens": {str(r): v for r, v in t.tokens.items()},
@@ -150,7 +183,8 @@ def add_commands(sub) -> None:
         "run", help="decode steps with the tile's RTL as the attention, checked against the "
                     "golden decode step",
         description="Prefills requests with the golden model (float32 reference prefill), then "
-                    "decodes them in rounds chosen by the golden DSU model; per round and layer "
+                    "decodes them in rounds chosen by the golden DSU model (or, with --dsu, by "
+                    "the DSU cluster's RTL); per round and layer "
                     "the tile's attention path (--sim) computes the attention of "
                     "the round's requests from the q the golden decode step gives it and the "
                     "K/V in its HBM model, and its outputs feed the rest of the step. Prints "
@@ -177,7 +211,7 @@ def add_commands(sub) -> None:
                    help=f"K/V format in the tile's HBM: {', '.join(KV_CODE_BITS)} "
                         f"(default: %(default)s)")
     p.add_argument("--engines", type=_int_arg(), default=1, metavar="E",
-                   help="TE engines of the tile's array, 1..4 (default: %(default)s)")
+                   help="TE engines of the tile's array, 1..16 (default: %(default)s)")
     p.add_argument("--lanes", type=_int_arg(), default=16, metavar="L",
                    help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
                         f"(default: %(default)s)")
@@ -210,6 +244,22 @@ def add_commands(sub) -> None:
                    help="with a CDU policy: the DSU marks contexts of at least T tokens "
                         "resident (CDU hint 'auto', may be kept in L2), shorter ones 'stream' "
                         "(default: %(default)s: every context)")
+    p.add_argument("--dsu", action="store_true",
+                   help="the DSU cluster in RTL (RV32IM cores running the scheduler firmware, "
+                        "slot arbiter) in front of the step sequencer: it admits the requests, "
+                        "chooses each round's batch and takes the tile's completions (failed "
+                        "steps are rolled back and run again); needs --sim verilator. Default: "
+                        "the golden DSU model's schedule, computed up front")
+    p.add_argument("--dsu-cores", type=_int_arg(), default=1, metavar="N",
+                   help="with --dsu: cores of the DSU cluster, 1..4 (default: %(default)s)")
+    p.add_argument("--max-retries", type=_int_arg(0), default=2, metavar="R",
+                   help="with --dsu: times the DSU runs a failed step again before the request "
+                        "fails (default: %(default)s)")
+    p.add_argument("--faults", type=_faults, default=(), metavar="R:L:H:B:N[,...]",
+                   help="with --dsu, no --policy: HBM read errors; the first burst of KV block "
+                        "B (16 tokens) of request R, layer L, KV head H answers err to its "
+                        "first N reads: the step fails, the DSU rolls it back and runs it "
+                        "again. At most 4 blocks")
     p.add_argument("--seed", type=_int_arg(0), default=0, metavar="X",
                    help="seed of the weights, prompts and synthetic lengths (default: %(default)s)")
     p.add_argument("--sim", choices=("amaranth", "verilator"), default="amaranth",

@@ -196,6 +196,14 @@ def unit_of(unit: str, rel: str) -> str:
             return "decode-tile wrapper"
         if rel == "seq" or rel.startswith("seq."):
             return "step sequencer"
+        if rel == "link" or rel.startswith("link."):
+            return "DSU link (round beats, completions)"
+        if rel.startswith("dsu.arbiter"):
+            return "DSU slot arbiter"
+        if rel.startswith("dsu.core"):
+            return "DSU cores"
+        if rel == "dsu" or rel.startswith("dsu."):
+            return "DSU cluster (local memories, MMIO interconnect)"
         if rel == "tile" or rel.startswith("tile."):
             return _tile_unit(rel[5:]) or rel
     if unit == "tile-cached":

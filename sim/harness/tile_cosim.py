@@ -45,7 +45,7 @@ from tricut.models import te as M
 from tricut.models.config import load_model
 from tricut.models.cdu import (HINT_OF_RESIDENCY, POLICIES, CDUCore, FrontEnd, SlotDesc,
                                StepDesc)
-from tricut.models.dsu import PROFILES, DsuParams, RequestSpec, run_schedule
+from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.llama import LlamaWeights, decode_step, decode_step_layers, prefill
 from tricut.models.paged_kv import PagedKVCache
 from tricut.models.tile import split_parts
@@ -62,15 +62,21 @@ from tricut.sim.harness.te import make_vector
 __all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "CachedCosimTop",
            "check_setup", "compare_cdu",
            "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
-           "compare", "simulate", "ENGINES", "MAX_REQUESTS", "MAX_IMAGE_WORDS"]
+           "compare", "compare_dsu", "dsu_schedule", "simulate", "ENGINES",
+           "MAX_REQUESTS", "MAX_IMAGE_WORDS"]
 
-#: engines the co-simulation accepts
-ENGINES = (1, 4)
+#: engines the co-simulation accepts (the TE array's 1..MAX_ENGINES; 8 in
+#: benchmarks/tile_real_layer.py)
+ENGINES = (1, 16)
 #: requests: the sequencer's request field (``Widths().req`` bits)
 MAX_REQUESTS = 1 << Widths().req
 #: the behavioural HBM's depth limit
 MAX_IMAGE_WORDS = 1 << 20
 _WEIGHT_SEED_OFFSET = 7
+#: the DSU's slot watchdog and firmware heartbeat limits in a tile run: far beyond any round
+#: (a round includes the host's traffic, one word per cycle)
+DSU_WATCHDOG_LIMIT = (1 << 24) - 1
+DSU_HEARTBEAT_LIMIT = (1 << 24) - 1
 
 
 class SetupError(ValueError):
@@ -116,6 +122,17 @@ class Setup:
     #: the DSU's residency hint is 1 ("auto": the CDU may keep the blocks in L2) for contexts of
     #: at least this many tokens, else 0 ("stream"); used with ``policy``
     long_context: int = 1
+    #: the DSU cluster in RTL (cores, scheduler firmware, slot arbiter) in front of the
+    #: sequencer: it chooses the rounds and takes the tile's completions (Verilator only);
+    #: False: the golden DSU model's schedule, computed up front
+    dsu: bool = False
+    dsu_cores: int = 1
+    max_retries: int = 2
+    #: HBM read faults (with ``dsu``, HBM-only tile): ``(request, layer, kv_head, block,
+    #: fails)``: the first burst of that 16-token KV block answers ``err`` to its first
+    #: ``fails`` reads; the step fails (a failed completion), the DSU rolls it back and runs
+    #: it again (up to ``max_retries`` times)
+    faults: tuple = ()
 
     def slot_bits(self):
         return max(1, (self.requests - 1).bit_length())
@@ -202,6 +219,7 @@ def check_setup(s: Setup):
     if s.split_tokens and longest <= s.split_tokens:
         raise SetupError("split_tokens", f"{s.split_tokens} splits no context (the longest is "
                                          f"{longest} tokens)")
+    _check_dsu(s, cfg, lens)
     words = kv_image_words(s.requests, cfg.num_layers, cfg.num_kv_heads, s.max_ctx, d, lanes)
     if words > MAX_IMAGE_WORDS:
         raise SetupError("max_ctx", f"{s.max_ctx}: the KV image would need {words:,} HBM words "
@@ -209,18 +227,81 @@ def check_setup(s: Setup):
     return cfg
 
 
-def schedule(s: Setup):
-    """The DSU model's rounds for the run: a list of descriptor lists (empty rounds dropped),
-    every completion ``ok``."""
+def _check_dsu(s: Setup, cfg, lens):
+    from tricut.sim.harness.tile_cosim_verilator import FAULT_SLOTS as MAX_FAULTS
+    MAX_FAILS = 255
+    if not isinstance(s.dsu, bool):
+        raise SetupError("dsu", f"must be True or False, got {s.dsu!r}")
+    if not _int(s.dsu_cores) or not 1 <= s.dsu_cores <= 4:
+        raise SetupError("dsu_cores", f"must be in 1..4, got {s.dsu_cores!r}")
+    if not _int(s.max_retries) or not 0 <= s.max_retries <= 15:
+        raise SetupError("max_retries", f"must be in 0..15, got {s.max_retries!r}")
+    faults = list(s.faults)
+    if faults and not s.dsu:
+        raise SetupError("faults", "need the DSU cluster (--dsu): a failed step is rolled back "
+                                   "and run again by the DSU")
+    if faults and s.policy is not None:
+        raise SetupError("faults", "are injected on the HBM-only tile (no --policy) for now")
+    if len(faults) > MAX_FAULTS:
+        raise SetupError("faults", f"at most {MAX_FAULTS}, got {len(faults)}")
+    seen = set()
+    for f in faults:
+        ok = isinstance(f, (tuple, list)) and len(f) == 5 and all(_int(x) for x in f)
+        if ok:
+            r, li, h, b, n = f
+            ok = 0 <= r < s.requests and 0 <= li < cfg.num_layers and \
+                0 <= h < cfg.num_kv_heads and 0 <= b and b * 16 < lens[r] + s.steps and \
+                1 <= n <= MAX_FAILS and (r, li, h, b) not in seen
+        if not ok:
+            raise SetupError("faults", f"entry must be (request, layer, kv_head, block, fails) "
+                                       f"with a block the request reads, fails in "
+                                       f"1..{MAX_FAILS}, each block once; got {f!r}")
+        seen.add(tuple(f[:4]))
+
+
+def _dsu_params(s: Setup):
     n_slots = 1 << s.slot_bits()
     cap = n_slots if s.max_batch is None else s.max_batch
-    params = DsuParams(profile=s.profile, n_slots=n_slots, max_batch=cap, latency_batch=cap,
-                       kv_capacity_tokens=1 << 20,
-                       long_context_tokens=s.long_context if s.policy else 1 << 20)
-    reqs = [RequestSpec(i, p, s.steps) for i, p in enumerate(s.lens())]
-    batches, outcomes = run_schedule(reqs, params)
+    return DsuParams(profile=s.profile, n_slots=n_slots, max_batch=cap, latency_batch=cap,
+                     kv_capacity_tokens=1 << 20,
+                     long_context_tokens=s.long_context if s.policy else 1 << 20,
+                     max_retries=s.max_retries)
+
+
+def dsu_schedule(s: Setup):
+    """The DSU model's run with ``s.faults`` applied as the tile meets them: ``(rounds,
+    failed, outcomes)``, the rounds as descriptor lists (empty rounds dropped), ``failed``
+    the ``(round, request)`` steps whose completion is an error: the HBM-only tile reads each
+    block of ``[0, seq_len)`` once per layer and KV head, so a fault fails its request's first
+    ``fails`` steps whose context covers the block."""
+    model = DsuModel(_dsu_params(s))
+    for i, p in enumerate(s.lens()):
+        model.submit(RequestSpec(i, p, s.steps))
+    left = {tuple(f[:4]): f[4] for f in s.faults}
+    rounds, failed = [], set()
+    while not model.idle:
+        batch = model.step().batch
+        errors = {}
+        for d in batch:
+            hit = [k for k, n in left.items()
+                   if n and k[0] == d.request and 16 * k[3] < d.seq_len]
+            for k in hit:
+                left[k] -= 1
+            if hit:
+                errors[d.slot] = "error"
+                failed.add((len(rounds), d.request))
+        if batch:
+            rounds.append(batch)
+        model.complete(errors)
+    return rounds, failed, model.outcomes
+
+
+def schedule(s: Setup):
+    """The DSU model's rounds for the run without faults: a list of descriptor lists (empty
+    rounds dropped), every completion ``ok``."""
+    rounds, _, outcomes = dsu_schedule(dataclasses.replace(s, faults=()))
     assert all(o.status == "completed" for o in outcomes.values()), outcomes
-    return [b for b in batches if b]
+    return rounds
 
 
 def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, record=None):
@@ -276,6 +357,13 @@ class RunResult:
     #: order) and its counters at the end of the run
     txns: list = field(default_factory=list)
     cdu_counters: dict = field(default_factory=dict)
+    #: with the DSU cluster: each round's descriptors (dicts), the ``(round, request)`` steps
+    #: whose completion failed (rolled back, their outputs not compared), the outcomes
+    #: (request -> :class:`~tricut.models.dsu.Outcome`); ``step_cycles`` is then from the
+    #: round's first descriptor to its last completion, inclusive
+    rounds: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    outcomes: dict = field(default_factory=dict)
 
 
 class _Run:
@@ -290,7 +378,7 @@ class _Run:
         rng = np.random.default_rng(s.seed)
         self.lens = s.lens()
         self.prompts = [rng.integers(0, cfg.vocab_size, n) for n in self.lens]
-        self.rounds = schedule(s)
+        self.rounds, self.failed, self.outcomes = dsu_schedule(s)
         self.cache = PagedKVCache.for_model(
             cfg, sum(-(-(p + s.steps) // 16) for p in self.lens), 16)
         first = [prefill(self.weights, self.cache, r, p) for r, p in enumerate(self.prompts)]
@@ -312,6 +400,14 @@ class _Run:
         for d, lg in zip(descs, logits):
             self.tokens[d.request].append(int(np.argmax(lg)))
 
+    def roll_back(self, ri, descs, requests):
+        """A failed step of ``requests`` in round ``ri``: its token and its K/V dropped (the
+        DSU runs it again from the same context)."""
+        for d in descs:
+            if d.request in requests:
+                self.tokens[d.request].pop()
+                self.cache.truncate(d.request, d.seq_len - 1)
+
     def codes(self, k, v):
         """K/V rows ``[n, d]`` -> (k codes, v codes, k scales, v scales) as the HBM holds them."""
         dt = self.s.kv_dtype
@@ -325,6 +421,11 @@ class _Run:
                 np.asarray(tv.block_scales))
 
     def params(self):
+        if getattr(self, "_params", None) is None:
+            self._params = self._make_params()
+        return self._params
+
+    def _make_params(self):
         s, cfg = self.s, self.cfg
         n_slots = 1 << s.slot_bits()
         return dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
@@ -334,7 +435,34 @@ class _Run:
                     max_beats=s.max_beats, max_outstanding=s.max_outstanding,
                     max_slots=n_slots, latency=s.latency, reorder=False, hbm_seed=1,
                     hbm_outstanding=s.max_outstanding,
-                    cdu=dict(sets=s.cdu_sets, ways=s.cdu_ways))
+                    cdu=dict(sets=s.cdu_sets, ways=s.cdu_ways), **self.dsu_cluster_params())
+
+    def dsu_cluster_params(self):
+        """With ``dsu``: the DSU cluster's configuration, its firmware image included (the
+        build depends on it)."""
+        s = self.s
+        if not s.dsu:
+            return {}
+        from tricut.sim.harness.dsu import MEM_BYTES, build_dsu_firmware, firmware_words
+        from tricut.rtl.dsu.regmap import CONFIG_MAGIC, PARK_POLICY_CODE, PROFILE_CODE
+        n_slots = 1 << s.slot_bits()
+        cap = n_slots if s.max_batch is None else s.max_batch
+        config = {"magic": CONFIG_MAGIC, "profile": PROFILE_CODE[s.profile], "max_batch": cap,
+                  "latency_batch": cap, "kv_capacity": 1 << 20,
+                  "long_ctx": s.long_context if s.policy else 1 << 20,
+                  "max_retries": s.max_retries, "watchdog_limit": DSU_WATCHDOG_LIMIT,
+                  "heartbeat_limit": DSU_HEARTBEAT_LIMIT, "park_policy": PARK_POLICY_CODE["keep"],
+                  "sessions": 0}
+        words = firmware_words(build_dsu_firmware("scheduler"), config)
+        return {"dsu": dict(cores=s.dsu_cores, intake_depth=4, mem_bytes=MEM_BYTES,
+                            firmware=words)}
+
+    def hbm_faults(self):
+        """The HBM fault table ``[(addr, fails)]`` of ``faults``: each block's first word."""
+        s, cfg = self.s, self.cfg
+        geo = dict(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, max_ctx=s.max_ctx,
+                   head_dim=cfg.head_dim, lanes=s.lanes)
+        return [(kv_addr(r, li, h, 16 * b, **geo), n) for r, li, h, b, n in s.faults]
 
     def image(self):
         """The HBM image of the prefilled cache (later tokens are written per step)."""
@@ -411,6 +539,10 @@ def golden_run(s: Setup) -> RunResult:
             for i, d in enumerate(descs):
                 res.attn[(ri, li, d.request)] = calls[li * len(descs) + i]
         run.sampled(descs, logits)
+        run.roll_back(ri, descs, {r for k, r in run.failed if k == ri})
+    res.rounds = [[dataclasses.asdict(d) for d in b] for b in run.rounds]
+    res.failed = sorted(run.failed)
+    res.outcomes = dict(run.outcomes)
     return res
 
 
@@ -644,6 +776,46 @@ def compare(golden: RunResult, tile: RunResult) -> list:
     return out
 
 
+def compare_dsu(s: Setup, golden: RunResult, tile: RunResult, fault_free=None) -> list:
+    """With the DSU cluster: the rounds it issued, the steps that failed and the outcomes
+    against the DSU model's run with the same faults (``golden``, which replays those rounds,
+    rollbacks included); every attention output of a step that completed bit for bit against
+    the golden's, none missing; the tokens exactly, and against the ``fault_free`` run's (a
+    :class:`RunResult` of the same requests without faults) too."""
+    out = list(tile.problems)
+    for ri, (a, b) in enumerate(zip(tile.rounds, golden.rounds)):
+        if a != b:
+            out.append(f"DSU round {ri}: the cluster issued {a}, the DSU model {b}")
+            break
+    else:
+        if len(tile.rounds) != len(golden.rounds):
+            out.append(f"DSU: the cluster issued {len(tile.rounds)} rounds, the DSU model "
+                       f"{len(golden.rounds)}")
+    if sorted(tile.failed) != golden.failed:
+        out.append(f"failed steps (round, request): the tile {sorted(tile.failed)}, the faults "
+                   f"{golden.failed}")
+    if tile.outcomes != golden.outcomes:
+        out.append(f"DSU outcomes: cluster {sorted(tile.outcomes.items())}, model "
+                   f"{sorted(golden.outcomes.items())}")
+    failed = set(golden.failed)
+    for key, want in golden.attn.items():
+        if (key[0], key[2]) in failed:
+            continue
+        got = tile.attn.get(key)
+        if got is None:
+            out.append(f"round {key[0]} layer {key[1]} request {key[2]}: no tile output")
+        elif not np.array_equal(want, got):
+            hd, i = map(int, np.argwhere(want != got)[0])
+            out.append(f"round {key[0]} layer {key[1]} request {key[2]}: attention[{hd}][{i}] = "
+                       f"{int(got[hd, i]):#010x}, golden {int(want[hd, i]):#010x}")
+    for r, toks in golden.tokens.items():
+        if tile.tokens.get(r) != toks:
+            out.append(f"request {r}: tokens {tile.tokens.get(r)}, golden {toks}")
+        elif fault_free is not None and toks != fault_free.tokens[r]:
+            out.append(f"request {r}: tokens {toks}, the fault-free run's {fault_free.tokens[r]}")
+    return out
+
+
 @dataclass
 class Report:
     """:func:`simulate`'s result: the setup, the prompt lengths, the DSU rounds (request ids
@@ -690,6 +862,8 @@ def simulate(s: Setup, corrupt=None, strict=False, stop_early=True, sim="amarant
     in the report. ``sim``: the tile's simulator, ``amaranth`` (:func:`cosim_run`) or
     ``verilator`` (:mod:`tricut.sim.harness.tile_cosim_verilator`: the same run, cycle for
     cycle)."""
+    if s.dsu and sim != "verilator":
+        raise SetupError("dsu", "the DSU cluster runs on Verilator only (sim='verilator')")
     if sim == "verilator":
         from tricut.sim.harness.tile_cosim_verilator import cosim_run_verilator as tile_run
     elif sim == "amaranth":
@@ -698,8 +872,11 @@ def simulate(s: Setup, corrupt=None, strict=False, stop_early=True, sim="amarant
         raise SetupError("sim", f"must be amaranth or verilator, got {sim!r}")
     golden = golden_run(s)
     tile = tile_run(s, corrupt=corrupt, golden=golden if stop_early else None)
-    diffs = compare(golden, tile) + compare_cdu(s, tile)
+    fault_free = golden_run(dataclasses.replace(s, faults=())) if s.faults else None
+    diffs = (compare_dsu(s, golden, tile, fault_free) if s.dsu else compare(golden, tile)) + \
+        compare_cdu(s, tile)
     if strict and diffs:
         raise CosimError(f"{len(diffs)} difference(s); first: {diffs[0]}")
-    rounds = [[d.request for d in descs] for descs in schedule(s)]
+    rounds = [[d["request"] for d in descs] for descs in tile.rounds] if s.dsu else \
+        [[d.request for d in descs] for descs in schedule(s)]
     return Report(s, s.lens(), rounds, golden, tile, diffs)

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
@@ -64,6 +64,8 @@ CLOCK_NS = 10
 DEFAULT_OPT = "-O2"
 #: more C++ flags of the build
 DEFAULT_CFLAGS = ()
+#: entries of the HBM model's run-time fault table (``hbm_faults`` port of the DSU top)
+FAULT_SLOTS = 4
 
 #: the HBM image memory: asynchronous read, synchronous write, filled by ``$readmemh`` from
 #: ``+hbm_image=FILE`` at time 0
@@ -89,10 +91,36 @@ endmodule
 
 
 class HbmRwModel(HbmModel):
-    """:class:`HbmModel` (no faults) whose image memory is the Verilog module of
+    """:class:`HbmModel` (its fault table included) whose image memory is the Verilog module of
     :data:`HBM_RW_V` (Verilator only): combinational read, a ``write`` (always ready) seen by
     beats from the next cycle, an address beyond the image dropped, as :class:`HbmModel`.
-    ``words``: the image's depth (an int)."""
+    ``words``: the image's depth (an int). Its fault table is loaded at run time: the
+    ``FAULT_SLOTS`` entries ``(addr, fails)`` of :attr:`fault_in` (``fails`` 0: unused), taken
+    in the first cycle, so the build does not depend on the faults."""
+
+    def __init__(self, words, data_bits=256, latency=100, max_outstanding=8, max_beats=16,
+                 id_bits=4, reorder=False, seed=1, faults=()):
+        super().__init__(words, data_bits, latency, max_outstanding, max_beats, id_bits,
+                         reorder, seed, faults)
+        self.fault_in = Signal(FAULT_SLOTS * (self.addr_bits + 8))
+
+    def fault_table(self, m):
+        entry = self.addr_bits + 8
+        loaded = Signal()
+        m.d.sync += loaded.eq(1)
+        fault = Signal()
+        take = self.req.valid & self.req.ready
+        for k in range(FAULT_SLOTS):
+            addr = self.fault_in[k * entry:k * entry + self.addr_bits]
+            left = Signal(8, name=f"fault{k}_left")
+            cond = loaded & (self.req.payload.addr == addr) & (left != 0)
+            with m.If(~loaded):
+                m.d.sync += left.eq(self.fault_in[k * entry + self.addr_bits:(k + 1) * entry])
+            with m.Elif(take & cond):
+                m.d.sync += left.eq(left - 1)
+            with m.If(cond):
+                m.d.comb += fault.eq(1)
+        return fault
 
     def elaborate(self, platform):
         m = Module()
@@ -114,7 +142,7 @@ class HbmRwModel(HbmModel):
             slots=self.max_outstanding, latency=self.latency, reorder=self.reorder,
             seed=self.seed, n_bits=nb, base_bits=self.addr_bits, tag_bits=self.id_bits,
             accept={"tag": req.id, "base": req.addr, "n": Mux(req.beats == 0, 1, req.beats),
-                    "good": Mux(req.beats == 0, 0, room), "err": 0})
+                    "good": Mux(req.beats == 0, 0, room), "err": self.fault_table(m)})
         m.d.comb += [raddr.eq(cur["addr"]),
                      self.resp.payload.id.eq(cur["tag"]),
                      self.resp.payload.data.eq(Mux(cur["oob"], 0, rdata)),
@@ -159,15 +187,19 @@ class CosimVerilatorTop(wiring.Component):
         self.hbm = HbmRwModel(_image_depth(p), data_bits=data_bits, latency=p["latency"],
                               max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                               id_bits=id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
-        ports = {
-            "clk": In(1),
-            "round": In(s.round.signature.flip()),
-            "descriptor": In(s.descriptor.signature.flip()),
+        self.dsu = p.get("dsu")
+        ports = {"clk": In(1)}
+        if self.dsu:
+            ports.update(self._dsu_ports(p, s))
+        else:
+            ports.update({"round": In(s.round.signature.flip()),
+                          "descriptor": In(s.descriptor.signature.flip())})
+        ports.update({
             "q_write": In(t.q_write.signature.flip()),
             "go": In(1), "done": Out(1),
             "out_addr": In(len(t.out_addr)), "out_data": Out(len(t.out_data)),
             "tensor_scale": In(32), "err": Out(1), "te_status": Out(5),
-        }
+        })
         if cached:
             self.txn_payload = t.cdu.txn.payload.shape()
             ports.update({
@@ -182,6 +214,61 @@ class CosimVerilatorTop(wiring.Component):
             ports["hbm_write"] = In(self.hbm.write.signature.flip())
         super().__init__(ports)
 
+    def _dsu_ports(self, p, seq):
+        """DSU mode: the DSU cluster (firmware in its memories) and the :class:`DsuLink` drive
+        the sequencer; the bench pushes the requests into ``intake`` and follows the run
+        through taps registered on the transfers (a count and the last payload, with the
+        cycle of a free-running counter), one Python wake-up per event."""
+        from tricut.rtl.dsu.cluster import DsuCluster
+        from tricut.rtl.dsu.layouts import INTAKE_LAYOUT, OUTCOME_LAYOUT
+        from tricut.rtl.tile.dsu_link import DsuLink
+        d = self.dsu
+        self.cluster = DsuCluster(n_cores=d["cores"], n_slots=p["max_slots"],
+                                  intake_depth=d["intake_depth"], mem_bytes=d["mem_bytes"],
+                                  firmware=d["firmware"])
+        self.link = DsuLink(p["num_layers"], p["max_slots"], p["slot_bits"])
+        entry = self.hbm.addr_bits + 8
+        return {"intake": In(stream.Signature(INTAKE_LAYOUT)), "intake_end": In(1),
+                "hbm_faults": In(FAULT_SLOTS * entry),
+                "cycle": Out(32), "trap": Out(d["cores"]), "degraded": Out(1),
+                "round_count": Out(16), "round_last": Out(seq.round.payload.shape()),
+                "desc_count": Out(16), "desc_last": Out(seq.descriptor.payload.shape()),
+                "desc_cycle": Out(32),
+                "comp_rounds": Out(16), "comp_cycle": Out(32),
+                "failed": Out(1 << p["slot_bits"]),
+                "outcome_count": Out(16), "outcome_last": Out(OUTCOME_LAYOUT)}
+
+    def _elaborate_dsu(self, m):
+        cl, ln, seq, t = self.cluster, self.link, self.seq, self.tile
+        m.submodules.cluster, m.submodules.link = cl, ln
+        wiring.connect(m, wiring.flipped(self.intake), cl.intake)
+        wiring.connect(m, ln.round, seq.round)
+        wiring.connect(m, cl.descriptors, seq.descriptor)
+        wiring.connect(m, ln.completions, cl.completions)
+        d = seq.descriptor
+        m.d.comb += [cl.intake_end.eq(self.intake_end), cl.run.eq(1), cl.stall.eq(0),
+                     cl.host.valid.eq(0), cl.outcomes.ready.eq(1), cl.moves.ready.eq(1),
+                     ln.issued.eq(cl.issued), ln.issued_count.eq(cl.issued_count),
+                     ln.dsu_round.eq(cl.round),
+                     ln.desc_seen.eq(d.valid & d.ready), ln.desc_slot.eq(d.payload.slot),
+                     ln.layer_go.eq(t.go), ln.layer_done.eq(t.done),
+                     ln.fail_slots.eq(t.fail_slots),
+                     self.trap.eq(cl.trap), self.degraded.eq(cl.degraded),
+                     self.comp_rounds.eq(ln.rounds), self.failed.eq(ln.failed)]
+        m.d.sync += self.cycle.eq(self.cycle + 1)
+        m.d.comb += self.hbm.fault_in.eq(self.hbm_faults)
+        r, c, o = seq.round, ln.completions, cl.outcomes
+        with m.If(r.valid & r.ready):
+            m.d.sync += [self.round_count.eq(self.round_count + 1), self.round_last.eq(r.payload)]
+        with m.If(d.valid & d.ready):
+            m.d.sync += [self.desc_count.eq(self.desc_count + 1), self.desc_last.eq(d.payload),
+                         self.desc_cycle.eq(self.cycle)]
+        with m.If(c.valid & c.ready):
+            m.d.sync += self.comp_cycle.eq(self.cycle)
+        with m.If(o.valid):
+            m.d.sync += [self.outcome_count.eq(self.outcome_count + 1),
+                         self.outcome_last.eq(o.payload)]
+
     def elaborate(self, platform):
         m = Module()
         # no reset: the bench never resets (every register starts at its init value), and a
@@ -191,8 +278,11 @@ class CosimVerilatorTop(wiring.Component):
         m.d.comb += ClockSignal("sync").eq(self.clk)
         seq, t, hbm = self.seq, self.tile, self.hbm
         m.submodules.seq, m.submodules.tile, m.submodules.hbm = seq, t, hbm
-        wiring.connect(m, wiring.flipped(self.round), seq.round)
-        wiring.connect(m, wiring.flipped(self.descriptor), seq.descriptor)
+        if self.dsu:
+            self._elaborate_dsu(m)
+        else:
+            wiring.connect(m, wiring.flipped(self.round), seq.round)
+            wiring.connect(m, wiring.flipped(self.descriptor), seq.descriptor)
         wiring.connect(m, wiring.flipped(self.q_write), t.q_write)
         wiring.connect(m, seq.job, t.job)
         wiring.connect(m, t.hbm_req, hbm.req)
@@ -256,7 +346,8 @@ def _sources_digest():
 
 def _toplevel(p, cached):
     return (f"tile_cosim_{'c' if cached else 'h'}_e{p['engines']}_{p['kv_dtype']}"
-            f"_d{p['head_dim']}_g{p['G']}_l{p['lanes']}_h{p['num_kv_heads']}")
+            f"_d{p['head_dim']}_g{p['G']}_l{p['lanes']}_h{p['num_kv_heads']}"
+            f"{'_dsu' if p.get('dsu') else ''}")
 
 
 def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Build:
@@ -445,6 +536,8 @@ async def bench_main(dut):
         sd["prompt_lens"] = tuple(sd["prompt_lens"])
     s = Setup(**sd)
     golden, max_layer_cycles = plan["golden"], plan["max_layer_cycles"]
+    if s.dsu:                   # rounds differ from the golden's after a rollback: no stop
+        golden = None
     run_ = _Run(s)
     p = run_.params()
     cached = s.policy is not None
@@ -464,7 +557,14 @@ async def bench_main(dut):
     clk = dut.clk
     state = {"clock": 0}
 
-    for k in ("round", "descriptor", "q_write", "newkv_write" if cached else "hbm_write"):
+    for k in ("intake",) if s.dsu else ("round", "descriptor"):
+        getattr(dut, f"{k}__valid").value = 0
+    if s.dsu:
+        dut.intake_end.value = 0
+        entry = top.hbm.addr_bits + 8
+        dut.hbm_faults.value = sum((addr | n << top.hbm.addr_bits) << (k * entry)
+                                   for k, (addr, n) in enumerate(run_.hbm_faults()))
+    for k in ("q_write", "newkv_write" if cached else "hbm_write"):
         getattr(dut, f"{k}__valid").value = 0
     dut.go.value = 0
     dut.out_addr.value = 0
@@ -560,7 +660,7 @@ async def bench_main(dut):
         info["tile_cycles"] += state["clock"] - t_go
         t0, c0 = time.perf_counter(), state["clock"]
         err, te_status = int(dut.err.value), int(dut.te_status.value)
-        if err or te_status:
+        if (err or te_status) and not s.dsu:
             res.problems.append(f"round {ri} layer {lay.layer}: HBM err {err}, "
                                 f"TE status {te_status:#x}")
         if cached and int(dut.misorder.value):
@@ -622,9 +722,98 @@ async def bench_main(dut):
                 await ReadOnly()
             counters()
 
+    async def bench_dsu():
+        """DSU mode: the requests into the intake, then each round the DSU cluster issues
+        (round beat, descriptors), its layers, and its completions."""
+        from cocotb.triggers import Event
+
+        from tricut.models.dsu import Descriptor, Outcome
+        from tricut.rtl.dsu.layouts import INTAKE_LAYOUT, OUTCOME_LAYOUT
+        from tricut.rtl.dsu.regmap import Reason
+        from tricut.sim.harness.dsu import REASONS
+        seen = {"round": [], "desc": [], "comp": [], "outcome": []}
+        wake = Event()
+
+        def tap(name, count, read):
+            async def watch():
+                while True:
+                    await count.value_change
+                    seen[name].append(read())
+                    wake.set()
+            start_soon(watch())
+        tap("round", dut.round_count, lambda: _fields(rl, int(dut.round_last.value)))
+        tap("desc", dut.desc_count, lambda: (Descriptor(**_fields(
+            DESCRIPTOR_LAYOUT, int(dut.desc_last.value))), int(dut.desc_cycle.value)))
+        tap("comp", dut.comp_rounds, lambda: (int(dut.failed.value), int(dut.comp_cycle.value)))
+        tap("outcome", dut.outcome_count,
+            lambda: _fields(OUTCOME_LAYOUT, int(dut.outcome_last.value)))
+
+        async def until(cond, what):
+            """Wait for ``cond`` (a tap's event); back on a falling edge after waiting (the
+            inputs change between clock edges)."""
+            waited = False
+            while not cond():
+                waited = True
+                wake.clear()
+                await First(wake.wait(), Timer(max_layer_cycles * period, unit="ns"))
+                if not cond() and not wake.is_set():
+                    raise Hang(f"DSU: no {what} within {max_layer_cycles} cycles "
+                               f"(trap {int(dut.trap.value):#x}, degraded "
+                               f"{int(dut.degraded.value)})")
+            if waited:
+                await FallingEdge(clk)
+
+        await send("intake", [pack(INTAKE_LAYOUT, dict(
+            request=r, prompt=n, max_new=s.steps, priority=0, arrival=0, continues=0))
+            for r, n in enumerate(run_.lens)])
+        dut.intake_end.value = 1
+        ri, nd = 0, 0
+        while True:
+            await until(lambda: len(seen["round"]) > ri or len(seen["outcome"]) == s.requests,
+                        "round or outcome")
+            if len(seen["round"]) == ri:
+                break
+            count = seen["round"][ri]["count"]
+            await until(lambda: len(seen["desc"]) >= nd + count, "descriptor")
+            descs = [d for d, _ in seen["desc"][nd:nd + count]]
+            first_cycle = seen["desc"][nd][1]
+            nd += count
+            res.rounds.append([dataclasses.asdict(d) for d in descs])
+            t0 = time.perf_counter()
+            steps = decode_step_layers(run_.weights, run_.cache, run_.batch(descs))
+            lay = next(steps)
+            info["golden_s"] += time.perf_counter() - t0
+            while True:
+                _, attn = await layer(ri, descs, lay)
+                t0 = time.perf_counter()
+                try:
+                    lay = steps.send(attn)
+                except StopIteration as stop:
+                    run_.sampled(descs, stop.value)
+                    break
+                finally:
+                    info["golden_s"] += time.perf_counter() - t0
+            await until(lambda: len(seen["comp"]) > ri, "completions")
+            failed, last_cycle = seen["comp"][ri]
+            res.step_cycles[ri] = last_cycle - first_cycle + 1
+            bad = {d.request for d in descs if failed >> d.slot & 1}
+            res.failed += sorted((ri, r) for r in bad)
+            run_.roll_back(ri, descs, bad)
+            ri += 1
+        for o in seen["outcome"]:
+            res.outcomes[o["request"]] = Outcome(
+                o["request"], "failed" if o["status"] else "completed", o["tokens"],
+                REASONS.get(Reason(o["reason"]), ""), o["step"])
+        if cached:
+            if not int(dut.cdu_idle.value):
+                await First(RisingEdge(dut.cdu_idle), Timer(max_layer_cycles * period,
+                                                            unit="ns"))
+                await ReadOnly()
+            counters()
+
     out = {}
     try:
-        await bench()
+        await (bench_dsu() if s.dsu else bench())
     except Hang as e:
         out["timeout"] = str(e)
     if cached:

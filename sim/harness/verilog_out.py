@@ -139,6 +139,11 @@ def _tile(cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
                                     rq_depth=cdu_rq_depth))
 
 
+def _tile_dsu_link(**p):
+    from tricut.rtl.tile.dsu_link import DsuLink
+    return DsuLink(**p)
+
+
 def _tile_l2_filler(**p):
     from tricut.rtl.tile.l2_fill import L2Filler
     return L2Filler(**p)
@@ -200,9 +205,14 @@ UNITS: dict[str, Unit] = {
                          "num_layers": 2, "num_kv_heads": 2, "split_tokens": 16, "slot_bits": 2,
                          "max_ctx": 64, "num_requests": 4, "max_beats": 16,
                          "max_outstanding": 4, "max_slots": 4, "cdu_sets": 4, "cdu_ways": 2,
-                         "cdu_mshrs": 4, "cdu_rq_depth": 4},
-                 "the synthesizable decode tile: step sequencer + the attention path with the "
-                 "CDU (tile-cached); no behavioural memory (docs/tile.md)"),
+                         "cdu_mshrs": 4, "cdu_rq_depth": 4, "dsu_cores": 1,
+                         "dsu_mem_bytes": 0x8000},
+                 "the synthesizable decode tile: DSU cluster + DSU link + step sequencer + the "
+                 "attention path with the CDU (tile-cached); no behavioural memory "
+                 "(docs/tile.md)"),
+    "tile-dsu-link": Unit(_tile_dsu_link, {"num_layers": 2, "max_slots": 4, "slot_bits": 2},
+                          "the decode tile's DSU link: round beats from the arbiter's ISSUE, "
+                          "completions from the tile's layers (docs/tile.md)"),
     "tile-l2-filler": Unit(_tile_l2_filler, {"head_dim": 64, "lanes": 16, "kv_dtype": "bf16",
                                              "num_layers": 2, "num_kv_heads": 2, "max_ctx": 64,
                                              "num_requests": 4, "sets": 4, "ways": 2,

@@ -261,6 +261,25 @@ class HbmModel(CheckedComponent):
             "write": In(stream.Signature(hbm_write_layout(self.addr_bits, data_bits))),
         })
 
+    def fault_table(self, m):
+        """The fault table: entry k matches a request whose first-beat address is addr_k;
+        returns ``fault`` (combinational: the request on ``req`` answers ``err``)."""
+        req = self.req.payload
+        fault = Signal()
+        take = self.req.valid & self.req.ready
+        for k, (a, fails) in enumerate(self.faults):
+            hit = req.addr == a
+            if fails == ALWAYS:
+                cond = hit
+            else:
+                left = Signal(range(MAX_FAILS + 1), init=fails, name=f"fault{k}_left")
+                cond = hit & (left != 0)
+                with m.If(take & cond):
+                    m.d.sync += left.eq(left - 1)
+            with m.If(cond):
+                m.d.comb += fault.eq(1)
+        return fault
+
     def elaborate(self, platform):
         m = Module()
         D, nb = self.depth, count_bits(self.max_beats)
@@ -270,23 +289,7 @@ class HbmModel(CheckedComponent):
         wr = mem.write_port()
 
         req = self.req.payload
-        # fault table: entry k matches a request whose first-beat address is addr_k
-        fault = Signal()
-        take = Signal()
-        conds = []
-        for k, (a, fails) in enumerate(self.faults):
-            hit = req.addr == a
-            if fails == ALWAYS:
-                conds.append(hit)
-            else:
-                left = Signal(range(MAX_FAILS + 1), init=fails, name=f"fault{k}_left")
-                conds.append(hit & (left != 0))
-                with m.If(take & hit & (left != 0)):
-                    m.d.sync += left.eq(left - 1)
-        for c in conds:
-            with m.If(c):
-                m.d.comb += fault.eq(1)
-
+        fault = self.fault_table(m)
         room = Signal(nb + 1)                   # beats of the burst inside the image
         m.d.comb += room.eq(Mux(req.addr >= D, 0,
                                 Mux(D - req.addr > (1 << nb) - 1, (1 << nb) - 1,
@@ -297,7 +300,6 @@ class HbmModel(CheckedComponent):
             seed=self.seed, n_bits=nb, base_bits=self.addr_bits, tag_bits=self.id_bits,
             accept={"tag": req.id, "base": req.addr, "n": Mux(req.beats == 0, 1, req.beats),
                     "good": Mux(req.beats == 0, 0, room), "err": fault})
-        m.d.comb += take.eq(self.req.valid & self.req.ready)
         m.d.comb += [rd.addr.eq(cur["addr"]),
                      self.resp.payload.id.eq(cur["tag"]),
                      self.resp.payload.data.eq(Mux(cur["oob"], 0, rd.data)),

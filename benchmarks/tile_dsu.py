@@ -1,0 +1,106 @@
+"""Whole decode steps with the DSU cluster in the loop (``tricut tile run --dsu``): the RV32IM
+cores run the scheduler firmware, the slot arbiter issues each round's descriptors into the step
+sequencer, the tile's completions go back to it, failed steps are rolled back and run again.
+
+    .venv/bin/python benchmarks/tile_dsu.py            # run, print the table
+    .venv/bin/python benchmarks/tile_dsu.py --write    # ... and into docs/tile.md
+
+Every run: 4 requests of different prompt lengths, 8 decode steps each, at most 3 per round
+(so the batches change), ``tiny-te``, on Verilator. Each is checked as ``simulate`` checks it:
+the rounds, the failed steps and the outcomes equal to the DSU model's run with the same faults,
+every attention output of a completed step bit-exact with the golden decode step on the same
+rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU policy, every
+CDU decision equal to the CDU golden model's. The run whose fault outlasts the retries must
+report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles
+are from a round's first descriptor to its last completion. ``--write`` replaces the text
+between ``<!-- tile:dsu:begin -->`` and ``<!-- tile:dsu:end -->`` in docs/tile.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "tile.md"
+BEGIN, END = "<!-- tile:dsu:begin -->", "<!-- tile:dsu:end -->"
+SCRIPT = "benchmarks/tile_dsu.py"
+
+BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=8, max_batch=3, max_ctx=32, dsu=True)
+#: (label, setup changes, whether the run must be bit-exact with equal tokens)
+RUNS = [
+    ("HBM only", dict(engines=1), True),
+    ("HBM only, 2 DSU cores", dict(engines=1, dsu_cores=2), True),
+    ("HBM only, faults: one step of request 0, two of request 2",
+     dict(engines=1, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2))), True),
+    ("HBM only, fault past the retries (request 1, 3 failing reads, 2 retries)",
+     dict(engines=1, faults=((1, 0, 0, 0, 3),)), False),
+    ("CDU static", dict(engines=1, policy="static"), True),
+    ("CDU adaptive, split-K 12", dict(engines=4, policy="adaptive", kv_dtype="fp8",
+                                      split_tokens=12), True),
+    ("CDU disabled", dict(engines=2, policy="disabled", kv_dtype="nvfp4"), True),
+]
+
+
+def run_all(only=None):
+    from tricut.sim.harness.tile_cosim import Setup, simulate
+    rows = []
+    for label, kw, exact in RUNS:
+        if only is not None and label not in only:
+            continue
+        s = Setup(**BASE, **kw)
+        t0 = time.perf_counter()
+        rep = simulate(s, sim="verilator", stop_early=False)
+        wall = time.perf_counter() - t0
+        if exact and not rep.ok:
+            raise SystemExit(f"{SCRIPT}: {label}: {rep.differences[0]}")
+        if not exact:
+            bad = [d for d in rep.differences if not d.startswith("request 1: tokens")]
+            if bad or rep.tile.outcomes[1].status != "failed":
+                raise SystemExit(f"{SCRIPT}: {label}: expected request 1 to fail and nothing "
+                                 f"else to differ: {rep.differences[:2]}")
+        rows.append((label, s, rep, wall))
+    return rows
+
+
+def report(rows, cmd):
+    lines = [f"Measured by `{cmd}` (Verilator, `tiny-te`, prompts 3, 1, 13 and 2 tokens, 8 "
+             f"steps each, at most 3 requests per round):", "",
+             "| run | K/V | engines | DSU rounds | failed steps (round:request) | outcomes | "
+             "outputs compared | step cycles (first descriptor to last completion): min / "
+             "median / max, sum | wall |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for label, s, rep, wall in rows:
+        t = rep.tile
+        cyc = sorted(t.step_cycles.values())
+        fails = ", ".join(f"{ri}:{r}" for ri, r in t.failed) or "—"
+        ends = ", ".join(f"{o.status} {o.tokens}" for _, o in sorted(t.outcomes.items()))
+        compared = len([k for k in rep.golden.attn if (k[0], k[2]) not in set(t.failed)])
+        lines.append(f"| {label} | {s.kv_dtype} | {s.engines} | {len(t.rounds)} | {fails} | "
+                     f"{ends} | {compared} | {cyc[0]:,} / {cyc[len(cyc) // 2]:,} / "
+                     f"{cyc[-1]:,}, {sum(cyc):,} | {wall:.0f} s |")
+    lines += ["", "Every exact run: the DSU rounds, failed steps and outcomes equal to the DSU "
+              "model's, every compared output bit-exact, tokens equal to the golden's and to "
+              "the fault-free run's; the run past the retries differs only in request 1's "
+              "tokens (it ended `failed`, reason `error: retries exhausted`, and no other "
+              "request was lost)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true", help="write the table into docs/tile.md")
+    ap.add_argument("--only", action="append", metavar="LABEL",
+                    help="run only the run with this label (repeatable)")
+    args = ap.parse_args(argv)
+    text = report(run_all(args.only), ".venv/bin/python benchmarks/tile_dsu.py")
+    print(text)
+    if args.write:
+        write_section(DOC, BEGIN, END, text, SCRIPT)
+
+
+if __name__ == "__main__":
+    main()
