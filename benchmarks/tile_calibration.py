@@ -11,8 +11,8 @@ Runs (tiny-te; each checked bit-exact against the golden first, the cached ones 
 CDU's decisions equal to its golden model's): the HBM-only tile with 1, 2 and 4 engines, with
 and without split-K, bf16 and fp8 (Amaranth simulator); the cached tile under the ``static``,
 ``adaptive`` and ``disabled`` CDU policies with 1, 2 and 4 engines, with and without split-K,
-bf16, fp8 and NVFP4, and on a thrashing two-frame L2 (Verilator: the same cycles as
-Amaranth's simulator). The cached model
+bf16, fp8 and NVFP4, on a thrashing two-frame L2 and with an 81-token context (Verilator: the
+same cycles as Amaranth's simulator). The cached model
 gets the CDU golden model's decisions (``cdu_decisions``), run one step at a time as the
 tile's CDU sees them. A step's tile cycles are the sum of its layers' (``go`` to ``done``); the
 host's K/V, q and output traffic between layers is the harness's, not the tile's, and is left
@@ -47,9 +47,10 @@ def setups():
 def cached_setups():
     """The cached tile's runs: the three policies' runs of tests/test_tile_cached.py (static
     bf16 1 engine, adaptive fp8 4 engines split-K, disabled NVFP4 2 engines), the static one
-    again under ``disabled``, static with 2 engines and split-K, and a thrashing L2 (one set of
+    again under ``disabled``, static with 2 engines and split-K, a thrashing L2 (one set of
     two frames, 4 engines, split-K, HBM latency 20: prefetches evicted before use, orphaned
-    fills, eviction holds)."""
+    fills, eviction holds), and a long context (81 tokens, 6 blocks per unit: the CDU's MSHRs
+    and ready queue full, the layer ending on a mostly dropped L2 frame)."""
     from tricut.sim.harness.tile_cosim import Setup
     static = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                    max_ctx=32, policy="static")
@@ -61,7 +62,9 @@ def cached_setups():
                   max_ctx=32, policy="disabled", kv_dtype="nvfp4"),
             Setup(model="tiny-te", requests=2, prompt_lens=(33, 14), steps=1, engines=4,
                   max_ctx=48, policy="static", split_tokens=16, cdu_sets=1, cdu_ways=2,
-                  latency=20)]
+                  latency=20),
+            Setup(model="tiny-te", requests=1, prompt_lens=(80,), steps=1, engines=2,
+                  max_ctx=96, policy="adaptive")]
 
 
 def config_of(s):

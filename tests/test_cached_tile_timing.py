@@ -7,8 +7,8 @@ read from HBM); and the prediction fails when the model is given a wrong configu
 another policy's decisions.
 
 One Verilator build (``-O0``, the tile shape of ``tests/test_tile_cached.py``'s STATIC,
-shared with ``tests/test_tile_cosim_verilator.py``): ~40-90 s the first time, ~10 s when it
-exists.
+shared with ``tests/test_tile_cosim_verilator.py``): ~90 s the first time on 2 loaded cores,
+~20 s when it exists.
 """
 
 from __future__ import annotations

@@ -42,13 +42,14 @@ queued or in flight, then writes ``H*2*Dk`` L2 words::
 
 **CDU** (the decisions are the golden model's, :func:`cdu_decisions`; their timing is the
 RTL's): the front end emits decision ``i`` ``fe_i`` cycles after decision ``i-1``
-(``rtl/cdu/frontend.py``: a P or R 1, +2 per unit its prefetch walk plans first; a W 4, +5
-when the previous unit is observed by the adaptive predictor, +2 when its own unit is
-planned at its start) once its output register is free; the decision then passes the
-intake's and the core's registers::
+(``rtl/cdu/frontend.py``: a P or R 1; a W 4, +5 when the previous unit is observed by the
+adaptive predictor, +2 when its own unit is planned at its start) once its output register
+is free, plus 2 per unit its prefetch walk plans just before a P or R (``p_i``; the walk
+decides only when the register is free); the decision then passes the intake's and the
+core's registers::
 
-    e_i = max(e_{i-1} + fe_i, taken_{i-3})        (emitted; round's step beats first)
-    o_i = max(e_i + 3, taken_{i-1} + 1)           (offered on txn)
+    e_i = max(e_{i-1} + fe_i, taken_{i-3}) + 2*p_i    (emitted; round's step beats first)
+    o_i = max(e_i + 3, taken_{i-1} + 1)               (offered on txn)
 
 A W is taken as above, any other decision at once, except that an HBM read (``pf_issue``,
 ``miss_alloc``, ``miss_bypass``: into the CDU's ``hbm_req`` register the cycle it is taken,
@@ -76,9 +77,13 @@ after the block; one cycle between blocks and at the pass's end.
 ``2*2*Dk`` words; a job is dispatched when its engine is idle; the engine takes its ``G*Dk``
 q beats, then per token ``Dk`` K words (``G`` cycles each, every cycle needing the word) and
 ``Dk`` V words (``2G`` cycles each, the word needed every second cycle), then its ``G*Dk``
-(``+G`` for a split part) output beats when its job is the oldest not yet out. The layer is
-done ``gate`` cycles after the last output beat (plus the combine unit's tail after a split
-part: :data:`.tile_timing.STATUS_TAIL`).
+(``+G`` for a split part) output beats when its job is the oldest not yet out (a job's last
+beat not before 3 cycles after the previous job's: the status register). The harness sees
+``done``::
+
+    done = max(last out beat + 4 (+ Dk + G*Dk - STATUS_TAIL after a split part: the
+               combine unit's tail, :data:`.tile_timing.STATUS_TAIL`),
+               the streamer's last block popped + 3)     (its last frame read to the end)
 """
 
 from __future__ import annotations
@@ -123,10 +128,12 @@ class Decision:
     result: str
     victim: tuple | None = None
     hbm: bool = False
-    #: the step (round) it belongs to, and the front end's cycles from the previous
-    #: decision's emission to its own (see :func:`cdu_decisions`)
+    #: the step (round) it belongs to, the front end's cycles from the previous decision's
+    #: emission to its own, and the units its prefetch walk plans just before it (2 cycles
+    #: each, once the front end's output register is free; see :func:`cdu_decisions`)
     step: int = 0
     fe: int = 1
+    plans: int = 0
 
     @property
     def tag(self):
@@ -432,6 +439,7 @@ class _Streamer:
         self.ready_from = 0             # the head entry is not offered before this cycle
         self.state, self.unit, self.taken, self.next_block = "collect", None, 0, 0
         self.unit_total = 0
+        self.idle_from = 0              # not busy from this cycle (after its last pass)
         self.pass_, self.next_eng, self.k, self.cnt = [], 0, 0, 0
         self.blk = self.lo = self.hi = 0
         self.word = self.l2_due = 0
@@ -520,7 +528,7 @@ class _Streamer:
                 self.pass_ = []
                 if self.taken == self.unit_total:
                     self.unit = None
-                self.state = "collect"
+                self.state, self.idle_from = "collect", t + 1
             else:
                 self.blk += 1
                 self.state = "block"
@@ -599,6 +607,7 @@ class _Cdu:
         i, d, tk = self.i, self.ops[self.i], self.taken
         e = d.fe if self.emit is None else self.emit + d.fe
         e = max(e, tk[i - 3] if i >= 3 else 0, self.step_from.get(d.step, 1 << 60))
+        e += 2 * d.plans                # the walk plans only once the register is free
         self.emit = e
         self.at = max(e + 3, tk[i - 1] + 1 if i else 0)
 
@@ -780,6 +789,9 @@ def predict_run(cfg: CachedTileConfig, rounds, decisions, start=100):
             done = last.out_at + DONE_LAG
             if last.partial:
                 done += max(0, cfg.dk + cfg.G * cfg.dk - STATUS_TAIL)
+            # ... and after the streamer's last pass (it may still drop a frame's words): not
+            # busy from the cycle after its last NEXT state, done registered the cycle after
+            done = max(done, tile.streamer.idle_from + 1)
             run_to(done + 1)
             tile.open_layer = None
             out[(ri, li)] = done - t_go
@@ -791,10 +803,11 @@ def cdu_decisions(policy, sets, ways, distance, steps, entries):
     """The CDU golden model's decisions for ``steps`` (``tricut.models.cdu.StepDesc``, one
     per round), run one step at a time as the tile's CDU sees them (pattern ``full``), each
     with the RTL front end's cycles from the previous decision's emission to its own
-    (``rtl/cdu/frontend.py``): a P or R 1 cycle, +2 per unit the prefetch walk plans
-    before it (STREAM -> PLAN -> STREAM); a W 4 (the previous unit's end, POP, UNIT, WOP),
-    +5 when the previous unit is observed (``adaptive``, not streamed: OBS_RD .. OBS_WB),
-    +2 when its own unit is planned at its start."""
+    (``rtl/cdu/frontend.py``): a P or R 1 cycle, and ``plans`` units the prefetch walk
+    plans before it (STREAM -> PLAN -> STREAM, 2 cycles each once the front end's output
+    register is free); a W 4 (the previous unit's end, POP, UNIT, WOP), +5 when the
+    previous unit is observed (``adaptive``, not streamed: OBS_RD .. OBS_WB), +2 when its
+    own unit is planned at its start."""
     from tricut.models.cdu import CDUCore, FrontEnd
     fe = FrontEnd(policy, sets * ways, distance=distance, entries=entries)
     core = CDUCore(sets, ways)
@@ -810,13 +823,14 @@ def cdu_decisions(policy, sets, ways, distance, steps, entries):
     for si, step in enumerate(steps):
         hint = {sd.request: sd.hint for sd in step.slots}
         for op in fe.ops([step], lambda st, sd, ly: list(range(-(-sd.seq_len // 16)))):
+            plans = len(planned)
+            planned.clear()
             if op.kind == "W":
-                cost = 4 + 5 * observed + 2 * len(planned)
+                cost, plans = 4 + 5 * observed + 2 * plans, 0
                 observed = policy == "adaptive" and hint[op.req] != "stream"
             else:
-                cost = 1 + 2 * len(planned)
-            planned.clear()
+                cost = 1
             t = core.apply(op)
             out.append(Decision(t.kind, t.req, t.layer, t.block, t.result, t.victim,
-                                bool(t.hbm), si, cost))
+                                bool(t.hbm), si, cost, plans))
     return out
