@@ -188,8 +188,8 @@ def report(a, L, runs, cmd):
         f"| HBM beats per cycle | {L['beats'] / L['cycles']:.3f} |",
         f"| Verilator rate (`go` → `done`) | {L['rate']:,.0f} cycles/s |",
         "",
-        f"Cycles ≈ the serial sum: {why}. Two layers do not fit the behavioural HBM's 2**20 "
-        "words at these contexts (one layer is exactly 2**20 at `max_ctx` 2048).",
+        f"Cycles ≈ the serial sum: {why}. One layer at `max_ctx` 2048 is 2**20 words of the "
+        "behavioural HBM's 2**22.",
         "",
         "Where the wall time goes (s):",
         "",

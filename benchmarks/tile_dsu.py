@@ -10,7 +10,9 @@ Every run: 4 requests of different prompt lengths, 8 decode steps each, at most 
 the rounds, the failed steps and the outcomes equal to the DSU model's run with the same faults,
 every attention output of a completed step bit-exact with the golden decode step on the same
 rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU policy, every
-CDU decision equal to the CDU golden model's. The run whose fault outlasts the retries must
+CDU decision equal to the CDU golden model's; the fast model's cycles per round
+(``sim/fast/tile_timing.predict_dsu_round``, HBM-only tile) against the measured. The run
+whose fault outlasts the retries must
 report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles
 are from a round's first descriptor to its last completion. ``--write`` replaces the text
 between ``<!-- tile:dsu:begin -->`` and ``<!-- tile:dsu:end -->`` in docs/tile.md.
@@ -66,13 +68,26 @@ def run_all(only=None):
     return rows
 
 
+def _predicted(s, t):
+    """The fast model against the measured rounds (HBM-only tile: ``predict_dsu_round``)."""
+    if s.policy is not None:
+        return "— (cached: not modelled with the DSU)"
+    from tricut.sim.fast.tile_timing import predict_dsu_round
+    from tricut.sim.harness.tile_cosim import tile_config
+    pred = [predict_dsu_round(tile_config(s), [d["slot"] for d in r], [d["seq_len"] for d in r])
+            for r in t.rounds]
+    got = [t.step_cycles[ri] for ri in range(len(t.rounds))]
+    worst = max(abs(p - g) / g for p, g in zip(pred, got))
+    return f"{(sum(pred) - sum(got)) / sum(got):+.2%}, {worst:.2%}"
+
+
 def report(rows, cmd):
     lines = [f"Measured by `{cmd}` (Verilator, `tiny-te`, prompts 3, 1, 13 and 2 tokens, 8 "
              f"steps each, at most 3 requests per round):", "",
              "| run | K/V | engines | DSU rounds | failed steps (round:request) | outcomes | "
              "outputs compared | step cycles (first descriptor to last completion): min / "
-             "median / max, sum | wall |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "median / max, sum | fast model: summed, worst round | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for label, s, rep, wall in rows:
         t = rep.tile
         cyc = sorted(t.step_cycles.values())
@@ -81,7 +96,7 @@ def report(rows, cmd):
         compared = len([k for k in rep.golden.attn if (k[0], k[2]) not in set(t.failed)])
         lines.append(f"| {label} | {s.kv_dtype} | {s.engines} | {len(t.rounds)} | {fails} | "
                      f"{ends} | {compared} | {cyc[0]:,} / {cyc[len(cyc) // 2]:,} / "
-                     f"{cyc[-1]:,}, {sum(cyc):,} | {wall:.0f} s |")
+                     f"{cyc[-1]:,}, {sum(cyc):,} | {_predicted(s, t)} | {wall:.0f} s |")
     lines += ["", "Every exact run: the DSU rounds, failed steps and outcomes equal to the DSU "
               "model's, every compared output bit-exact, tokens equal to the golden's and to "
               "the fault-free run's; the run past the retries differs only in request 1's "

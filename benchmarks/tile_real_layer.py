@@ -1,10 +1,10 @@
 """The decode tile at a real layer shape: Llama-3-8B's attention (8 KV heads, G = 4, i.e. 32
 query heads, head_dim 128) on model ``llama-3-8b-attn1`` (that attention, one layer, a small
-MLP and vocabulary, random weights), 4 requests with contexts of 1K-2K tokens, 8 TE engines,
+MLP and vocabulary, random weights), 4 requests with contexts of 1K-4K tokens, 8 TE engines,
 whole decode steps through the tile on Verilator (``sim/harness/tile_cosim.py``) against the
 golden decode step with the bit-exact TE golden as the attention. (The tile's KV image is at
-most 2^20 HBM words, ``rtl/tile/kv_streamer.py``: at this shape requests x layers x max_ctx
-<= 8192, so 4 requests of up to 2K tokens on one layer.)
+most 2^22 HBM words, ``rtl/tile/kv_streamer.py``: at this shape requests x layers x max_ctx
+<= 32768, so 4 requests of up to 4K tokens on two layers, or 8 on one.)
 
     .venv/bin/python benchmarks/tile_real_layer.py            # run, print the tables
     .venv/bin/python benchmarks/tile_real_layer.py --write    # ... and into docs/tile.md
@@ -114,10 +114,9 @@ def hbm_bytes(s, cfg, rounds, data_bits):
 
 def predicted_cycles(s, cfg, rounds):
     """The fast model's layer cycles of the HBM-only tile (``sim/fast/tile_timing.py``)."""
-    from tricut.sim.fast.tile_timing import TileConfig, predict_step
-    tc = TileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
-                    num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
-                    split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
+    from tricut.sim.fast.tile_timing import predict_step
+    from tricut.sim.harness.tile_cosim import tile_config
+    tc = tile_config(s)
     return {(ri, li): c for ri, descs in enumerate(rounds)
             for li, c in enumerate(predict_step(tc, [d.seq_len for d in descs]))}
 
@@ -251,7 +250,7 @@ def parse_args(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     ap.add_argument("--model", default=MODEL, help="model config (default: %(default)s)")
-    ap.add_argument("--prompt-lens", type=_csv(int), default=[1024, 1360, 1700, 2046],
+    ap.add_argument("--prompt-lens", type=_csv(int), default=[1024, 2048, 3072, 4090],
                     help="one prompt length per request (default: %(default)s)")
     ap.add_argument("--steps", type=int, default=2, help="decode steps (default: %(default)s)")
     ap.add_argument("--engines", type=int, default=8, help="TE engines (default: %(default)s)")
@@ -260,7 +259,7 @@ def parse_args(argv):
                     help="CDU policies, none = the HBM-only tile (default: %(default)s)")
     ap.add_argument("--split-tokens", type=int, default=0,
                     help="split-K part length, 0 = no split (default: %(default)s)")
-    ap.add_argument("--max-ctx", type=int, default=2048,
+    ap.add_argument("--max-ctx", type=int, default=4096,
                     help="the tile's context limit (default: %(default)s)")
     ap.add_argument("--max-layer-cycles", type=int, default=50_000_000,
                     help="hang limit per layer (default: %(default)s)")

@@ -60,7 +60,7 @@ def layer_cycles(res):
     (dict(max_outstanding=65), "max_outstanding must be an integer in 1..64, got 65"),
     (dict(scale_bits=-1), "scale_bits must be an integer in 0..4294967295, got -1"),
     (dict(widths=3), "widths must be a tricut.rtl.cdu.layouts.Widths, got 3"),
-    (dict(num_requests=16, max_ctx=4096), "at most 1048576 words (the KV image), got 2097152"),
+    (dict(num_requests=16, max_ctx=16383), "at most 4194304 words (the KV image), got 8388096"),
     (dict(slot_bits=8, num_kv_heads=256, max_ctx=16383, split_tokens=1, num_requests=1,
           num_layers=1, head_dim=64, lanes=16), "split_tokens must leave at most 4096 parts"),
 ])

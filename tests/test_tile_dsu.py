@@ -189,6 +189,14 @@ BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
             max_batch=3, max_ctx=32)
 
 
+def predicted_rounds(s, rounds):
+    """The fast model's cycles of every DSU round (``predict_dsu_round``)."""
+    from tricut.sim.fast.tile_timing import predict_dsu_round
+    from tricut.sim.harness.tile_cosim import tile_config
+    return {ri: predict_dsu_round(tile_config(s), [d["slot"] for d in r],
+                                  [d["seq_len"] for d in r]) for ri, r in enumerate(rounds)}
+
+
 def test_dsu_loop_fault_free_equals_the_golden():
     rep = simulate(Setup(**BASE), sim="verilator")
     assert rep.ok, rep.differences[:3]
@@ -198,7 +206,10 @@ def test_dsu_loop_fault_free_equals_the_golden():
     assert all(o.status == "completed" and o.tokens == 3 for o in t.outcomes.values())
     assert sorted(t.outcomes) == [0, 1, 2, 3]
     assert len(t.attn) == len(rep.golden.attn) == 4 * 3 * 2
-    assert all(c > 0 for c in t.step_cycles.values())
+    # the fast model: every round's cycles, first descriptor to last completion, exactly
+    assert t.step_cycles == predicted_rounds(Setup(**BASE), t.rounds)
+    wrong = predicted_rounds(Setup(**dict(BASE, engines=4)), t.rounds)
+    assert wrong != t.step_cycles
 
 
 def test_dsu_loop_faults_roll_back_and_rerun():
@@ -210,6 +221,7 @@ def test_dsu_loop_faults_roll_back_and_rerun():
     first2 = [ri for ri, b in enumerate(t.rounds) if any(d["request"] == 2 for d in b)][:2]
     assert sorted(t.failed) == sorted([(0, 0)] + [(ri, 2) for ri in first2])
     assert all(o.status == "completed" and o.tokens == 3 for o in t.outcomes.values())
+    assert t.step_cycles == predicted_rounds(s, t.rounds)       # failed rounds too
     # the re-run has the same context as the failed step
     ctx = {(ri, d["request"]): d["seq_len"] for ri, b in enumerate(t.rounds) for d in b}
     assert ctx[(first2[0], 2)] == ctx[(first2[1], 2)]

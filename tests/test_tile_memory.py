@@ -85,8 +85,8 @@ def check_in_order_formula(res, latency, id_field="id"):
 # parameters and layouts
 # ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kw,needle", [
-    (dict(words=[]), "words must hold 1..1048576 words, got 0"),
-    (dict(words=0), "words (a depth) must be an int in 1..1048576, got 0"),
+    (dict(words=[]), "words must hold 1..4194304 words, got 0"),
+    (dict(words=0), "words (a depth) must be an int in 1..4194304, got 0"),
     (dict(words=[1, -2]), "words[1] must be an int in 0..2**32-1, got -2"),
     (dict(words=[1 << 32]), "words[0] must be an int in 0..2**32-1, got 4294967296"),
     (dict(words="ab"), "words[0] must be an int in 0..2**32-1, got 'a'"),
@@ -117,10 +117,10 @@ def test_hbm_bad_parameters_rejected_before_construction(kw, needle):
 
 @pytest.mark.parametrize("kw,needle", [
     (dict(frames=0), "frames must be an int in 1..65536, got 0"),
-    (dict(block_beats=257), "block_beats must be an int in 1..256, got 257"),
+    (dict(block_beats=4097), "block_beats must be an int in 1..4096, got 4097"),
     (dict(data_bits=0), "data_bits must be a multiple of 8 in 8..1024, got 0"),
-    (dict(frames=65536, block_beats=32),
-     "frames * block_beats must be at most 1048576, got 2097152"),
+    (dict(frames=65536, block_beats=128),
+     "frames * block_beats must be at most 4194304, got 8388608"),
     (dict(latency=5000), "latency must be an int in 1..4096, got 5000"),
     (dict(max_outstanding=0), "max_outstanding must be an int in 1..64, got 0"),
     (dict(tag_bits=True), "tag_bits must be an int in 1..16, got True"),

@@ -27,7 +27,7 @@ __all__ = ["KVStreamer", "HbmBlockReader", "default_scale_bits", "check_streamer
            "MAX_HBM_WORDS"]
 
 #: the deepest KV image the HBM port addresses (the behavioural HBM's limit)
-MAX_HBM_WORDS = 1 << 20
+MAX_HBM_WORDS = 1 << 22
 
 
 def default_scale_bits(head_dim):

@@ -24,6 +24,16 @@ with ``I = 1 + G*Dk + 3*n*G*Dk`` and ``O = G*Dk`` (``+ G`` for a split part) as 
 
 **Cached tile** (``CachedAttentionTile``): :mod:`.cached_tile_timing` (its units meet on shared
 resources, so that model steps them cycle by cycle).
+
+**A round with the DSU cluster in the loop** (``tricut tile run --dsu``; HBM-only tile), from
+its first descriptor to its last completion: the arbiter's scan emits one slot per cycle
+(``span`` = last slot - first slot), the harness's host traffic runs at one word per cycle
+(per layer the new token's K/V, ``B*H*2*Dk`` words, and the q, ``B*H*G*Dk``; the outputs,
+``B*H*G*Dk`` words, are read after every layer but the last, whose reads overlap the
+completions), each layer takes :func:`predict_layer`, and the DSU link sends the ``B``
+completions after the last ``done``::
+
+    round = span + L*(B*H*(2*Dk + G*Dk)) + (L-1)*B*H*G*Dk + sum(layers) + B + 2
 """
 
 from __future__ import annotations
@@ -32,8 +42,13 @@ from dataclasses import dataclass
 
 from tricut.models.tile import split_parts
 
-__all__ = ["TileConfig", "layer_jobs", "predict_layer", "predict_step", "STATUS_TAIL"]
+__all__ = ["TileConfig", "layer_jobs", "predict_layer", "predict_step", "predict_dsu_round",
+           "STATUS_TAIL", "DSU_ROUND_EXTRA"]
 
+#: a DSU round's cycles beyond the scan, the traffic, the layers and one per completion: the
+#: bench's wake-up on the last descriptor (a falling edge) and the DSU link's first completion
+#: after the last ``done``
+DSU_ROUND_EXTRA = 2
 #: cycles from a job's last ``out`` beat until the TE array's status register is taken (the
 #: array is busy until then; ``rtl/tile/te_array.py``)
 STATUS_TAIL = 2
@@ -114,3 +129,13 @@ def predict_layer(cfg: TileConfig, seq_lens) -> int:
 def predict_step(cfg: TileConfig, seq_lens) -> list:
     """Cycles of every layer of one step (a round with these ``seq_lens``)."""
     return [predict_layer(cfg, seq_lens) for _ in range(cfg.num_layers)]
+
+
+def predict_dsu_round(cfg: TileConfig, slots, seq_lens) -> int:
+    """Cycles of one round of the HBM-only tile with the DSU cluster in the loop, from its first
+    descriptor to its last completion, inclusive (see the module docs): ``slots`` and
+    ``seq_lens`` of its descriptors, in slot order."""
+    B, L, H, dk = len(slots), cfg.num_layers, cfg.num_kv_heads, cfg.dk
+    kv, q = B * H * 2 * dk, B * H * cfg.G * dk
+    return (max(slots) - min(slots) + L * (kv + q) + (L - 1) * q
+            + sum(predict_step(cfg, seq_lens)) + B + DSU_ROUND_EXTRA)

@@ -62,7 +62,7 @@ from tricut.sim.harness.te import make_vector
 __all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "CachedCosimTop",
            "check_setup", "compare_cdu",
            "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
-           "compare", "compare_dsu", "dsu_schedule", "simulate", "ENGINES",
+           "compare", "compare_dsu", "dsu_schedule", "tile_config", "simulate", "ENGINES",
            "MAX_REQUESTS", "MAX_IMAGE_WORDS"]
 
 #: engines the co-simulation accepts (the TE array's 1..MAX_ENGINES; 8 in
@@ -71,7 +71,7 @@ ENGINES = (1, 16)
 #: requests: the sequencer's request field (``Widths().req`` bits)
 MAX_REQUESTS = 1 << Widths().req
 #: the behavioural HBM's depth limit
-MAX_IMAGE_WORDS = 1 << 20
+MAX_IMAGE_WORDS = 1 << 22
 _WEIGHT_SEED_OFFSET = 7
 #: the DSU's slot watchdog and firmware heartbeat limits in a tile run: far beyond any round
 #: (a round includes the host's traffic, one word per cycle)
@@ -225,6 +225,16 @@ def check_setup(s: Setup):
         raise SetupError("max_ctx", f"{s.max_ctx}: the KV image would need {words:,} HBM words "
                                     f"(at most {MAX_IMAGE_WORDS:,})")
     return cfg
+
+
+def tile_config(s: Setup):
+    """The fast model's :class:`~tricut.sim.fast.tile_timing.TileConfig` of the setup's
+    HBM-only tile."""
+    from tricut.sim.fast.tile_timing import TileConfig
+    cfg = load_model(s.model)
+    return TileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
+                      num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
+                      split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
 
 
 def _check_dsu(s: Setup, cfg, lens):

@@ -22,7 +22,7 @@ __all__ = ["HbmModel", "ALWAYS", "LFSR_TAPS", "lfsr_next", "burst_responder",
 ALWAYS = "always"
 #: 16-bit Galois LFSR taps (x^16 + x^14 + x^13 + x^11 + 1), the reorder pick's random source
 LFSR_TAPS = 0xB400
-MAX_DEPTH = 1 << 20
+MAX_DEPTH = 1 << 22
 MAX_LATENCY = 4096
 MAX_OUTSTANDING = 64
 MAX_BEATS = 256
@@ -162,7 +162,7 @@ class HbmModel(CheckedComponent):
     ----------
     words : sequence of int, or int
         The initial image, one ``data_bits``-bit word per beat address (an int ``n``: ``n``
-        zero words). Depth 1..2**20.
+        zero words). Depth 1..2**22.
     data_bits : int
         Bits per beat = bytes per cycle x 8 (the bandwidth): a multiple of 8 in 8..1024.
     latency : int, 1..4096

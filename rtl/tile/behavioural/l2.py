@@ -16,7 +16,11 @@ from tricut.rtl.cdu.checked import CheckedComponent
 from .hbm import MAX_DEPTH, MAX_LATENCY, MAX_OUTSTANDING, _int_in, _is_int, burst_responder
 from .layouts import count_bits, index_bits, l2_data_layout, l2_read_layout, l2_write_layout
 
-__all__ = ["L2Data"]
+__all__ = ["L2Data", "MAX_BLOCK_BEATS"]
+
+#: the longest frame: a KV block of Llama-3-8B's attention shape at 8 lanes (16 tokens x 8 KV
+#: heads x 2*Dk words, Dk = 128 / 8)
+MAX_BLOCK_BEATS = 4096
 
 
 class L2Data(CheckedComponent):
@@ -26,7 +30,7 @@ class L2Data(CheckedComponent):
     Parameters
     ----------
     frames : int, 1..65536
-    block_beats : int, 1..256
+    block_beats : int, 1..MAX_BLOCK_BEATS (4096: 16 tokens x 8 KV heads x 32 words)
         Beats per frame (a KV block); sets the width of ``beats``.
     data_bits : int
         A multiple of 8 in 8..1024. ``frames * block_beats`` at most 2**20.
@@ -58,7 +62,7 @@ class L2Data(CheckedComponent):
     @staticmethod
     def _check(frames, block_beats, data_bits, latency, max_outstanding, tag_bits):
         _int_in("frames", frames, 1, 1 << 16)
-        _int_in("block_beats", block_beats, 1, 256)
+        _int_in("block_beats", block_beats, 1, MAX_BLOCK_BEATS)
         if not _is_int(data_bits) or data_bits % 8 or not 8 <= data_bits <= 1024:
             raise ValueError(f"data_bits must be a multiple of 8 in 8..1024, got {data_bits!r}")
         if frames * block_beats > MAX_DEPTH:
