@@ -12,18 +12,24 @@ back the pickled :class:`RunResult`.
 The top (:class:`CosimVerilatorTop`) is :class:`~tricut.sim.harness.tile_cosim.CosimTop`
 (``cached=False``) or :class:`~tricut.sim.harness.tile_cosim.CachedCosimTop`
 (``cached=True``) with only the ports the bench needs on the top: the sequencer's ``round``
-and ``descriptor`` streams, ``q_write``, ``hbm_write`` (HBM-only: the new tokens' K/V) or
-``newkv_write``/``layer``/``config`` (cached), ``go``/``done``, ``out_addr``/``out_data``,
+and ``descriptor`` streams, ``layer``/``config`` (cached), ``go``/``done``, ``out_data``,
 ``tensor_scale``, ``err``, ``te_status``, ``misorder``, ``cdu_counters``, ``cdu_idle``, and
 a tap of the CDU's decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the
 payload of the last one), both registered on the transfer, so the bench records a decision
 on a change of ``txn_count`` (one Python wake-up per decision, none per cycle). The HBM
 model's image memory is :data:`HBM_RW_V` (``$readmemh`` at time 0, written by the HBM
-``write`` port), so the build depends on the configuration, not the data.
+``write`` port), so the build depends on the configuration, not the data. The host traffic
+between layers is played in HDL: two players (:meth:`CosimVerilatorTop._player`) offer the
+new tokens' K/V (into ``hbm_write``, HBM-only, or ``newkv_write``, cached) and the q beats
+(``q_write``) from staging memories (:data:`STAGE_V`, VPI-visible arrays the bench fills in
+zero simulated time), and a reader (:meth:`CosimVerilatorTop._reader`) drives ``out_addr``
+and captures the output words; the bench starts each with ``<name>_base``/``<name>_target``
+and awaits ``<name>_idle`` as an edge (one Python wake-up per burst, none per cycle).
 
 The bench mirrors the Amaranth testbench cycle for cycle (inputs change between clock
-edges, one beat per cycle while ``ready``, ``go`` for one cycle, ``done`` awaited as an edge
-with no Python in between, the output buffer read one word per cycle): the same setup gives
+edges, one beat per cycle while ``ready`` from the cycle the bench starts the burst, ``go``
+for one cycle, ``done`` awaited as an edge with no Python in between, the output buffer read
+one word per cycle): the same setup gives
 the same cycles, outputs, tokens and CDU decisions on both simulators.
 
 Builds are cached per configuration: the build directory
@@ -46,16 +52,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, Mux, Signal
+from amaranth.hdl import ClockDomain, ClockSignal, Const, Instance, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
 from tricut.rtl.tile.behavioural.layouts import count_bits
 from tricut.sim.harness.attention_tile_verilator import _makeflags, _top_only_public, write_hex
 from tricut.sim.harness.cocotb_run import BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure
 
-__all__ = ["HBM_RW_V", "HbmRwModel", "CosimVerilatorTop", "Build", "RunInfo", "build",
+__all__ = ["HBM_RW_V", "STAGE_V", "HbmRwModel", "CosimVerilatorTop", "Build", "RunInfo", "build",
            "run", "cosim_run_verilator", "bench_main", "CLOCK_NS", "DEFAULT_OPT"]
 
 #: the bench's clock period
@@ -88,6 +95,30 @@ module tricut_hbm_rw #(parameter WIDTH = 8, parameter DEPTH = 1, parameter ABITS
   assign rdata = mem[raddr];
 endmodule
 """
+
+
+#: a staging memory of the host traffic players: asynchronous read, synchronous write, the
+#: array VPI-writable and -readable (the bench fills a player's words and reads the captured
+#: output words in zero simulated time)
+STAGE_V = """\
+module tricut_stage #(parameter WIDTH = 8, parameter DEPTH = 2, parameter ABITS = 1) (
+  input  wire             clk,
+  input  wire [ABITS-1:0] raddr,
+  output wire [WIDTH-1:0] rdata,
+  input  wire             we,
+  input  wire [ABITS-1:0] waddr,
+  input  wire [WIDTH-1:0] wdata
+);
+  reg [WIDTH-1:0] mem [0:DEPTH-1] /*verilator public_flat_rw*/;
+  always @(posedge clk) if (we) mem[waddr] <= wdata;
+  assign rdata = mem[raddr];
+endmodule
+"""
+
+
+def _pow2(n):
+    """The power of two >= ``n`` (at least 2)."""
+    return max(2, 1 << (n - 1).bit_length())
 
 
 class HbmRwModel(HbmModel):
@@ -194,24 +225,28 @@ class CosimVerilatorTop(wiring.Component):
         else:
             ports.update({"round": In(s.round.signature.flip()),
                           "descriptor": In(s.descriptor.signature.flip())})
+        H, dk = p["num_kv_heads"], p["head_dim"] // p["lanes"]
+        #: staging depths of the host traffic: the new tokens' K/V (``2*Dk`` words per KV
+        #: head and slot), the q beats and the output reads (``qbeats`` per KV head and slot);
+        #: a longer burst is played in pieces (cycle-identical: see :meth:`_player`)
+        self.stage_depth = {"kv": _pow2(p["max_slots"] * H * 2 * dk),
+                            "q": _pow2(p["max_slots"] * H * t.qbeats),
+                            "rd": _pow2(p["max_slots"] * H * t.qbeats)}
+        for k in self.stage_depth:
+            ports.update({f"{k}_base": In(32), f"{k}_target": In(32), f"{k}_idle": Out(1)})
         ports.update({
-            "q_write": In(t.q_write.signature.flip()),
-            "go": In(1), "done": Out(1),
-            "out_addr": In(len(t.out_addr)), "out_data": Out(len(t.out_data)),
+            "go": In(1), "done": Out(1), "out_data": Out(len(t.out_data)),
             "tensor_scale": In(32), "err": Out(1), "te_status": Out(5),
         })
         if cached:
             self.txn_payload = t.cdu.txn.payload.shape()
             ports.update({
-                "newkv_write": In(t.newkv_write.signature.flip()),
                 "layer": In(len(t.layer)),
                 "config": In(t.config.shape()),
                 "misorder": Out(1), "cdu_idle": Out(1),
                 "cdu_counters": Out(t.cdu_counters.shape()),
                 "txn_count": Out(32), "txn_last": Out(self.txn_payload),
             })
-        else:
-            ports["hbm_write"] = In(self.hbm.write.signature.flip())
         super().__init__(ports)
 
     def _dsu_ports(self, p, seq):
@@ -283,12 +318,13 @@ class CosimVerilatorTop(wiring.Component):
         else:
             wiring.connect(m, wiring.flipped(self.round), seq.round)
             wiring.connect(m, wiring.flipped(self.descriptor), seq.descriptor)
-        wiring.connect(m, wiring.flipped(self.q_write), t.q_write)
+        self._player(m, "q", t.q_write)
+        self._player(m, "kv", t.newkv_write if self.cached else hbm.write)
+        self._reader(m)
         wiring.connect(m, seq.job, t.job)
         wiring.connect(m, t.hbm_req, hbm.req)
         wiring.connect(m, hbm.resp, t.hbm_resp)
-        m.d.comb += [t.go.eq(self.go), self.done.eq(t.done),
-                     t.out_addr.eq(self.out_addr), self.out_data.eq(t.out_data),
+        m.d.comb += [t.go.eq(self.go), self.done.eq(t.done), self.out_data.eq(t.out_data),
                      t.tensor_scale.eq(self.tensor_scale), self.err.eq(t.err),
                      self.te_status.eq(t.te_status)]
         if self.cached:
@@ -298,7 +334,6 @@ class CosimVerilatorTop(wiring.Component):
             wiring.connect(m, t.l2_read, l2.read)
             wiring.connect(m, l2.data, t.l2_data)
             wiring.connect(m, t.l2_write, l2.write)
-            wiring.connect(m, wiring.flipped(self.newkv_write), t.newkv_write)
             m.d.comb += [t.layer.eq(self.layer), t.config.eq(self.config),
                          self.misorder.eq(t.misorder), self.cdu_idle.eq(t.cdu_idle),
                          self.cdu_counters.eq(t.cdu_counters), t.reg_addr.eq(0)]
@@ -308,8 +343,61 @@ class CosimVerilatorTop(wiring.Component):
                              self.txn_last.eq(x.payload)]
         else:
             m.d.comb += seq.step.ready.eq(1)
-            wiring.connect(m, wiring.flipped(self.hbm_write), hbm.write)
         return m
+
+    def _stage(self, m, name, width, raddr, rdata, we=0, waddr=0, wdata=0):
+        depth = self.stage_depth[name.split("_")[0]]
+        ab = exact_log2(depth)
+        m.submodules[name] = Instance(
+            "tricut_stage", p_WIDTH=width, p_DEPTH=depth, p_ABITS=ab, i_clk=ClockSignal(),
+            i_raddr=raddr[:ab], o_rdata=rdata, i_we=Const(we, 1) if isinstance(we, int) else we,
+            i_waddr=waddr[:ab] if not isinstance(waddr, int) else Const(waddr, ab),
+            i_wdata=wdata if not isinstance(wdata, int) else Const(wdata, width))
+
+    def _player(self, m, name, s):
+        """The host's beats on stream ``s`` (the bench's ``send``, in HDL): the bench writes
+        the words into ``<name>_stage`` (VPI), then sets ``<name>_base`` to the player's
+        count of transfers and ``<name>_target`` to it plus the number of words, between
+        clock edges; from then on the player offers word ``sent - base`` (``valid`` while
+        ``sent != target``, the first word in that same cycle), one per cycle while
+        ``ready``, and ``<name>_idle`` rises at the edge of the last transfer. Beats split
+        into several plays are cycle-identical to one: the next play's first word is
+        offered in the cycle after the previous play's last transfer, as ``send`` offers the
+        next word."""
+        width = len(s.payload.as_value())
+        sent = Signal(32, name=f"{name}_sent")
+        index = Signal(32, name=f"{name}_index")
+        rdata = Signal(width, name=f"{name}_rdata")
+        base, target = getattr(self, f"{name}_base"), getattr(self, f"{name}_target")
+        self._stage(m, f"{name}_stage", width, index, rdata)
+        m.d.comb += [index.eq(sent - base), s.valid.eq(sent != target), s.payload.eq(rdata),
+                     getattr(self, f"{name}_idle").eq(sent == target)]
+        with m.If(s.valid & s.ready):
+            m.d.sync += sent.eq(sent + 1)
+
+    def _reader(self, m):
+        """The output reads (the bench's ``out_addr`` per word, in HDL): the bench writes the
+        addresses into ``rd_stage`` and sets ``rd_base``/``rd_target`` as for a player; the
+        reader drives ``out_addr`` with one address per cycle from that same cycle (and holds
+        the last one afterwards), ``rd_idle`` rising at the edge that takes the last one.
+        The output buffer answers in the next cycle: word ``i`` is written into
+        ``rd_capture[i]`` at the edge after, so the bench, back between edges when
+        ``rd_idle`` rose, reads every word but the last from ``rd_capture`` and the last
+        from ``out_data`` (what the bench's reads saw, at the same cycles)."""
+        t = self.tile
+        aw, dw = len(t.out_addr), len(t.out_data)
+        issued, index = Signal(32, name="rd_issued"), Signal(32, name="rd_index")
+        addr, last = Signal(aw, name="rd_addr"), Signal(aw, name="rd_last")
+        cap_we, cap_index = Signal(name="rd_cap_we"), Signal(32, name="rd_cap_index")
+        active = Signal(name="rd_active")
+        self._stage(m, "rd_stage", aw, index, addr)
+        self._stage(m, "rd_capture", dw, Const(0, 32), Signal(dw, name="rd_capture_rdata"),
+                    we=cap_we, waddr=cap_index, wdata=t.out_data)
+        m.d.comb += [index.eq(issued - self.rd_base), active.eq(issued != self.rd_target),
+                     t.out_addr.eq(Mux(active, addr, last)), self.rd_idle.eq(~active)]
+        m.d.sync += [cap_we.eq(active), cap_index.eq(index)]
+        with m.If(active):
+            m.d.sync += [issued.eq(issued + 1), last.eq(addr)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,7 +427,7 @@ def _sources_digest():
     for f in sorted(root.rglob("*.py")):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
-    for obj in (CosimVerilatorTop, HbmRwModel, _image_depth):
+    for obj in (CosimVerilatorTop, HbmRwModel, _image_depth, _pow2):
         h.update(inspect.getsource(obj).encode())
     return h.hexdigest()
 
@@ -365,7 +453,7 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     args = ["-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast"] + \
         (["--threads", str(threads)] if threads else []) + \
         [a for f in cflags for a in ("-CFLAGS", f)]
-    key = json.dumps([p, cached, opt, args, _sources_digest(), HBM_RW_V], sort_keys=True)
+    key = json.dumps([p, cached, opt, args, _sources_digest(), HBM_RW_V, STAGE_V], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     bdir = BUILD_ROOT / f"{name}-{digest}-{worker}"
@@ -382,7 +470,7 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     b.verilog_s = time.perf_counter() - t0
     vlt = f'`verilator_config\npublic_flat_rw -module "{name}" -var "*"\n'
     for fname, body in ((f"{name}.v", text), ("tricut_hbm_rw.v", HBM_RW_V),
-                        ("top_public.vlt", vlt)):
+                        ("tricut_stage.v", STAGE_V), ("top_public.vlt", vlt)):
         f = bdir / fname
         if not f.exists() or f.read_text() != body:
             f.write_text(body)
@@ -392,7 +480,8 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     os.environ["MAKEFLAGS"] = f"{old} {_makeflags(opt)}" if old else _makeflags(opt)
     t0 = time.perf_counter()
     try:
-        runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_rw.v"],
+        runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_rw.v",
+                              bdir / "tricut_stage.v"],
                      hdl_toplevel=name, build_dir=bdir, build_args=args,
                      log_file=bdir / "build.log")
     finally:
@@ -417,7 +506,8 @@ class RunInfo:
     files), ``sim_s`` the simulator process (start, ``$readmemh``, the bench, exit); inside
     the bench (``bench_s`` from its first statement to its last): ``setup_s`` its own
     prefill and schedule, ``golden_s`` the golden decode step between layers, ``host_s`` the
-    host traffic (K/V, q, round/descriptor beats, output reads: one Python step per cycle),
+    host traffic (K/V, q, output reads: HDL players, one Python wake-up per burst; the
+    round/descriptor beats: one Python step per cycle),
     ``tile_s`` from ``go`` to ``done`` (Verilator alone); ``cycles`` the clock edges of the
     run."""
     prep_s: float = 0.0
@@ -564,10 +654,22 @@ async def bench_main(dut):
         entry = top.hbm.addr_bits + 8
         dut.hbm_faults.value = sum((addr | n << top.hbm.addr_bits) << (k * entry)
                                    for k, (addr, n) in enumerate(run_.hbm_faults()))
-    for k in ("q_write", "newkv_write" if cached else "hbm_write"):
-        getattr(dut, f"{k}__valid").value = 0
+    played = {}                 # per player: its count of transfers (rd: of reads)
+    for k in top.stage_depth:
+        getattr(dut, f"{k}_base").value = 0
+        getattr(dut, f"{k}_target").value = 0
+        played[k] = 0
+    stage_mem = {"kv": dut.kv_stage.mem, "q": dut.q_stage.mem, "rd": dut.rd_stage.mem,
+                 "cap": dut.rd_capture.mem}
+    handles = {k: [] for k in stage_mem}
+
+    def cell(k, i):
+        """The handle of entry ``i`` of staging memory ``k`` (made on first use)."""
+        h = handles[k]
+        while len(h) <= i:
+            h.append(stage_mem[k][len(h)])
+        return h[i]
     dut.go.value = 0
-    dut.out_addr.value = 0
     dut.tensor_scale.value = ts_bits
     if cached:
         dut.layer.value = 0
@@ -609,6 +711,32 @@ async def bench_main(dut):
                     break
         valid.value = 0
 
+    async def play(name, words):
+        """Words through the HDL player ``name`` (``kv``, ``q``) or addresses through the
+        output reader (``rd``: returns the words read), in pieces of the staging depth: the
+        same cycles as ``send`` (or ``out_addr`` set per word, one tick each), Python
+        waking once per piece."""
+        depth, idle, out = top.stage_depth[name], getattr(dut, f"{name}_idle"), []
+        for c in range(0, len(words), depth):
+            piece = words[c:c + depth]
+            for i, w in enumerate(piece):
+                cell(name, i).value = w
+            base = played[name]
+            played[name] = (base + len(piece)) & 0xFFFF_FFFF
+            getattr(dut, f"{name}_base").value = base
+            getattr(dut, f"{name}_target").value = played[name]
+            t_set = get_sim_time("ns")
+            await First(RisingEdge(idle), Timer(max_layer_cycles * period, unit="ns"))
+            if not int(idle.value):
+                raise Hang(f"{name}: {len(piece)} words not taken within "
+                           f"{max_layer_cycles} cycles")
+            await FallingEdge(clk)
+            state["clock"] += round((get_sim_time("ns") - t_set) / period)
+            if name == "rd":
+                out += [int(cell("cap", i).value) for i in range(len(piece) - 1)]
+                out.append(int(dut.out_data.value))
+        return out
+
     def counters():
         res.cdu_counters = _fields(tile.cdu_counters.shape(), int(dut.cdu_counters.value))
 
@@ -627,8 +755,7 @@ async def bench_main(dut):
                 words += [pack(nl, dict(request=d.request, kv_head=h, beat=b, data=w, pos=pos))
                           for h, beats in enumerate(run_.token_beats(lay.layer, d.request, pos))
                           for b, w in enumerate(beats)]
-        if words:
-            await send("newkv_write" if cached else "hbm_write", words)
+        await play("kv", words)
         if cached:
             dut.layer.value = lay.layer
         qw = []
@@ -637,7 +764,7 @@ async def bench_main(dut):
                 qc = F.bf16_encode(lay.q[i, h * G:(h + 1) * G])
                 qw += [pack(ql, dict(slot=d.slot, kv_head=h, beat=b, data=w))
                        for b, w in enumerate(pack_q_beats(qc, s.lanes))]
-        await send("q_write", qw)
+        await play("q", qw)
         dut.go.value = 1
         t_go = state["clock"]
         info["host_s"] += time.perf_counter() - t0
@@ -667,15 +794,15 @@ async def bench_main(dut):
             res.problems.append(f"round {ri} layer {lay.layer}: misorder (a CDU ready entry or "
                                 f"a job not the one expected)")
         attn = np.zeros(lay.q.shape, dtype=np.int64)
-        out_addr, out_data = dut.out_addr, dut.out_data
+        read = iter(await play("rd", [tile.streamer.qbuf_addr(d.slot, h, b) for d in descs
+                                      for h in range(H) for b in range(tile.qbeats)]))
         for i, d in enumerate(descs):
             for h in range(H):
                 for b in range(tile.qbeats):
-                    out_addr.value = tile.streamer.qbuf_addr(d.slot, h, b)
-                    await tick()
-                    row = unpack_out_beat(int(out_data.value), s.lanes)[0]
+                    row = unpack_out_beat(next(read), s.lanes)[0]
                     g, c = divmod(b * s.lanes, cfg.head_dim)
                     attn[i, h * G + g, c:c + s.lanes] = row
+        for i, d in enumerate(descs):
             key = (ri, lay.layer, d.request)
             res.attn[key] = attn[i].copy()
             if golden is not None and not np.array_equal(golden.attn[key], attn[i]):
