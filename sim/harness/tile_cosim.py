@@ -766,13 +766,14 @@ def _fields(layout, word):
     return out
 
 
-def compare(golden: RunResult, tile: RunResult) -> list:
+def compare(golden: RunResult, tile: RunResult, skip=frozenset()) -> list:
     """The differences, first first: tile problems (HBM ``err``, TE status), attention outputs
-    (bit for bit, in run order), tokens."""
+    (bit for bit, in run order; not those of the ``(round, request)`` steps in ``skip``),
+    tokens."""
     out = list(tile.problems)
     for key in golden.attn:
         want, got = golden.attn[key], tile.attn.get(key)
-        if got is None and tile.stopped:
+        if (got is None and tile.stopped) or (key[0], key[2]) in skip:
             continue
         if got is None:
             out.append(f"round {key[0]} layer {key[1]} request {key[2]}: no tile output")
@@ -792,7 +793,7 @@ def compare_dsu(s: Setup, golden: RunResult, tile: RunResult, fault_free=None) -
     rollbacks included); every attention output of a step that completed bit for bit against
     the golden's, none missing; the tokens exactly, and against the ``fault_free`` run's (a
     :class:`RunResult` of the same requests without faults) too."""
-    out = list(tile.problems)
+    out = []
     for ri, (a, b) in enumerate(zip(tile.rounds, golden.rounds)):
         if a != b:
             out.append(f"DSU round {ri}: the cluster issued {a}, the DSU model {b}")
@@ -807,21 +808,11 @@ def compare_dsu(s: Setup, golden: RunResult, tile: RunResult, fault_free=None) -
     if tile.outcomes != golden.outcomes:
         out.append(f"DSU outcomes: cluster {sorted(tile.outcomes.items())}, model "
                    f"{sorted(golden.outcomes.items())}")
-    failed = set(golden.failed)
-    for key, want in golden.attn.items():
-        if (key[0], key[2]) in failed:
-            continue
-        got = tile.attn.get(key)
-        if got is None:
-            out.append(f"round {key[0]} layer {key[1]} request {key[2]}: no tile output")
-        elif not np.array_equal(want, got):
-            hd, i = map(int, np.argwhere(want != got)[0])
-            out.append(f"round {key[0]} layer {key[1]} request {key[2]}: attention[{hd}][{i}] = "
-                       f"{int(got[hd, i]):#010x}, golden {int(want[hd, i]):#010x}")
+    out += compare(golden, tile, skip=set(golden.failed))
     for r, toks in golden.tokens.items():
         if tile.tokens.get(r) != toks:
-            out.append(f"request {r}: tokens {tile.tokens.get(r)}, golden {toks}")
-        elif fault_free is not None and toks != fault_free.tokens[r]:
+            continue                                # named by compare
+        if fault_free is not None and toks != fault_free.tokens[r]:
             out.append(f"request {r}: tokens {toks}, the fault-free run's {fault_free.tokens[r]}")
     return out
 
