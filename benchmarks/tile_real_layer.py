@@ -189,7 +189,8 @@ def tables(results):
         lines.append(
             f"| {name} | {'yes' if r.ok else '**NO**'} | {exact} / {len(g.attn)} | "
             f"{'yes' if t.tokens == g.tokens else 'no'} | {steps} ({i.tile_cycles:,} + "
-            f"{i.host_cycles:,}) | {pred} | {r.hbm_read_bytes / 2**20:,.1f} MiB / "
+            f"{i.host_cycles:,}) | {pred} | "
+            f"{'not counted (CDU fills)' if r.setup.policy else f'{r.hbm_read_bytes / 2**20:,.1f} MiB'} / "
             f"{r.hbm_write_bytes / 2**10:,.1f} KiB | {i.tile_cycles / max(i.tile_s, 1e-9):,.0f} | "
             f"{i.cycles / max(i.sim_s, 1e-9):,.0f} |")
     lines += ["", "Where the wall time went (s):", "",
