@@ -295,3 +295,21 @@ def test_link_verilog_lint_clean(tmp_path):
     path = write_verilog(build_unit("tile-dsu-link", [])[0], "tile_dsu_link", tmp_path)
     clean, messages = lint(path, "tile_dsu_link")
     assert clean, messages
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--dsu"], "--dsu: the DSU cluster runs on Verilator only"),
+    (["--dsu", "--sim", "verilator", "--dsu-cores", "5"], "--dsu-cores: must be in 1..4"),
+    (["--dsu", "--sim", "verilator", "--dsu-cores", "x"], "--dsu-cores"),
+    (["--dsu", "--sim", "verilator", "--max-retries", "16"], "--max-retries: must be in 0..15"),
+    (["--dsu", "--sim", "verilator", "--faults", "1:2"], "REQUEST:LAYER:KV_HEAD:BLOCK:FAILS"),
+    (["--dsu", "--sim", "verilator", "--faults", "a:b:c:d:e"], "five integers"),
+    (["--sim", "verilator", "--faults", "0:0:0:0:1"], "--faults: need the DSU cluster"),
+    (["--dsu", "--sim", "verilator", "--faults", "0:0:0:9:1"], "--faults: entry must be"),
+    (["--dsu", "--sim", "verilator", "--policy", "static", "--faults", "0:0:0:0:1"],
+     "--faults: are injected on the HBM-only tile"),
+])
+def test_dsu_flags_bad_input(capsys, extra, needle):
+    from conftest import assert_one_line_error
+    code, cap = run_cli(["tile", "run"] + extra, capsys)
+    assert_one_line_error(code, cap, needle)
