@@ -263,7 +263,15 @@ def test_dsu_tile_run_command(capsys):
     (dict(faults=((0, 0, 0, 0, 1), (0, 0, 0, 0, 2))), "faults"),
     (dict(faults=((0, 0, 0, 0, 1), (0, 0, 1, 0, 1), (0, 1, 0, 0, 1), (0, 1, 1, 0, 1),
                   (1, 0, 0, 0, 1))), "faults"),
-    (dict(faults=((0, 0, 0, 0, 1),), policy="static"), "faults"),
+    (dict(faults=((0, 0, 0, 0, 3),), policy="static"), "faults"),     # past the CDU retries
+    (dict(hang=(0, 0, 0, 0, 1), dsu=False), "hang"),
+    (dict(hang=(0, 0, 0, 0, 1), policy="static"), "hang"),
+    (dict(hang=(0, 0, 0, 0, 1), faults=((1, 0, 0, 0, 1),)), "hang"),
+    (dict(hang=(0, 0, 0, 5, 1)), "hang"),
+    (dict(hang=(0, 0, 0, 0, 0)), "hang"),
+    (dict(hang=(0, 0, 0)), "hang"),
+    (dict(watchdog=0), "watchdog"),
+    (dict(watchdog=1 << 24), "watchdog"),
     (dict(dsu_cores=0), "dsu_cores"),
     (dict(max_retries=16), "max_retries"),
     (dict(dsu="yes"), "dsu"),
@@ -306,10 +314,134 @@ def test_link_verilog_lint_clean(tmp_path):
     (["--dsu", "--sim", "verilator", "--faults", "a:b:c:d:e"], "five integers"),
     (["--sim", "verilator", "--faults", "0:0:0:0:1"], "--faults: need the DSU cluster"),
     (["--dsu", "--sim", "verilator", "--faults", "0:0:0:9:1"], "--faults: entry must be"),
-    (["--dsu", "--sim", "verilator", "--policy", "static", "--faults", "0:0:0:0:1"],
-     "--faults: are injected on the HBM-only tile"),
+    (["--dsu", "--sim", "verilator", "--policy", "static", "--faults", "0:0:0:0:3"],
+     "--faults: entry must be (request, layer, kv_head, block, fails) with a block the "
+     "request reads, fails in 1..2 (the CDU retries a fill 2 times)"),
+    (["--dsu", "--sim", "verilator", "--hang", "1:2"], "REQUEST:LAYER:KV_HEAD:BLOCK:COUNT"),
+    (["--dsu", "--sim", "verilator", "--hang", "0:0:0:0:1,1:0:0:0:1"], "five integers"),
+    (["--sim", "verilator", "--hang", "0:0:0:0:1"], "--hang: needs the DSU cluster"),
+    (["--dsu", "--sim", "verilator", "--policy", "static", "--hang", "0:0:0:0:1"],
+     "--hang: is injected on the HBM-only tile"),
+    (["--dsu", "--sim", "verilator", "--hang", "0:0:0:0:1", "--faults", "1:0:0:0:1"],
+     "--hang: and faults cannot be combined"),
+    (["--dsu", "--sim", "verilator", "--watchdog", "0"], "--watchdog: 0 is below 1"),
+    (["--dsu", "--sim", "verilator", "--watchdog", "99999999"], "--watchdog: must be in"),
 ])
 def test_dsu_flags_bad_input(capsys, extra, needle):
     from conftest import assert_one_line_error
     code, cap = run_cli(["tile", "run"] + extra, capsys)
     assert_one_line_error(code, cap, needle)
+
+
+# ------------------------------------------------------------ link abort, lost reads, CDU retries
+def test_link_aborts_a_round_the_dsu_timed_out():
+    """The arbiter's ROUND moves past a round the link still holds (a layer never done): one
+    ``abort`` cycle, no completion for it; the next round runs as usual."""
+    dut = DsuLink(2, 4, 2)
+    seen = {"abort": [], "comps": []}
+
+    async def drive(ctx):
+        ctx.set(dut.layer_done, 1)
+        ctx.set(dut.round.ready, 1)
+        ctx.set(dut.completions.ready, 1)
+        await ctx.tick()
+        for step, slots, hang in ((5, [0, 2], True), (6, [1], False)):
+            ctx.set(dut.issued, 1)
+            ctx.set(dut.issued_count, len(slots))
+            ctx.set(dut.dsu_round, step)
+            await ctx.tick()
+            ctx.set(dut.issued, 0)
+            for sl in slots:
+                ctx.set(dut.desc_seen, 1)
+                ctx.set(dut.desc_slot, sl)
+                await ctx.tick()
+            ctx.set(dut.desc_seen, 0)
+            for layer in range(1 if hang else 2):
+                ctx.set(dut.layer_go, 1)
+                await ctx.tick()
+                ctx.set(dut.layer_go, 0)
+                ctx.set(dut.layer_done, 0)
+                await ctx.tick().repeat(3)
+                if not hang:
+                    ctx.set(dut.layer_done, 1)
+                    await ctx.tick()
+            if hang:                                    # the watchdogs: ROUND + 1
+                await ctx.tick().repeat(5)
+                ctx.set(dut.dsu_round, step + 1)
+                await ctx.tick().repeat(3)
+                ctx.set(dut.layer_done, 1)              # the reset tile is idle
+            await ctx.tick().repeat(6)
+
+    async def watch(ctx):
+        async for clk, _, a, v, r, p in ctx.tick().sample(
+                dut.round_abort, dut.completions.valid, dut.completions.ready, dut.completions.payload):
+            seen["abort"].append(a)
+            if v and r:
+                seen["comps"].append((p.slot, p.result))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(drive)
+    sim.add_testbench(watch, background=True)
+    sim.run()
+    assert sum(seen["abort"]) == 1
+    assert seen["comps"] == [(1, int(Result.OK))]
+
+
+def test_dsu_loop_lost_read_times_out_and_reruns():
+    """A read that is never answered: the DSU's slot watchdogs time the round out, the tile
+    aborts it, the DSU runs it again; tokens as without the fault, cycles as the fast model
+    says (timed-out rounds too)."""
+    from tricut.sim.fast.tile_timing import predict_dsu_timeout
+    from tricut.sim.harness.tile_cosim import watchdog_limit
+    s = Setup(**BASE, hang=(0, 0, 1, 0, 2))
+    rep = simulate(s, sim="verilator")
+    assert rep.ok, rep.differences[:3]
+    t = rep.tile
+    assert t.aborted == [0, 1]                      # request 0's first two rounds
+    assert sorted(t.failed) == [(ri, r) for ri in (0, 1) for r in (0, 1, 3)]
+    assert all(o.status == "completed" and o.tokens == 3 for o in t.outcomes.values())
+    want = predicted_rounds(s, t.rounds)
+    limit = watchdog_limit(s)
+    for ri in t.aborted:
+        want[ri] = predict_dsu_timeout([d["slot"] for d in t.rounds[ri]], limit)
+    assert t.step_cycles == want
+
+
+def test_dsu_loop_lost_read_past_the_retries_fails_the_requests():
+    s = Setup(**BASE, hang=(0, 0, 1, 0, 3))
+    rep = simulate(s, sim="verilator")
+    t = rep.tile
+    assert t.aborted == [0, 1, 2]
+    for r in (0, 1, 3):                             # the round's requests: reported, not lost
+        assert t.outcomes[r].status == "failed"
+        assert t.outcomes[r].reason == "timeout: retries exhausted"
+    assert t.outcomes[2].status == "completed" and t.outcomes[2].tokens == 3
+    assert not rep.ok
+    assert all(d.startswith(("request 0: tokens", "request 1: tokens", "request 3: tokens"))
+               for d in rep.differences)
+
+
+def test_dsu_loop_cdu_retries_transient_errors():
+    """With a CDU policy the CDU re-sends a failed fill: no step fails, every decision as
+    without the faults, ``hbm_retries`` = the worst fault of each block."""
+    s = Setup(**BASE, policy="static",
+              faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1), (2, 0, 0, 0, 1)))
+    rep = simulate(s, sim="verilator")
+    assert rep.ok, rep.differences[:3]
+    assert rep.tile.failed == [] and rep.golden.cdu_retries == 3
+    assert rep.tile.cdu_counters["hbm_retries"] == 3
+    assert rep.tile.cdu_counters["hbm_failures"] == 0
+
+
+@pytest.mark.parametrize("kw, first", [
+    (dict(policy="disabled", faults=((2, 0, 0, 0, 1),)), "miss_bypass"),     # streamed
+    (dict(policy="static", prompt_lens=(16, 1, 13, 2), faults=((0, 0, 1, 1, 1),)),
+     "pf_redundant"),                           # the new-token writer allocated the block
+])
+def test_cdu_fault_on_a_block_not_first_filled_is_refused(kw, first):
+    """Only a CDU fill retries: a fault on a block first read otherwise is refused (the
+    golden run says so before the tile runs)."""
+    from tricut.sim.harness.tile_cosim import golden_run
+    with pytest.raises(SetupError, match=f"block is first {first} \\(not a CDU fill"):
+        golden_run(Setup(**dict(BASE, **kw)))

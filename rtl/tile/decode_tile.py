@@ -8,7 +8,7 @@ ports); the behavioural models of ``rtl/tile/behavioural/`` are for simulation t
 
 from __future__ import annotations
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, ResetInserter
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
@@ -45,7 +45,9 @@ class DecodeTile(CheckedComponent):
 
     Ports: with the DSU, the cluster's ``host`` (firmware load, MMIO), ``run``, ``stall``,
     ``intake``, ``intake_end``, ``outcomes``, ``moves``, ``degraded``, ``trap`` and its
-    ``round``/``round_busy`` as ``dsu_round``/``dsu_round_busy``; without, the sequencer's
+    ``round``/``round_busy`` as ``dsu_round``/``dsu_round_busy``, ``round_abort`` (the link's:
+    it resets the sequencer and the tile; HBM and L2 must drop their answers in flight);
+    without, the sequencer's
     ``round`` and ``descriptor`` (in); ``seq_busy`` and ``bad_desc`` (out, the sequencer's
     ``busy`` and ``bad_desc``), and every port of the cached tile but ``job`` and ``step``,
     under the same name (``q_write``, ``config``, ``layer``, ``newkv_write``, ``go``,
@@ -86,7 +88,8 @@ class DecodeTile(CheckedComponent):
                                           mem_bytes=dsu_mem_bytes)
             self.link = DsuLink(num_layers, max_slots, slot_bits)
             members = {name: c.signature.members[name] for name in _DSU_PORTS}
-            members.update({"dsu_round": Out(24), "dsu_round_busy": Out(1)})
+            members.update({"dsu_round": Out(24), "dsu_round_busy": Out(1),
+                            "round_abort": Out(1)})
         else:
             members = {"round": s.signature.members["round"],
                        "descriptor": s.signature.members["descriptor"]}
@@ -97,8 +100,9 @@ class DecodeTile(CheckedComponent):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.seq = s = self.seq
-        m.submodules.tile = t = self.tile
+        s, t = self.seq, self.tile
+        reset = ResetInserter(self.link.round_abort) if self.dsu_cores else (lambda x: x)
+        m.submodules.seq, m.submodules.tile = reset(s), reset(t)
         wiring.connect(m, s.job, t.job)
         wiring.connect(m, s.step, t.step)
         if self.dsu_cores:
@@ -121,6 +125,7 @@ class DecodeTile(CheckedComponent):
         wiring.connect(m, ln.completions, c.completions)
         d = s.descriptor
         m.d.comb += [self.dsu_round.eq(c.round), self.dsu_round_busy.eq(c.round_busy),
+                     self.round_abort.eq(ln.round_abort),
                      ln.issued.eq(c.issued), ln.issued_count.eq(c.issued_count),
                      ln.dsu_round.eq(c.round),
                      ln.desc_seen.eq(d.valid & d.ready), ln.desc_slot.eq(d.payload.slot),

@@ -45,7 +45,12 @@ class DsuLink(CheckedComponent):
       layers, one beat per kept descriptor in arrival order, ``result`` ``ERROR`` if its slot
       failed in any layer of the round, else ``OK``; then the round's state is cleared;
     * ``failed`` (out): the failed slots of the last round completed; ``rounds`` (out, 16 b):
-      rounds completed.
+      rounds completed;
+    * ``round_abort`` (out): the arbiter ended the link's open round without its completions
+      (its slot watchdogs completed every descriptor as ``timeout``: ``dsu_round`` moved past the
+      round while the link still holds it). One cycle; the link drops the round (nothing is
+      sent for it) and the tile's datapath and memory models must drop theirs (the tile
+      resets them); ``aborts`` (out, 16 b): rounds aborted.
     """
 
     @staticmethod
@@ -70,6 +75,8 @@ class DsuLink(CheckedComponent):
             "completions": Out(stream.Signature(COMPLETION_LAYOUT)),
             "failed": Out(1 << slot_bits),
             "rounds": Out(16),
+            "round_abort": Out(1),
+            "aborts": Out(16),
         })
 
     def elaborate(self, platform):
@@ -109,4 +116,13 @@ class DsuLink(CheckedComponent):
                   ((emit + 1 == kept) & self.completions.valid & self.completions.ready))):
             m.d.sync += [layers.eq(0), acc.eq(0), emit.eq(0), kept.eq(0), self.failed.eq(acc),
                          self.rounds.eq(self.rounds + 1)]
+
+        open_round = Signal(24)     # the ROUND of the round the link holds
+        with m.If(self.issued & (self.issued_count != 0)):
+            m.d.sync += open_round.eq(self.dsu_round)
+        holding = self.round.valid | (kept != 0) | (layers != 0) | armed
+        m.d.comb += self.round_abort.eq(holding & (self.dsu_round != open_round))
+        with m.If(self.round_abort):
+            m.d.sync += [self.round.valid.eq(0), kept.eq(0), layers.eq(0), armed.eq(0),
+                         acc.eq(0), emit.eq(0), self.aborts.eq(self.aborts + 1)]
         return m

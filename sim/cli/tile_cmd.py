@@ -27,26 +27,33 @@ _FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--promp
           "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile",
           "policy": "--policy", "cdu_sets": "--cdu-sets", "cdu_ways": "--cdu-ways",
           "distance": "--distance", "long_context": "--long-context", "dsu": "--dsu",
-          "dsu_cores": "--dsu-cores", "max_retries": "--max-retries", "faults": "--faults"}
+          "dsu_cores": "--dsu-cores", "max_retries": "--max-retries", "faults": "--faults",
+          "hang": "--hang", "watchdog": "--watchdog"}
 
 
 def _prompt_lens(text):
     return tuple(positive_int_list(text))
 
 
+def _block_entry(item, last="FAILS"):
+    """``R:L:H:B:N`` -> ``(R, L, H, B, N)``."""
+    try:
+        f = tuple(int(x) for x in item.split(":"))
+    except ValueError:
+        f = ()
+    if len(f) != 5:
+        raise argparse.ArgumentTypeError(
+            f"{item!r} is not REQUEST:LAYER:KV_HEAD:BLOCK:{last} (five integers)")
+    return f
+
+
 def _faults(text):
     """``R:L:H:B:N[,...]`` -> ``((R, L, H, B, N), ...)``."""
-    out = []
-    for item in text.split(","):
-        try:
-            f = tuple(int(x) for x in item.split(":"))
-        except ValueError:
-            f = ()
-        if len(f) != 5:
-            raise argparse.ArgumentTypeError(
-                f"{item!r} is not REQUEST:LAYER:KV_HEAD:BLOCK:FAILS (five integers)")
-        out.append(f)
-    return tuple(out)
+    return tuple(_block_entry(item) for item in text.split(","))
+
+
+def _hang(text):
+    return _block_entry(text, "COUNT")
 
 
 def _int_arg(lo=None):
@@ -73,7 +80,8 @@ def _setup(args):
               seed=args.seed, policy=None if args.policy == "none" else args.policy,
               cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
               long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
-              max_retries=args.max_retries, faults=args.faults)
+              max_retries=args.max_retries, faults=args.faults, hang=args.hang,
+              watchdog=args.watchdog)
     if args.dsu and args.sim != "verilator":
         raise InputError("--dsu: the DSU cluster runs on Verilator only (add --sim verilator)")
     try:
@@ -104,10 +112,10 @@ def _text(rep, sim="amaranth"):
     for ri, cyc in t.step_cycles.items():
         layers = [t.layer_cycles[k] for k in sorted(t.layer_cycles) if k[0] == ri]
         fail = [r for k, r in t.failed if k == ri]
+        why = "timed out (aborted, rolled back)" if ri in t.aborted else "failed (rolled back)"
         lines.append(f"step {ri}: {cyc} cycles ({span}); layers "
                      f"{', '.join(map(str, layers))} (go to done)"
-                     + (f"; failed (rolled back): request {', '.join(map(str, fail))}"
-                        if fail else ""))
+                     + (f"; {why}: request {', '.join(map(str, fail))}" if fail else ""))
     if s.dsu:
         ends = ", ".join(f"{r} {o.status} ({o.tokens} tokens{', ' + o.reason if o.reason else ''})"
                          for r, o in sorted(t.outcomes.items()))
@@ -121,7 +129,8 @@ def _text(rep, sim="amaranth"):
                      f"{c.get('misses_bypass', 0)}), prefetches issued "
                      f"{c.get('prefetch_issued', 0)}, writes {c.get('writes', 0)} (hits "
                      f"{c.get('write_hits', 0)}, allocs {c.get('write_allocs', 0)}), fills "
-                     f"{c.get('fills', 0)}, evictions {c.get('evictions', 0)}")
+                     f"{c.get('fills', 0)}, evictions {c.get('evictions', 0)}, HBM retries "
+                     f"{c.get('hbm_retries', 0)}, failures {c.get('hbm_failures', 0)}")
     if rep.ok:
         lines.append(f"golden decode step (TE golden attention): {len(rep.golden.attn)} "
                      f"attention outputs bit-exact, tokens equal"
@@ -137,8 +146,9 @@ def _json(rep, sim="amaranth"):
                                              "lanes", "split_tokens", "max_ctx", "max_batch",
                                              "profile", "seed", "policy", "cdu_sets",
                                              "cdu_ways", "distance", "long_context", "dsu",
-                                             "dsu_cores", "max_retries", "faults")},
-        "failed_steps": [list(x) for x in t.failed],
+                                             "dsu_cores", "max_retries", "faults", "hang",
+                                             "watchdog")},
+        "failed_steps": [list(x) for x in t.failed], "aborted_rounds": t.aborted,
         "outcomes": {str(r): {"status": o.status, "tokens": o.tokens, "reason": o.reason}
                      for r, o in t.outcomes.items()},
         "cdu_counters": t.cdu_counters, "cdu_decisions": len(t.txns),
@@ -154,13 +164,15 @@ def _json(rep, sim="amaranth"):
 
 def cmd_tile_run(args) -> int:
     from tricut.sim.harness.cocotb_run import CocotbFailure
-    from tricut.sim.harness.tile_cosim import CosimError, simulate
+    from tricut.sim.harness.tile_cosim import CosimError, SetupError, simulate
     from tricut.sim.harness.toolchain import ToolchainError
     from tricut.sim.harness.waves import one_line
 
     s = _setup(args)
     try:
         rep = simulate(s, sim=args.sim)
+    except SetupError as e:         # found by the golden run (a fault the CDU cannot retry)
+        raise InputError(f"{_FLAGS.get(e.param, e.param)}: {e.detail}") from None
     except (CosimError, TimeoutError,              # golden TE status, a DSU mismatch, a hang
             CocotbFailure, ToolchainError) as e:   # --sim verilator: the bench or toolchain
         print(f"tricut: error: {one_line(e, 240)}", file=sys.stderr)
@@ -256,10 +268,20 @@ def add_commands(sub) -> None:
                    help="with --dsu: times the DSU runs a failed step again before the request "
                         "fails (default: %(default)s)")
     p.add_argument("--faults", type=_faults, default=(), metavar="R:L:H:B:N[,...]",
-                   help="with --dsu, no --policy: HBM read errors; the first burst of KV block "
-                        "B (16 tokens) of request R, layer L, KV head H answers err to its "
-                        "first N reads: the step fails, the DSU rolls it back and runs it "
-                        "again. At most 4 blocks")
+                   help="with --dsu: HBM read errors; the first burst of KV block B (16 tokens) "
+                        "of request R, layer L, KV head H answers err to its first N reads. "
+                        "No --policy: the step fails, the DSU rolls it back and runs it again. "
+                        "With a --policy: the CDU retries the block's fill (N at most 2, its "
+                        "retries; the block must be first read by a fill): no step fails. At "
+                        "most 4 blocks")
+    p.add_argument("--hang", type=_hang, default=(), metavar="R:L:H:B:N",
+                   help="with --dsu, no --policy, no --faults: a lost HBM read; the next N "
+                        "reads of that block's first burst are never answered, so a TE job "
+                        "never finishes: the DSU's slot watchdog times the round out, the "
+                        "tile aborts it and the DSU runs it again")
+    p.add_argument("--watchdog", type=_int_arg(1), default=None, metavar="CYCLES",
+                   help="with --dsu: the DSU's slot watchdog limit, 1..16777215 (default: "
+                        "16777215, with --hang twice the fast model's longest round + 1024)")
     p.add_argument("--seed", type=_int_arg(0), default=0, metavar="X",
                    help="seed of the weights, prompts and synthetic lengths (default: %(default)s)")
     p.add_argument("--sim", choices=("amaranth", "verilator"), default="amaranth",

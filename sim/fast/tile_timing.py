@@ -34,6 +34,14 @@ completions), each layer takes :func:`predict_layer`, and the DSU link sends the
 completions after the last ``done``::
 
     round = span + L*(B*H*(2*Dk + G*Dk)) + (L-1)*B*H*G*Dk + sum(layers) + B + 2
+
+A round that never completes (a job waits forever: ``--hang``) ends when the arbiter's slot
+watchdogs have timed out every descriptor: slot ``k``'s watchdog runs from its issue (``k -
+first slot`` cycles after the first) for ``limit`` cycles, the expiries are applied one per
+cycle, the arbiter's ``ROUND`` then moves on and the DSU link aborts the round
+(:func:`predict_dsu_timeout`)::
+
+    timed-out round = span + limit + 3      (first descriptor to the abort, inclusive)
 """
 
 from __future__ import annotations
@@ -43,12 +51,15 @@ from dataclasses import dataclass
 from tricut.models.tile import split_parts
 
 __all__ = ["TileConfig", "layer_jobs", "predict_layer", "predict_step", "predict_dsu_round",
-           "STATUS_TAIL", "DSU_ROUND_EXTRA"]
+           "predict_dsu_timeout", "STATUS_TAIL", "DSU_ROUND_EXTRA", "DSU_TIMEOUT_EXTRA"]
 
 #: a DSU round's cycles beyond the scan, the traffic, the layers and one per completion: the
 #: bench's wake-up on the last descriptor (a falling edge) and the DSU link's first completion
 #: after the last ``done``
 DSU_ROUND_EXTRA = 2
+#: a timed-out round's cycles beyond the scan and the watchdog limit: the last expiry applied,
+#: the arbiter's ``ROUND`` + 1, the link's abort
+DSU_TIMEOUT_EXTRA = 3
 #: cycles from a job's last ``out`` beat until the TE array's status register is taken (the
 #: array is busy until then; ``rtl/tile/te_array.py``)
 STATUS_TAIL = 2
@@ -139,3 +150,9 @@ def predict_dsu_round(cfg: TileConfig, slots, seq_lens) -> int:
     kv, q = B * H * 2 * dk, B * H * cfg.G * dk
     return (max(slots) - min(slots) + L * (kv + q) + (L - 1) * q
             + sum(predict_step(cfg, seq_lens)) + B + DSU_ROUND_EXTRA)
+
+
+def predict_dsu_timeout(slots, limit) -> int:
+    """Cycles of a round the DSU's slot watchdogs time out (limit ``limit``), from its first
+    descriptor to the DSU link's abort, inclusive (see the module docs)."""
+    return max(slots) - min(slots) + limit + DSU_TIMEOUT_EXTRA

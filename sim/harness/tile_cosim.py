@@ -77,6 +77,10 @@ _WEIGHT_SEED_OFFSET = 7
 #: (a round includes the host's traffic, one word per cycle)
 DSU_WATCHDOG_LIMIT = (1 << 24) - 1
 DSU_HEARTBEAT_LIMIT = (1 << 24) - 1
+#: the automatic slot watchdog with ``hang``: twice the longest predicted round plus this
+WATCHDOG_MARGIN = 1024
+#: the CDU's HBM retries in a cached tile (``CDU_DEFAULTS["max_retries"]``)
+CDU_RETRIES = 2
 
 
 class SetupError(ValueError):
@@ -128,11 +132,21 @@ class Setup:
     dsu: bool = False
     dsu_cores: int = 1
     max_retries: int = 2
-    #: HBM read faults (with ``dsu``, HBM-only tile): ``(request, layer, kv_head, block,
-    #: fails)``: the first burst of that 16-token KV block answers ``err`` to its first
-    #: ``fails`` reads; the step fails (a failed completion), the DSU rolls it back and runs
-    #: it again (up to ``max_retries`` times)
+    #: HBM read faults (with ``dsu``): ``(request, layer, kv_head, block, fails)``: the
+    #: first burst of that 16-token KV block's kv head answers ``err`` to its first ``fails``
+    #: reads. HBM-only tile: the step fails (a failed completion), the DSU rolls it back and
+    #: runs it again (up to ``max_retries`` times). With a CDU policy: the CDU re-sends the
+    #: block's fill (up to the CDU's ``max_retries``, :data:`CDU_RETRIES`), so ``fails`` is at
+    #: most that: transient errors, recovered with no step failed
     faults: tuple = ()
+    #: a lost HBM read (with ``dsu``, HBM-only tile, no ``faults``): ``(request, layer,
+    #: kv_head, block, count)``: the next ``count`` reads of that block's first burst are
+    #: taken and never answered, so the TE job waits forever; the DSU's slot watchdogs time
+    #: the round out, the tile aborts it and the DSU runs it again
+    hang: tuple = ()
+    #: the DSU's slot watchdog limit in cycles (1..2**24-1); None: far beyond any round, or
+    #: with ``hang`` twice the fast model's longest round plus :data:`WATCHDOG_MARGIN`
+    watchdog: int | None = None
 
     def slot_bits(self):
         return max(1, (self.requests - 1).bit_length())
@@ -250,23 +264,45 @@ def _check_dsu(s: Setup, cfg, lens):
     if faults and not s.dsu:
         raise SetupError("faults", "need the DSU cluster (--dsu): a failed step is rolled back "
                                    "and run again by the DSU")
-    if faults and s.policy is not None:
-        raise SetupError("faults", "are injected on the HBM-only tile (no --policy) for now")
     if len(faults) > MAX_FAULTS:
         raise SetupError("faults", f"at most {MAX_FAULTS}, got {len(faults)}")
+    most = CDU_RETRIES if s.policy is not None else MAX_FAILS
+    why = f" (the CDU retries a fill {most} times)" if s.policy is not None else ""
     seen = set()
     for f in faults:
-        ok = isinstance(f, (tuple, list)) and len(f) == 5 and all(_int(x) for x in f)
-        if ok:
-            r, li, h, b, n = f
-            ok = 0 <= r < s.requests and 0 <= li < cfg.num_layers and \
-                0 <= h < cfg.num_kv_heads and 0 <= b and b * 16 < lens[r] + s.steps and \
-                1 <= n <= MAX_FAILS and (r, li, h, b) not in seen
+        ok = _block_entry(s, cfg, lens, f, most) and tuple(f[:4]) not in seen
         if not ok:
             raise SetupError("faults", f"entry must be (request, layer, kv_head, block, fails) "
-                                       f"with a block the request reads, fails in "
-                                       f"1..{MAX_FAILS}, each block once; got {f!r}")
+                                       f"with a block the request reads, fails in 1..{most}"
+                                       f"{why}, each block once; got {f!r}")
         seen.add(tuple(f[:4]))
+    if s.hang:
+        if not s.dsu:
+            raise SetupError("hang", "needs the DSU cluster (--dsu): its slot watchdog ends the "
+                                     "hung round")
+        if s.policy is not None:
+            raise SetupError("hang", "is injected on the HBM-only tile (no --policy): the abort "
+                                     "resets the CDU's L2 state, which the CDU model does not")
+        if faults:
+            raise SetupError("hang", "and faults cannot be combined (a hung round stops before "
+                                     "its later reads)")
+        if not _block_entry(s, cfg, lens, s.hang, MAX_FAILS):
+            raise SetupError("hang", f"must be (request, layer, kv_head, block, count) with a "
+                                     f"block the request reads, count in 1..{MAX_FAILS}; got "
+                                     f"{s.hang!r}")
+    if s.watchdog is not None and (not _int(s.watchdog) or
+                                   not 1 <= s.watchdog <= DSU_WATCHDOG_LIMIT):
+        raise SetupError("watchdog", f"must be in 1..{DSU_WATCHDOG_LIMIT}, got {s.watchdog!r}")
+
+
+def _block_entry(s, cfg, lens, f, most):
+    """``f`` is ``(request, layer, kv_head, block, n)`` with a block the request reads and
+    ``n`` in ``1..most``."""
+    if not (isinstance(f, (tuple, list)) and len(f) == 5 and all(_int(x) for x in f)):
+        return False
+    r, li, h, b, n = f
+    return 0 <= r < s.requests and 0 <= li < cfg.num_layers and 0 <= h < cfg.num_kv_heads \
+        and 0 <= b and b * 16 < lens[r] + s.steps and 1 <= n <= most
 
 
 def _dsu_params(s: Setup):
@@ -279,19 +315,27 @@ def _dsu_params(s: Setup):
 
 
 def dsu_schedule(s: Setup):
-    """The DSU model's run with ``s.faults`` applied as the tile meets them: ``(rounds,
-    failed, outcomes)``, the rounds as descriptor lists (empty rounds dropped), ``failed``
-    the ``(round, request)`` steps whose completion is an error: the HBM-only tile reads each
-    block of ``[0, seq_len)`` once per layer and KV head, so a fault fails its request's first
-    ``fails`` steps whose context covers the block."""
+    """The DSU model's run with ``s.faults`` and ``s.hang`` applied as the tile meets them:
+    ``(rounds, failed, outcomes)``, the rounds as descriptor lists (empty rounds dropped),
+    ``failed`` the ``(round, request)`` steps whose completion is an error or a timeout. The
+    HBM-only tile reads each block of ``[0, seq_len)`` once per layer and KV head, so a fault
+    fails its request's first ``fails`` steps whose context covers the block, and a lost read
+    times out every step of the first ``count`` rounds in which a step's context covers the
+    block (the tile waits for it; the completions come at the round's end). With a CDU policy
+    the CDU's retries recover every fault (:func:`cdu_fault_retries`): no step fails."""
     model = DsuModel(_dsu_params(s))
     for i, p in enumerate(s.lens()):
         model.submit(RequestSpec(i, p, s.steps))
-    left = {tuple(f[:4]): f[4] for f in s.faults}
+    left = {} if s.policy is not None else {tuple(f[:4]): f[4] for f in s.faults}
+    hang = list(s.hang)
     rounds, failed = [], set()
     while not model.idle:
         batch = model.step().batch
         errors = {}
+        if hang and hang[4] and any(d.request == hang[0] and 16 * hang[3] < d.seq_len
+                                    for d in batch):
+            hang[4] -= 1
+            errors = {d.slot: "timeout" for d in batch}
         for d in batch:
             hit = [k for k, n in left.items()
                    if n and k[0] == d.request and 16 * k[3] < d.seq_len]
@@ -299,11 +343,24 @@ def dsu_schedule(s: Setup):
                 left[k] -= 1
             if hit:
                 errors[d.slot] = "error"
-                failed.add((len(rounds), d.request))
+        failed |= {(len(rounds), d.request) for d in batch if d.slot in errors}
         if batch:
             rounds.append(batch)
         model.complete(errors)
     return rounds, failed, model.outcomes
+
+
+def watchdog_limit(s: Setup):
+    """The DSU's slot watchdog limit of the run (see :attr:`Setup.watchdog`)."""
+    if s.watchdog is not None:
+        return s.watchdog
+    if not s.hang:
+        return DSU_WATCHDOG_LIMIT
+    from tricut.sim.fast.tile_timing import predict_dsu_round
+    rounds, _, _ = dsu_schedule(dataclasses.replace(s, hang=()))
+    longest = max(predict_dsu_round(tile_config(s), [d.slot for d in r], [d.seq_len for d in r])
+                  for r in rounds)
+    return min(DSU_WATCHDOG_LIMIT, 2 * longest + WATCHDOG_MARGIN)
 
 
 def schedule(s: Setup):
@@ -374,6 +431,10 @@ class RunResult:
     rounds: list = field(default_factory=list)
     failed: list = field(default_factory=list)
     outcomes: dict = field(default_factory=dict)
+    #: the golden side with ``faults`` and a CDU policy: the CDU's expected ``hbm_retries``
+    #: (:func:`cdu_fault_retries`); the tile side with the DSU: the rounds it aborted
+    cdu_retries: int | None = None
+    aborted: list = field(default_factory=list)
 
 
 class _Run:
@@ -460,7 +521,7 @@ class _Run:
         config = {"magic": CONFIG_MAGIC, "profile": PROFILE_CODE[s.profile], "max_batch": cap,
                   "latency_batch": cap, "kv_capacity": 1 << 20,
                   "long_ctx": s.long_context if s.policy else 1 << 20,
-                  "max_retries": s.max_retries, "watchdog_limit": DSU_WATCHDOG_LIMIT,
+                  "max_retries": s.max_retries, "watchdog_limit": watchdog_limit(s),
                   "heartbeat_limit": DSU_HEARTBEAT_LIMIT, "park_policy": PARK_POLICY_CODE["keep"],
                   "sessions": 0}
         words = firmware_words(build_dsu_firmware("scheduler"), config)
@@ -469,10 +530,20 @@ class _Run:
 
     def hbm_faults(self):
         """The HBM fault table ``[(addr, fails)]`` of ``faults``: each block's first word."""
+        geo = self._geometry()
+        return [(kv_addr(r, li, h, 16 * b, **geo), n) for r, li, h, b, n in self.s.faults]
+
+    def hbm_lost(self):
+        """The HBM lost-request table ``[(addr, count)]`` of ``hang``."""
+        if not self.s.hang:
+            return []
+        r, li, h, b, n = self.s.hang
+        return [(kv_addr(r, li, h, 16 * b, **self._geometry()), n)]
+
+    def _geometry(self):
         s, cfg = self.s, self.cfg
-        geo = dict(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, max_ctx=s.max_ctx,
-                   head_dim=cfg.head_dim, lanes=s.lanes)
-        return [(kv_addr(r, li, h, 16 * b, **geo), n) for r, li, h, b, n in s.faults]
+        return dict(num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads, max_ctx=s.max_ctx,
+                    head_dim=cfg.head_dim, lanes=s.lanes)
 
     def image(self):
         """The HBM image of the prefilled cache (later tokens are written per step)."""
@@ -535,6 +606,31 @@ class _Run:
         return core
 
 
+def cdu_fault_retries(run: _Run) -> int:
+    """With a CDU policy: the CDU's ``hbm_retries`` under ``faults``. A fault's block must
+    first be read (its first R or P decision) by a CDU fill (``miss_alloc``, ``pf_issue``):
+    the fill's HBM reads of every kv head go out again on each retry, so the faults of one
+    block cost the fill ``max(fails)`` retries (at most :data:`CDU_RETRIES`: recovered, the
+    decisions and the steps as without faults); a block first read otherwise (a bypass,
+    which the streamer reads with no retry, or a hit on a frame the new-token writer
+    allocated) raises :class:`SetupError`."""
+    s = run.s
+    first = {}
+    for t in run.cdu_reference().txns:
+        if t.kind in ("R", "P"):
+            first.setdefault((t.req, t.layer, t.block), t.result)
+    worst = {}
+    for r, li, h, b, n in s.faults:
+        result = first.get((r, li, b))
+        if result not in ("miss_alloc", "pf_issue"):
+            raise SetupError("faults", f"{(r, li, h, b, n)}: with policy {s.policy} the block "
+                                       f"is first {'never read' if result is None else result} "
+                                       f"(not a CDU fill, which alone retries): pick a block "
+                                       f"the CDU fills")
+        worst[(r, li, b)] = max(worst.get((r, li, b), 0), n)
+    return sum(worst.values())
+
+
 def golden_run(s: Setup) -> RunResult:
     """The expected side: the DSU's rounds through ``decode_step`` with
     :func:`te_golden_attention`."""
@@ -553,6 +649,8 @@ def golden_run(s: Setup) -> RunResult:
     res.rounds = [[dataclasses.asdict(d) for d in b] for b in run.rounds]
     res.failed = sorted(run.failed)
     res.outcomes = dict(run.outcomes)
+    if s.policy is not None and s.faults:
+        res.cdu_retries = cdu_fault_retries(run)
     return res
 
 
@@ -833,10 +931,11 @@ class Report:
         return not self.differences
 
 
-def compare_cdu(s: Setup, tile: RunResult) -> list:
+def compare_cdu(s: Setup, tile: RunResult, golden: RunResult | None = None) -> list:
     """With a CDU policy: the tile's CDU decisions against the CDU golden model on the same
     step descriptors, transaction by transaction, and its counters (every counter the model
-    defines the same way; a run that stopped early is compared on its prefix)."""
+    defines the same way; a run that stopped early is compared on its prefix); with faults,
+    ``hbm_retries`` against ``golden.cdu_retries`` and no ``hbm_failures``."""
     if s.policy is None:
         return []
     from tricut.rtl.cdu.core import COUNTERS
@@ -852,8 +951,13 @@ def compare_cdu(s: Setup, tile: RunResult) -> list:
         return [f"CDU: the tile decided {len(got)} operations, the model {len(want)}"]
     c = core.counters()
     skip = ("prefetch_late", "hbm_reads", "hbm_retries", "hbm_failures")
-    return [f"CDU counter {k}: tile {tile.cdu_counters[k]}, model {c[k]}" for k in COUNTERS
-            if k not in skip and tile.cdu_counters.get(k) != c[k]]
+    out = [f"CDU counter {k}: tile {tile.cdu_counters[k]}, model {c[k]}" for k in COUNTERS
+           if k not in skip and tile.cdu_counters.get(k) != c[k]]
+    if golden is not None and golden.cdu_retries is not None:
+        want = {"hbm_retries": golden.cdu_retries, "hbm_failures": 0}
+        out += [f"CDU counter {k}: tile {tile.cdu_counters.get(k)}, the faults {v}"
+                for k, v in want.items() if tile.cdu_counters.get(k) != v]
+    return out
 
 
 def simulate(s: Setup, corrupt=None, strict=False, stop_early=True, sim="amaranth") -> Report:
@@ -873,9 +977,10 @@ def simulate(s: Setup, corrupt=None, strict=False, stop_early=True, sim="amarant
         raise SetupError("sim", f"must be amaranth or verilator, got {sim!r}")
     golden = golden_run(s)
     tile = tile_run(s, corrupt=corrupt, golden=golden if stop_early else None)
-    fault_free = golden_run(dataclasses.replace(s, faults=())) if s.faults else None
+    fault_free = golden_run(dataclasses.replace(s, faults=(), hang=())) \
+        if s.faults or s.hang else None
     diffs = (compare_dsu(s, golden, tile, fault_free) if s.dsu else compare(golden, tile)) + \
-        compare_cdu(s, tile)
+        compare_cdu(s, tile, golden)
     if strict and diffs:
         raise CosimError(f"{len(diffs)} difference(s); first: {diffs[0]}")
     rounds = [[d["request"] for d in descs] for descs in tile.rounds] if s.dsu else \

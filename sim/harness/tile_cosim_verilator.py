@@ -52,7 +52,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from amaranth.hdl import ClockDomain, ClockSignal, Const, Instance, Module, Mux, Signal
+from amaranth.hdl import (ClockDomain, ClockSignal, Const, Instance, Module, Mux, ResetInserter,
+                          Signal)
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -125,33 +126,40 @@ class HbmRwModel(HbmModel):
     """:class:`HbmModel` (its fault table included) whose image memory is the Verilog module of
     :data:`HBM_RW_V` (Verilator only): combinational read, a ``write`` (always ready) seen by
     beats from the next cycle, an address beyond the image dropped, as :class:`HbmModel`.
-    ``words``: the image's depth (an int). Its fault table is loaded at run time: the
-    ``FAULT_SLOTS`` entries ``(addr, fails)`` of :attr:`fault_in` (``fails`` 0: unused), taken
-    in the first cycle, so the build does not depend on the faults."""
+    ``words``: the image's depth (an int). Two tables are loaded at run time, taken in the
+    first cycle, so the build does not depend on them: the fault table, the ``FAULT_SLOTS``
+    entries ``(addr, fails)`` of :attr:`fault_in` (``fails`` 0: unused), and the lost-request
+    table, the entries ``(addr, count)`` of :attr:`lost_in`: the next ``count`` requests
+    whose first-beat address is ``addr`` are taken and never answered (a request lost on the
+    way: the tile waits for it forever). Both tables are reset-less: the tile's abort resets
+    the responder (the requests in flight are dropped), not what the tables have counted."""
 
     def __init__(self, words, data_bits=256, latency=100, max_outstanding=8, max_beats=16,
                  id_bits=4, reorder=False, seed=1, faults=()):
         super().__init__(words, data_bits, latency, max_outstanding, max_beats, id_bits,
                          reorder, seed, faults)
         self.fault_in = Signal(FAULT_SLOTS * (self.addr_bits + 8))
+        self.lost_in = Signal(FAULT_SLOTS * (self.addr_bits + 8))
 
-    def fault_table(self, m):
+    def _run_time_table(self, m, table_in, name, take):
+        """Entry ``k`` of ``table_in``: ``(addr, left)``; returns ``hit`` (combinational: the
+        request on ``req`` matches an entry with ``left`` non-zero), ``left`` counting down on
+        each ``take`` of a hit."""
         entry = self.addr_bits + 8
-        loaded = Signal()
+        loaded = Signal(name=f"{name}_loaded", reset_less=True)
         m.d.sync += loaded.eq(1)
-        fault = Signal()
-        take = self.req.valid & self.req.ready
+        hit = Signal(name=f"{name}_hit")
         for k in range(FAULT_SLOTS):
-            addr = self.fault_in[k * entry:k * entry + self.addr_bits]
-            left = Signal(8, name=f"fault{k}_left")
+            addr = table_in[k * entry:k * entry + self.addr_bits]
+            left = Signal(8, name=f"{name}{k}_left", reset_less=True)
             cond = loaded & (self.req.payload.addr == addr) & (left != 0)
             with m.If(~loaded):
-                m.d.sync += left.eq(self.fault_in[k * entry + self.addr_bits:(k + 1) * entry])
+                m.d.sync += left.eq(table_in[k * entry + self.addr_bits:(k + 1) * entry])
             with m.Elif(take & cond):
                 m.d.sync += left.eq(left - 1)
             with m.If(cond):
-                m.d.comb += fault.eq(1)
-        return fault
+                m.d.comb += hit.eq(1)
+        return hit
 
     def elaborate(self, platform):
         m = Module()
@@ -168,12 +176,16 @@ class HbmRwModel(HbmModel):
         m.d.comb += room.eq(Mux(req.addr >= D, 0,
                                 Mux(D - req.addr > (1 << nb) - 1, (1 << nb) - 1,
                                     D - req.addr)))
+        valid, ready = Signal(), Signal()       # the request into the responder
+        lost = self._run_time_table(m, self.lost_in, "lost", self.req.valid & self.req.ready)
+        fault = self._run_time_table(m, self.fault_in, "fault", valid & ready)
+        m.d.comb += [valid.eq(self.req.valid & ~lost), self.req.ready.eq(lost | ready)]
         cur = burst_responder(
-            m, self.req.valid, self.req.ready, self.resp.valid, self.resp.ready,
+            m, valid, ready, self.resp.valid, self.resp.ready,
             slots=self.max_outstanding, latency=self.latency, reorder=self.reorder,
             seed=self.seed, n_bits=nb, base_bits=self.addr_bits, tag_bits=self.id_bits,
             accept={"tag": req.id, "base": req.addr, "n": Mux(req.beats == 0, 1, req.beats),
-                    "good": Mux(req.beats == 0, 0, room), "err": self.fault_table(m)})
+                    "good": Mux(req.beats == 0, 0, room), "err": fault})
         m.d.comb += [raddr.eq(cur["addr"]),
                      self.resp.payload.id.eq(cur["tag"]),
                      self.resp.payload.data.eq(Mux(cur["oob"], 0, rdata)),
@@ -264,14 +276,15 @@ class CosimVerilatorTop(wiring.Component):
         self.link = DsuLink(p["num_layers"], p["max_slots"], p["slot_bits"])
         entry = self.hbm.addr_bits + 8
         return {"intake": In(stream.Signature(INTAKE_LAYOUT)), "intake_end": In(1),
-                "hbm_faults": In(FAULT_SLOTS * entry),
+                "hbm_faults": In(FAULT_SLOTS * entry), "hbm_lost": In(FAULT_SLOTS * entry),
                 "cycle": Out(32), "trap": Out(d["cores"]), "degraded": Out(1),
                 "round_count": Out(16), "round_last": Out(seq.round.payload.shape()),
                 "desc_count": Out(16), "desc_last": Out(seq.descriptor.payload.shape()),
                 "desc_cycle": Out(32),
                 "comp_rounds": Out(16), "comp_cycle": Out(32),
                 "failed": Out(1 << p["slot_bits"]),
-                "outcome_count": Out(16), "outcome_last": Out(OUTCOME_LAYOUT)}
+                "outcome_count": Out(16), "outcome_last": Out(OUTCOME_LAYOUT),
+                "aborts": Out(16), "abort_cycle": Out(32)}
 
     def _elaborate_dsu(self, m):
         cl, ln, seq, t = self.cluster, self.link, self.seq, self.tile
@@ -289,9 +302,12 @@ class CosimVerilatorTop(wiring.Component):
                      ln.layer_go.eq(t.go), ln.layer_done.eq(t.done),
                      ln.fail_slots.eq(t.fail_slots),
                      self.trap.eq(cl.trap), self.degraded.eq(cl.degraded),
-                     self.comp_rounds.eq(ln.rounds), self.failed.eq(ln.failed)]
+                     self.comp_rounds.eq(ln.rounds), self.failed.eq(ln.failed),
+                     self.aborts.eq(ln.aborts)]
         m.d.sync += self.cycle.eq(self.cycle + 1)
-        m.d.comb += self.hbm.fault_in.eq(self.hbm_faults)
+        m.d.comb += [self.hbm.fault_in.eq(self.hbm_faults), self.hbm.lost_in.eq(self.hbm_lost)]
+        with m.If(ln.round_abort):
+            m.d.sync += self.abort_cycle.eq(self.cycle)
         r, c, o = seq.round, ln.completions, cl.outcomes
         with m.If(r.valid & r.ready):
             m.d.sync += [self.round_count.eq(self.round_count + 1), self.round_last.eq(r.payload)]
@@ -312,10 +328,15 @@ class CosimVerilatorTop(wiring.Component):
         m.domains.sync = ClockDomain("sync", reset_less=True)
         m.d.comb += ClockSignal("sync").eq(self.clk)
         seq, t, hbm = self.seq, self.tile, self.hbm
-        m.submodules.seq, m.submodules.tile, m.submodules.hbm = seq, t, hbm
         if self.dsu:
+            # a round the DSU timed out: the link aborts it, and the sequencer, the tile and
+            # the HBM model's responder drop theirs (the next round starts from reset state)
+            abort = ResetInserter(self.link.round_abort)
+            m.submodules.seq, m.submodules.tile = abort(seq), abort(t)
+            m.submodules.hbm = abort(hbm)
             self._elaborate_dsu(m)
         else:
+            m.submodules.seq, m.submodules.tile, m.submodules.hbm = seq, t, hbm
             wiring.connect(m, wiring.flipped(self.round), seq.round)
             wiring.connect(m, wiring.flipped(self.descriptor), seq.descriptor)
         self._player(m, "q", t.q_write)
@@ -328,7 +349,8 @@ class CosimVerilatorTop(wiring.Component):
                      t.tensor_scale.eq(self.tensor_scale), self.err.eq(t.err),
                      self.te_status.eq(t.te_status)]
         if self.cached:
-            m.submodules.l2 = l2 = self.l2
+            l2 = self.l2
+            m.submodules.l2 = ResetInserter(self.link.round_abort)(l2) if self.dsu else l2
             wiring.connect(m, seq.step, t.step)
             wiring.connect(m, t.hbm_write, hbm.write)
             wiring.connect(m, t.l2_read, l2.read)
@@ -534,6 +556,9 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None
     t0 = time.perf_counter()
     r = _Run(s)
     p = r.params()
+    if s.hang:                          # the hung round lasts the slot watchdog
+        from tricut.sim.harness.tile_cosim import watchdog_limit
+        max_layer_cycles = max(max_layer_cycles, watchdog_limit(s) + 100_000)
     cached = s.policy is not None
     b = b or build(p, cached, opt or DEFAULT_OPT)
     if b.params != p or b.cached_top != cached:
@@ -652,8 +677,10 @@ async def bench_main(dut):
     if s.dsu:
         dut.intake_end.value = 0
         entry = top.hbm.addr_bits + 8
-        dut.hbm_faults.value = sum((addr | n << top.hbm.addr_bits) << (k * entry)
-                                   for k, (addr, n) in enumerate(run_.hbm_faults()))
+        for port, table in ((dut.hbm_faults, run_.hbm_faults()),
+                            (dut.hbm_lost, run_.hbm_lost())):
+            port.value = sum((addr | n << top.hbm.addr_bits) << (k * entry)
+                             for k, (addr, n) in enumerate(table))
     played = {}                 # per player: its count of transfers (rd: of reads)
     for k in top.stage_depth:
         getattr(dut, f"{k}_base").value = 0
@@ -743,6 +770,9 @@ async def bench_main(dut):
     class Hang(Exception):
         pass
 
+    class Aborted(Exception):
+        """The DSU timed the round out and the tile aborted it (DSU mode)."""
+
     async def layer(ri, descs, lay):
         t0, c0 = time.perf_counter(), state["clock"]
         words = []
@@ -765,6 +795,8 @@ async def bench_main(dut):
                 qw += [pack(ql, dict(slot=d.slot, kv_head=h, beat=b, data=w))
                        for b, w in enumerate(pack_q_beats(qc, s.lanes))]
         await play("q", qw)
+        if s.dsu and int(dut.aborts.value) != state["aborts"]:
+            raise Aborted()
         dut.go.value = 1
         t_go = state["clock"]
         info["host_s"] += time.perf_counter() - t0
@@ -776,6 +808,9 @@ async def bench_main(dut):
             t_edge = get_sim_time("ns") - period / 2    # the rising edge ending go's cycle
             limit = max_layer_cycles - 1
             await First(RisingEdge(dut.done), Timer(limit * period, unit="ns"))
+            if s.dsu and int(dut.aborts.value) != state["aborts"]:
+                await FallingEdge(clk)
+                raise Aborted()
             if not int(dut.done.value):
                 raise Hang(f"round {ri} layer {lay.layer}: tile not done after "
                            f"{max_layer_cycles} cycles")
@@ -894,7 +929,7 @@ async def bench_main(dut):
             request=r, prompt=n, max_new=s.steps, priority=0, arrival=0, continues=0))
             for r, n in enumerate(run_.lens)])
         dut.intake_end.value = 1
-        ri, nd = 0, 0
+        ri, nd, nc = 0, 0, 0             # rounds, descriptors, completed rounds seen
         while True:
             await until(lambda: len(seen["round"]) > ri or len(seen["outcome"]) == s.requests,
                         "round or outcome")
@@ -906,22 +941,34 @@ async def bench_main(dut):
             first_cycle = seen["desc"][nd][1]
             nd += count
             res.rounds.append([dataclasses.asdict(d) for d in descs])
+            state["aborts"] = int(dut.aborts.value)
             t0 = time.perf_counter()
             steps = decode_step_layers(run_.weights, run_.cache, run_.batch(descs))
             lay = next(steps)
             info["golden_s"] += time.perf_counter() - t0
-            while True:
-                _, attn = await layer(ri, descs, lay)
-                t0 = time.perf_counter()
-                try:
-                    lay = steps.send(attn)
-                except StopIteration as stop:
-                    run_.sampled(descs, stop.value)
-                    break
-                finally:
-                    info["golden_s"] += time.perf_counter() - t0
-            await until(lambda: len(seen["comp"]) > ri, "completions")
-            failed, last_cycle = seen["comp"][ri]
+            try:
+                while True:
+                    _, attn = await layer(ri, descs, lay)
+                    t0 = time.perf_counter()
+                    try:
+                        lay = steps.send(attn)
+                    except StopIteration as stop:
+                        run_.sampled(descs, stop.value)
+                        break
+                    finally:
+                        info["golden_s"] += time.perf_counter() - t0
+            except Aborted:
+                # every step of the round timed out: no token, its K/V dropped
+                res.step_cycles[ri] = int(dut.abort_cycle.value) - first_cycle + 1
+                res.aborted.append(ri)
+                res.failed += sorted((ri, d.request) for d in descs)
+                for d in descs:
+                    run_.cache.truncate(d.request, d.seq_len - 1)
+                ri += 1
+                continue
+            await until(lambda: len(seen["comp"]) > nc, "completions")
+            failed, last_cycle = seen["comp"][nc]
+            nc += 1
             res.step_cycles[ri] = last_cycle - first_cycle + 1
             bad = {d.request for d in descs if failed >> d.slot & 1}
             res.failed += sorted((ri, r) for r in bad)
