@@ -40,6 +40,13 @@ RUNS = [
      dict(engines=1, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2))), True),
     ("HBM only, fault past the retries (request 1, 3 failing reads, 2 retries)",
      dict(engines=1, faults=((1, 0, 0, 0, 3),)), False),
+    ("HBM only, a lost read: request 2's first round hangs (slot watchdog, abort)",
+     dict(engines=1, hang=(2, 1, 0, 0, 1)), True),
+    ("HBM only, a lost read twice: request 0's first two rounds hang",
+     dict(engines=2, hang=(0, 0, 1, 0, 2)), True),
+    ("CDU static, transient HBM errors on 3 fills (CDU retries)",
+     dict(engines=1, policy="static",
+          faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1), (3, 1, 1, 0, 2))), True),
     ("CDU static", dict(engines=1, policy="static"), True),
     ("CDU adaptive, split-K 12", dict(engines=4, policy="adaptive", kv_dtype="fp8",
                                       split_tokens=12), True),
@@ -69,39 +76,52 @@ def run_all(only=None):
 
 
 def _predicted(s, t):
-    """The fast model against the measured rounds (HBM-only tile: ``predict_dsu_round``)."""
+    """The fast model against the measured rounds (HBM-only tile: ``predict_dsu_round``; a
+    round the DSU timed out: ``predict_dsu_timeout``)."""
     if s.policy is not None:
         return "— (cached: not modelled with the DSU)"
-    from tricut.sim.fast.tile_timing import predict_dsu_round
-    from tricut.sim.harness.tile_cosim import tile_config
-    pred = [predict_dsu_round(tile_config(s), [d["slot"] for d in r], [d["seq_len"] for d in r])
-            for r in t.rounds]
+    from tricut.sim.fast.tile_timing import predict_dsu_round, predict_dsu_timeout
+    from tricut.sim.harness.tile_cosim import tile_config, watchdog_limit
+    limit = watchdog_limit(s)
+    pred = [predict_dsu_timeout([d["slot"] for d in r], limit) if ri in t.aborted else
+            predict_dsu_round(tile_config(s), [d["slot"] for d in r], [d["seq_len"] for d in r])
+            for ri, r in enumerate(t.rounds)]
     got = [t.step_cycles[ri] for ri in range(len(t.rounds))]
     worst = max(abs(p - g) / g for p, g in zip(pred, got))
     return f"{(sum(pred) - sum(got)) / sum(got):+.2%}, {worst:.2%}"
 
 
 def report(rows, cmd):
+    from tricut.sim.harness.tile_cosim import watchdog_limit
     lines = [f"Measured by `{cmd}` (Verilator, `tiny-te`, prompts 3, 1, 13 and 2 tokens, 8 "
              f"steps each, at most 3 requests per round):", "",
-             "| run | K/V | engines | DSU rounds | failed steps (round:request) | outcomes | "
-             "outputs compared | step cycles (first descriptor to last completion): min / "
-             "median / max, sum | fast model: summed, worst round | wall |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| run | K/V | engines | DSU rounds | failed steps (round:request) | rounds timed "
+             "out (watchdog) | CDU HBM retries | outcomes | outputs compared | step cycles "
+             "(first descriptor to last completion): min / median / max, sum | fast model: "
+             "summed, worst round | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for label, s, rep, wall in rows:
         t = rep.tile
         cyc = sorted(t.step_cycles.values())
         fails = ", ".join(f"{ri}:{r}" for ri, r in t.failed) or "—"
         ends = ", ".join(f"{o.status} {o.tokens}" for _, o in sorted(t.outcomes.items()))
         compared = len([k for k in rep.golden.attn if (k[0], k[2]) not in set(t.failed)])
+        timed = (f"{', '.join(map(str, t.aborted))} (limit {watchdog_limit(s):,})"
+                 if t.aborted else "—")
+        retries = t.cdu_counters.get("hbm_retries", "—") if s.policy else "—"
         lines.append(f"| {label} | {s.kv_dtype} | {s.engines} | {len(t.rounds)} | {fails} | "
-                     f"{ends} | {compared} | {cyc[0]:,} / {cyc[len(cyc) // 2]:,} / "
+                     f"{timed} | {retries} | {ends} | {compared} | {cyc[0]:,} / {cyc[len(cyc) // 2]:,} / "
                      f"{cyc[-1]:,}, {sum(cyc):,} | {_predicted(s, t)} | {wall:.0f} s |")
     lines += ["", "Every exact run: the DSU rounds, failed steps and outcomes equal to the DSU "
               "model's, every compared output bit-exact, tokens equal to the golden's and to "
               "the fault-free run's; the run past the retries differs only in request 1's "
               "tokens (it ended `failed`, reason `error: retries exhausted`, and no other "
-              "request was lost)."]
+              "request was lost). A timed-out round ends at the DSU link's abort (its cycles: "
+              "the watchdog limit, automatic with a lost read: twice the fast model's longest "
+              "round + 1,024); the round after it runs from the reset tile exactly as "
+              "predicted. The CDU run's retries equal the expected (each faulty fill re-sent "
+              "as often as its block's worst fault fails; `hbm_failures` 0), with every CDU "
+              "decision as the CDU golden model's."]
     return "\n".join(lines) + "\n"
 
 

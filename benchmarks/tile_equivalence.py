@@ -2,7 +2,9 @@
 the tile (``sim/harness/tile_cosim.py``, ``simulate(..., sim="verilator")``) against the
 golden decode step with the bit-exact TE golden as the attention, for every K/V dtype (bf16,
 fp8, NVFP4) x every CDU policy (none: the HBM-only tile; ``disabled``, ``static``,
-``adaptive``: the cached tile) x engines 1 and 4.
+``adaptive``: the cached tile) x engines 1 and 4, the rounds chosen by the DSU cluster's RTL
+(RV32IM cores running the scheduler firmware, slot arbiter; ``--scheduler model``: the golden
+DSU model's schedule, computed up front).
 
     .venv/bin/python benchmarks/tile_equivalence.py            # run, print the table
     .venv/bin/python benchmarks/tile_equivalence.py --write    # ... and into docs/tile.md
@@ -10,10 +12,11 @@ fp8, NVFP4) x every CDU policy (none: the HBM-only tile; ``disabled``, ``static`
 
 Every run: 4 requests of different prompt lengths (5, 17, 9 and 30 tokens), 8 decode steps,
 split-K at 24 tokens (the longer contexts run in two parts through the combine unit); the
-multi-engine runs cap the DSU batch at 3 requests (``--max-batch``), so the DSU model's
-batches change from round to round. A run passes when its report is ``ok``: every attention
-output bit-exact with the TE golden, every token equal and, with a CDU policy, every CDU
-decision and counter equal to the CDU golden model's. The script exits 1 if any run does not
+multi-engine runs cap the DSU batch at 3 requests (``--max-batch``), so the DSU's batches
+change from round to round. A run passes when its report is ``ok``: every attention output
+bit-exact with the TE golden, every token equal, with the DSU cluster its rounds and outcomes
+equal to the DSU model's and, with a CDU policy, every CDU decision and counter equal to the
+CDU golden model's. The script exits 1 if any run does not
 pass (``--corrupt ADDR,BIT`` flips one bit of every run's initial HBM image, to see it fail).
 ``--write`` replaces the text between ``<!-- tile:equivalence:begin -->`` and
 ``<!-- tile:equivalence:end -->`` in docs/tile.md.
@@ -47,7 +50,7 @@ def setups(args):
     lens = tuple(args.prompt_lens)
     base = Setup(model="tiny-te", requests=len(lens), prompt_lens=lens, steps=args.steps,
                  split_tokens=args.split_tokens, max_ctx=args.max_ctx, seed=args.seed,
-                 long_context=args.long_context)
+                 long_context=args.long_context, dsu=args.scheduler == "dsu")
     out = []
     for dt in args.dtypes:
         for pol in args.policies:
@@ -129,16 +132,18 @@ def table(rows):
 def report(rows, args, cmd):
     n_ok = sum(r.ok for r in rows)
     s = rows[0].setup
+    who = "the DSU cluster's RTL (1 core, scheduler firmware)" if s.dsu else "the DSU model"
+    dsu = "DSU rounds and outcomes equal to the DSU model's, " if s.dsu else ""
     head = (f"Measured {date.today().isoformat()} by `{cmd}` ({platform.machine()}, Verilator, "
             f"C++ `{args.opt}`; for a configuration already built, the build column is the "
             f"set-up alone): "
             f"{s.model}, {s.requests} requests with prompts "
             f"{', '.join(map(str, s.prompt_lens))}, {s.steps} decode steps, {s.lanes} lanes, "
             f"split-K at {s.split_tokens} tokens, max_ctx {s.max_ctx}, CDU {s.cdu_sets} sets × "
-            f"{s.cdu_ways} ways, residency hint `auto` from {s.long_context} tokens. "
-            f"**{n_ok} of {len(rows)} runs pass** (every attention output bit-exact with the "
-            f"TE golden, tokens equal, CDU decisions and counters equal to the CDU golden "
-            f"model's).")
+            f"{s.cdu_ways} ways, residency hint `auto` from {s.long_context} tokens; rounds "
+            f"chosen by {who}. **{n_ok} of {len(rows)} runs pass** (every attention output "
+            f"bit-exact with the TE golden, tokens equal, {dsu}CDU decisions and counters "
+            f"equal to the CDU golden model's).")
     return head + "\n\n" + table(rows)
 
 
@@ -176,6 +181,10 @@ def parse_args(argv):
                          "'auto', shorter ones 'stream' (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=3, help="prompts and weights (default: "
                                                         "%(default)s)")
+    ap.add_argument("--scheduler", choices=("dsu", "model"), default="dsu",
+                    help="who chooses the rounds: dsu = the DSU cluster's RTL (firmware, "
+                         "arbiter) in the loop; model = the golden DSU model's schedule "
+                         "(default: %(default)s)")
     ap.add_argument("--opt", default="-O0",
                     help="C++ optimisation of the Verilator builds, e.g. --opt=-O2 (default: "
                          "%(default)s: the runs are short, -O0 compiles fastest)")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--prompt-lens", "1,2,3", "--steps", "3", "--split-tokens", "5", "--max-ctx", "16",
          "--opt=-O0", "--seed", "1"]
 EQUIVALENCE = SMALL + ["--dtypes", "bf16", "--policies", "none", "--engines", "2",
-                       "--max-batch", "0", "--long-context", "1"]
+                       "--max-batch", "0", "--long-context", "1", "--scheduler", "model"]
 REAL_LAYER = SMALL + ["--model", "tiny-te", "--engines", "2", "--policies", "none"]
 #: request 0's first V word of token 0 (its only prompt token), layer 0, KV head 0
 _ADDR = kv_addr(0, 0, 0, 0, num_layers=2, num_kv_heads=2, max_ctx=16, head_dim=64, lanes=16)

@@ -432,9 +432,12 @@ class RunResult:
     failed: list = field(default_factory=list)
     outcomes: dict = field(default_factory=dict)
     #: the golden side with ``faults`` and a CDU policy: the CDU's expected ``hbm_retries``
-    #: (:func:`cdu_fault_retries`); the tile side with the DSU: the rounds it aborted
+    #: (:func:`cdu_fault_retries`); the tile side with the DSU: the rounds it aborted, and
+    #: per round the cycles (of the top's free-running counter) of its first descriptor and
+    #: of its last completion (or its abort)
     cdu_retries: int | None = None
     aborted: list = field(default_factory=list)
+    round_spans: dict = field(default_factory=dict)
 
 
 class _Run:

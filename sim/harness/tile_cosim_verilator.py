@@ -960,6 +960,7 @@ async def bench_main(dut):
             except Aborted:
                 # every step of the round timed out: no token, its K/V dropped
                 res.step_cycles[ri] = int(dut.abort_cycle.value) - first_cycle + 1
+                res.round_spans[ri] = (first_cycle, int(dut.abort_cycle.value))
                 res.aborted.append(ri)
                 res.failed += sorted((ri, d.request) for d in descs)
                 for d in descs:
@@ -970,6 +971,7 @@ async def bench_main(dut):
             failed, last_cycle = seen["comp"][nc]
             nc += 1
             res.step_cycles[ri] = last_cycle - first_cycle + 1
+            res.round_spans[ri] = (first_cycle, last_cycle)
             bad = {d.request for d in descs if failed >> d.slot & 1}
             res.failed += sorted((ri, r) for r in bad)
             run_.roll_back(ri, descs, bad)
