@@ -78,12 +78,23 @@ after the block; one cycle between blocks and at the pass's end.
 q beats, then per token ``Dk`` K words (``G`` cycles each, every cycle needing the word) and
 ``Dk`` V words (``2G`` cycles each, the word needed every second cycle), then its ``G*Dk``
 (``+G`` for a split part) output beats when its job is the oldest not yet out (a job's last
-beat not before 3 cycles after the previous job's: the status register). The harness sees
-``done``::
+beat not before 3 cycles after the previous job's: the status register). A split part's
+beats go to the combine unit (``rtl/tile/combine.py``): a split's first part is preceded by
+the combine unit's job beat (a cycle with no ``out`` beat), taken only when the unit is idle;
+after its final part's last beat (cycle ``f``) the unit folds the last head (``Dk`` cycles)
+and writes the ``G*Dk`` combined beats (cycles ``f+Dk+1 .. f+Dk+G*Dk``; no direct job's beat
+goes into the output buffer then), idle from the cycle after. So with several engines a
+split whose outputs are ready right after the previous split's waits ``Dk + G*Dk + 1``
+cycles for it. The harness sees ``done``::
 
     done = max(last out beat + 4 (+ Dk + G*Dk - STATUS_TAIL after a split part: the
                combine unit's tail, :data:`.tile_timing.STATUS_TAIL`),
                the streamer's last block popped + 3)     (its last frame read to the end)
+
+**With the DSU cluster in the loop** (:func:`predict_dsu_run`): the same tile stepped on the
+top's clock from each round's first descriptor (an input: the DSU firmware's time between
+rounds is not modelled), the descriptors one per scanned slot, the harness's traffic and
+the DSU link's completions as in :func:`.tile_timing.predict_dsu_round`.
 """
 
 from __future__ import annotations
@@ -95,7 +106,8 @@ from tricut.models.tile import split_parts
 
 from .tile_timing import STATUS_TAIL, TileConfig
 
-__all__ = ["CachedTileConfig", "Decision", "host_gaps", "predict_run"]
+__all__ = ["CachedTileConfig", "Decision", "host_gaps", "predict_run", "predict_dsu_run",
+           "cdu_decisions"]
 
 BLOCK_TOKENS = 16
 
@@ -402,11 +414,11 @@ class _Engine:
 
 class _Job:
     __slots__ = ("slot", "req", "layer", "head", "start", "end", "partial", "n", "unit",
-                 "total", "eng", "out_at")
+                 "total", "eng", "out_at", "final")
 
-    def __init__(self, slot, req, layer, head, start, end, partial, unit, total):
+    def __init__(self, slot, req, layer, head, start, end, partial, unit, total, final=True):
         self.slot, self.req, self.layer, self.head = slot, req, layer, head
-        self.start, self.end, self.partial = start, end, partial
+        self.start, self.end, self.partial, self.final = start, end, partial, final
         self.n, self.unit, self.total = end - start, unit, total
         self.eng = self.out_at = None
 
@@ -700,7 +712,7 @@ def _layer_jobs(cfg, descs, layer, unit0):
                 lo, hi = (0, n) if parts == 1 else \
                     (p * cfg.split_tokens, min(n, (p + 1) * cfg.split_tokens))
                 jobs.append(_Job(slot, req, layer, h, lo, hi, parts != 1, unit0 + u,
-                                 cfg.num_kv_heads * parts))
+                                 cfg.num_kv_heads * parts, p == parts - 1))
     return jobs
 
 
@@ -716,19 +728,38 @@ class _Tile:
         self.open_layer = None
         self.outq = deque()             # jobs dispatched, oldest first (in-order output)
         self.last_out = -10
+        # the split-K combine unit: its job beat of the current split sent; the first cycle
+        # it takes a job beat (idle); its combined beats' cycles (the output buffer's write
+        # port is theirs: no direct out beat then)
+        self.c_sent = False
+        self.c_free = 0
+        self.c_beats = (0, -1)
 
     def cycle(self, t):
         """One clock cycle of every unit."""
         oldest = self.outq[0] if self.outq else None
+        cfg = self.cfg
         for e in self.engines:
             if e.state == "idle":
                 continue
             grant = e.job is oldest and e.state == "out"
             if grant and e.cnt + 1 == e.outs() and t < self.last_out + 3:
                 grant = False           # the previous job's status word is still pending
+            if grant:
+                if not oldest.partial:
+                    grant = not self.c_beats[0] <= t <= self.c_beats[1]
+                elif not self.c_sent:
+                    if t >= self.c_free:
+                        self.c_sent = True      # the combine job beat (no out beat)
+                    grant = False
             if e.tick(t, grant):
                 self.last_out = oldest.out_at = t
                 self.outq.popleft()
+                if oldest.partial and oldest.final:
+                    # the fold of the last head (Dk cycles), then the G*Dk combined beats
+                    self.c_sent = False
+                    self.c_beats = (t + cfg.dk + 1, t + cfg.dk + cfg.G * cfg.dk)
+                    self.c_free = self.c_beats[1] + 1
         for r in (self.filler.reader, self.streamer.reader):
             r.begin()
         self.cdu.tick(t)
@@ -749,6 +780,9 @@ class _Tile:
 
 #: cycles from the layer's last output beat to ``done`` as the harness sees it
 DONE_LAG = 4
+#: cycles from a DSU round's last descriptor to the harness's first K/V word (its wake-up on
+#: the descriptor, a falling edge, then the play as after its own descriptor beats)
+DSU_KV_AT = 2
 
 
 def predict_run(cfg: CachedTileConfig, rounds, decisions, start=100):
@@ -760,42 +794,116 @@ def predict_run(cfg: CachedTileConfig, rounds, decisions, start=100):
     traffic around each layer is :func:`host_gaps`'.
     """
     tile = _Tile(cfg, decisions)
-    now = [start]
-
-    def run_to(t_end):
-        while now[0] < t_end:
-            tile.cycle(now[0])
-            now[0] += 1
-
+    clock = _Clock(tile, start)
     out = {}
     unit0 = 0
     for ri, descs in enumerate(rounds):
         before, after, rnd = host_gaps(cfg, len(descs))
-        tile.cdu.step_from[ri] = now[0] + 1
-        run_to(now[0] + rnd)
+        tile.cdu.step_from[ri] = clock.now + 1
+        clock.run_to(clock.now + rnd)
         for li in range(cfg.num_layers):
-            t_go = now[0] + before
-            run_to(t_go + 1)
-            jobs = _layer_jobs(cfg, descs, li, unit0)
+            t_go = clock.now + before
+            done = _layer(tile, clock, cfg, descs, ri, li, unit0, t_go)
             unit0 += len(descs)
-            tile.open_layer = li
-            tile.streamer.jobs.extend(jobs)
-            while tile.streamer.jobs or tile.streamer.busy() or \
-                    any(j.out_at is None for j in jobs):
-                run_to(now[0] + 1)
-                if now[0] - t_go > 1_000_000:
-                    raise RuntimeError(f"cached tile model: round {ri} layer {li} never ends")
-            last = max(jobs, key=lambda j: j.out_at)
-            done = last.out_at + DONE_LAG
-            if last.partial:
-                done += max(0, cfg.dk + cfg.G * cfg.dk - STATUS_TAIL)
-            # ... and after the streamer's last pass (it may still drop a frame's words): not
-            # busy from the cycle after its last NEXT state, done registered the cycle after
-            done = max(done, tile.streamer.idle_from + 1)
-            run_to(done + 1)
-            tile.open_layer = None
             out[(ri, li)] = done - t_go
-            run_to(done + after)
+            clock.run_to(done + after)
+    return out
+
+
+class _Clock:
+    """The model's cycle counter: :meth:`run_to` steps every unit up to a cycle."""
+
+    def __init__(self, tile, start):
+        self.tile, self.now = tile, start
+
+    def run_to(self, t_end):
+        while self.now < t_end:
+            self.tile.cycle(self.now)
+            self.now += 1
+
+
+def _layer(tile, clock, cfg, descs, ri, li, unit0, t_go):
+    """Runs layer ``li`` of round ``ri`` from its ``go`` (cycle ``t_go``) to the cycle after
+    its ``done``; returns the cycle of ``done``."""
+    clock.run_to(t_go + 1)
+    jobs = _layer_jobs(cfg, descs, li, unit0)
+    tile.open_layer = li
+    tile.streamer.jobs.extend(jobs)
+    while tile.streamer.jobs or tile.streamer.busy() or \
+            any(j.out_at is None for j in jobs):
+        clock.run_to(clock.now + 1)
+        if clock.now - t_go > 1_000_000:
+            raise RuntimeError(f"cached tile model: round {ri} layer {li} never ends")
+    last = max(jobs, key=lambda j: j.out_at)
+    done = last.out_at + DONE_LAG
+    if last.partial:
+        done += max(0, cfg.dk + cfg.G * cfg.dk - STATUS_TAIL)
+    # ... and after the streamer's last pass (it may still drop a frame's words): not
+    # busy from the cycle after its last NEXT state, done registered the cycle after
+    done = max(done, tile.streamer.idle_from + 1)
+    clock.run_to(done + 1)
+    tile.open_layer = None
+    return done
+
+
+def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=None):
+    """Cycles of every round of a run with the DSU cluster in the loop (``tricut tile run
+    --dsu``, a CDU policy), each from its first descriptor to its last completion, inclusive
+    (``RunResult.step_cycles``), given each round's first-descriptor cycle ``firsts[ri]``
+    (``RunResult.round_spans[ri][0]``: the DSU firmware's time between rounds is an input,
+    not modelled). ``rounds``: per round the descriptors in slot order, ``(slot, request,
+    seq_len)``; ``decisions``: the CDU's decisions for the whole run (:func:`cdu_decisions`
+    on the rounds' step descriptors); ``layers`` (a dict, optional) gets ``{(round, layer):
+    cycles}`` (``go`` to ``done``, as ``RunResult.layer_cycles``). Rounds the DSU aborted
+    (a lost read) and CDU-retried fills are not modelled.
+
+    The tile is stepped cycle by cycle on the top's clock, gaps between rounds included (the
+    previous round's trailing CDU work ends there), with the round's traffic placed as in
+    :func:`~.tile_timing.predict_dsu_round`:
+
+    * the slot arbiter's scan emits one slot per cycle: descriptor ``k`` enters the step
+      sequencer ``slot_k - slot_0`` cycles after the first; the sequencer passes each on to
+      the CDU front end as a ``slot`` beat, then the ``layer`` beats, so the front end has
+      the step when it would have it in the harness's back-to-back flow ending on the same
+      last descriptor (:func:`predict_run`: the step from ``B - 1`` cycles before it);
+    * the harness wakes on the last descriptor (a falling edge) and plays the new tokens'
+      K/V from 2 cycles after it, then the q, ``go``; the output reads after every layer but
+      the last (:func:`host_gaps`);
+    * the DSU link sends the ``B`` completions one per cycle from the cycle ``done`` is
+      seen: the round ends ``B - 1`` cycles after the last layer's ``done``.
+
+    Why the DSU's time between rounds does not change a round's layers: a step's first CDU
+    decision is its first unit's W, which waits for layer 0's ``go``, and every fill and
+    prefetch of the step comes after it in decision order; so the layers are those of the
+    harness-driven run on the same rounds as long as the front end has the step more than a
+    few cycles before ``go`` (the K/V and q play is at least ``H*(2+G)*Dk`` cycles) and the
+    previous round's fills are answered (the DSU's gap is hundreds of cycles). The round's
+    cycles are then the scan span, the host traffic, the layers and the completions::
+
+        round = span + L*B*H*(2*Dk + G*Dk) + (L-1)*B*H*G*Dk + sum(layers) + B + 2
+    """
+    tile = _Tile(cfg, decisions)
+    clock = _Clock(tile, firsts[0] if rounds else 0)
+    out = []
+    unit0 = 0
+    for ri, descs in enumerate(rounds):
+        before, after, _ = host_gaps(cfg, len(descs))
+        slots = [d[0] for d in descs]
+        last_desc = firsts[ri] + max(slots) - min(slots)
+        if last_desc < clock.now:
+            raise ValueError(f"round {ri}: its descriptors (from cycle {firsts[ri]}) before the "
+                             f"previous round's end (cycle {clock.now})")
+        tile.cdu.step_from[ri] = last_desc - len(descs) + 1
+        clock.run_to(last_desc + DSU_KV_AT)
+        for li in range(cfg.num_layers):
+            t_go = clock.now + before
+            done = _layer(tile, clock, cfg, descs, ri, li, unit0, t_go)
+            unit0 += len(descs)
+            if layers is not None:
+                layers[(ri, li)] = done - t_go
+            if li < cfg.num_layers - 1:
+                clock.run_to(done + after)
+        out.append(done + len(descs) - 1 - firsts[ri] + 1)
     return out
 
 

@@ -1,0 +1,89 @@
+"""The cached tile's fast model with the DSU cluster in the loop
+(``sim/fast/cached_tile_timing.predict_dsu_run``) against the tile on Verilator: each round's
+cycles, from its first descriptor to its last completion, predicted from the configuration,
+the CDU golden model's decisions on the run's rounds and each round's first-descriptor cycle
+(the DSU firmware's time between rounds is an input, not modelled).
+
+    .venv/bin/python benchmarks/tile_dsu_cached_timing.py              # the 3 policy runs
+    .venv/bin/python benchmarks/tile_dsu_cached_timing.py --steps 3    # shorter runs
+
+The runs are ``benchmarks/tile_dsu.py``'s fault-free runs with a CDU policy (``CDU static``,
+``CDU adaptive, split-K 12``, ``CDU disabled``), each checked as ``simulate`` checks it
+(bit-exact, the CDU's decisions equal to its golden model's) first.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tile_dsu import BASE, RUNS           # benchmarks/ is on sys.path when a script runs
+
+SCRIPT = "benchmarks/tile_dsu_cached_timing.py"
+LABELS = ("CDU static", "CDU adaptive, split-K 12", "CDU disabled")
+
+
+def config_of(s):
+    """The fast model's :class:`CachedTileConfig` of a co-simulation setup."""
+    from tricut.models.config import load_model
+    from tricut.sim.fast.cached_tile_timing import CachedTileConfig
+    m = load_model(s.model)
+    return CachedTileConfig(engines=s.engines, head_dim=m.head_dim, G=m.group_size,
+                            lanes=s.lanes, num_kv_heads=m.num_kv_heads,
+                            num_layers=m.num_layers, split_tokens=s.split_tokens,
+                            latency=s.latency, max_beats=s.max_beats,
+                            max_outstanding=s.max_outstanding,
+                            hbm_outstanding=s.max_outstanding)
+
+
+def predict(s, rounds, firsts, policy=None):
+    """``predict_dsu_run`` for setup ``s`` on ``rounds`` (descriptor dicts, as
+    ``RunResult.rounds``) from the ``firsts`` cycles; ``policy``: the CDU decisions' policy
+    (default the setup's). Returns (per-round cycles, ``{(round, layer): cycles}``)."""
+    from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
+    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+    from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_dsu_run
+    cfg = config_of(s)
+    steps = [StepDesc(r[0]["step"], tuple(SlotDesc(d["slot"], d["request"], d["seq_len"],
+                                                   HINT_OF_RESIDENCY[d["residency"]])
+                                          for d in r), tuple(range(cfg.num_layers)))
+             for r in rounds]
+    decisions = cdu_decisions(policy or s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
+                              CDU_FE_ENTRIES)
+    layers = {}
+    cycles = predict_dsu_run(cfg, [[(d["slot"], d["request"], d["seq_len"]) for d in r]
+                                   for r in rounds], decisions, firsts, layers=layers)
+    return cycles, layers
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=BASE["steps"], help="decode steps per request")
+    args = ap.parse_args(argv)
+    from tricut.sim.harness.tile_cosim import Setup, simulate
+    tot_p = tot_m = 0
+    for label, kw, _ in RUNS:
+        if label not in LABELS:
+            continue
+        s = Setup(**dict(BASE, steps=args.steps), **kw)
+        rep = simulate(s, sim="verilator", stop_early=False)
+        if not rep.ok:
+            raise SystemExit(f"{SCRIPT}: {label}: {rep.differences[0]}")
+        t = rep.tile
+        n = len(t.rounds)
+        pred, layers = predict(s, t.rounds, [t.round_spans[ri][0] for ri in range(n)])
+        got = [t.step_cycles[ri] for ri in range(n)]
+        errs = [(p - g) / g for p, g in zip(pred, got)]
+        tot_p, tot_m = tot_p + sum(pred), tot_m + sum(got)
+        print(f"{label} ({s.kv_dtype}, {s.engines} engines): {n} rounds, measured "
+              f"{sum(got):,}, predicted {sum(pred):,}: summed {(sum(pred) - sum(got)) / sum(got):+.2%}, "
+              f"worst round {max(map(abs, errs)):.2%}, rounds exact {sum(p == g for p, g in zip(pred, got))}"
+              f"/{n}, layers exact {sum(layers[k] == v for k, v in t.layer_cycles.items())}"
+              f"/{len(t.layer_cycles)}")
+        for ri, (p, g) in enumerate(zip(pred, got)):
+            if p != g:
+                print(f"  round {ri}: measured {g:,}, predicted {p:,}")
+    print(f"all runs: summed {(tot_p - tot_m) / tot_m:+.2%} (targets: 5 % per round, 2 % summed)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""The cached tile's fast model with the DSU cluster in the loop
+(``sim/fast/cached_tile_timing.predict_dsu_run``): every round's cycles (first descriptor to
+last completion) and every layer's predicted exactly from the configuration, the CDU golden
+model's decisions and each round's first-descriptor cycle, on a real Verilator run (CDU
+``static``, the configuration ``tests/test_tile_dsu.py`` builds); a wrong configuration or
+another policy's decisions predict differently; the prediction does not depend on when a
+round starts (the step's first CDU decision waits for layer 0's ``go``); and, without a
+simulator, the rounds of a recorded Verilator run with split-K on 4 engines (CDU
+``adaptive``), where one split's outputs wait for the combine unit's previous split.
+
+One Verilator build (shared with ``tests/test_tile_dsu.py``): a few seconds when it exists,
+1-4 minutes the first time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tricut.sim.harness import tile_cosim as C
+
+ROOT = Path(__file__).resolve().parent.parent
+
+STATIC = C.Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
+                 max_batch=3, max_ctx=32, policy="static")
+
+#: ``benchmarks/tile_dsu.py``'s "CDU adaptive, split-K 12" run with 3 steps, measured on
+#: Verilator: per round ``(first descriptor, last completion)`` (``RunResult.round_spans``);
+#: its rounds are the DSU model's (``tile_cosim.schedule``)
+ADAPTIVE = dataclasses.replace(STATIC, engines=4, policy="adaptive", kv_dtype="fp8",
+                               split_tokens=12)
+ADAPTIVE_SPANS = [(7198, 10189), (11817, 14248), (15869, 18492), (19321, 21232),
+                  (21701, 23457), (23925, 25777)]
+#: ... and its layers (``RunResult.layer_cycles``, layers 0 and 1 per round)
+ADAPTIVE_LAYERS = [(1658, 942), (1024, 1016), (1120, 1112), (1005, 776), (813, 813),
+                   (861, 861)]
+
+
+def _bench():
+    """``benchmarks/tile_dsu_cached_timing.py`` (its ``predict``)."""
+    spec = importlib.util.spec_from_file_location(
+        "tile_dsu_cached_timing", ROOT / "benchmarks" / "tile_dsu_cached_timing.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return mod
+
+
+@pytest.fixture(scope="module")
+def run():
+    """The static run on Verilator, checked bit-exact and CDU-equal first."""
+    rep = C.simulate(STATIC, sim="verilator", stop_early=False)
+    assert rep.ok, rep.differences[:3]
+    t = rep.tile
+    assert len(t.rounds) == 6 and not t.aborted
+    return t
+
+
+def _firsts(t):
+    return [t.round_spans[ri][0] for ri in range(len(t.rounds))]
+
+
+def _measured(t):
+    return [t.step_cycles[ri] for ri in range(len(t.rounds))]
+
+
+def test_every_round_and_layer_exact(run):
+    pred, layers = _bench().predict(STATIC, run.rounds, _firsts(run))
+    assert pred == _measured(run)
+    assert layers == run.layer_cycles
+    # the DSU's time between rounds is there (and is not in the prediction)
+    assert all(run.round_spans[ri + 1][0] - run.round_spans[ri][1] > 100
+               for ri in range(len(run.rounds) - 1))
+
+
+def test_round_start_only_shifts_the_round(run):
+    """A round's cycles do not depend on when it starts (its first CDU decision, a W, waits
+    for layer 0's ``go``; the previous round's fills are answered in the gap); a round
+    starting before the previous one ended is refused."""
+    b = _bench()
+    firsts = _firsts(run)
+    later = [f + 1000 * ri for ri, f in enumerate(firsts)]
+    assert b.predict(STATIC, run.rounds, later)[0] == _measured(run)
+    early = list(firsts)
+    early[2] = run.round_spans[1][1] - 500
+    with pytest.raises(ValueError, match="round 2"):
+        b.predict(STATIC, run.rounds, early)
+
+
+def test_wrong_configuration_or_decisions_predict_differently(run):
+    b = _bench()
+    measured, firsts = _measured(run), _firsts(run)
+    for wrong in (dict(latency=STATIC.latency + 1), dict(engines=2), dict(max_beats=8)):
+        got = b.predict(dataclasses.replace(STATIC, **wrong), run.rounds, firsts)[0]
+        assert got != measured, wrong
+    assert b.predict(STATIC, run.rounds, firsts, policy="disabled")[0] != measured
+
+
+def test_split_k_combine_unit_recorded_run():
+    """The recorded adaptive run (no simulator): every round and layer exact. Rounds 3-5 are
+    one request alone (14-16 tokens: two parts per KV head, the four jobs on four engines
+    at once): head 1's first part is ready while the combine unit still folds and writes
+    head 0, and waits ``Dk + G*Dk + 1`` = 21 cycles for it (without that wait the model
+    gave 21-22 cycles less per layer)."""
+    b = _bench()
+    rounds = [[dataclasses.asdict(d) for d in descs] for descs in C.schedule(ADAPTIVE)]
+    assert [len(r) for r in rounds] == [3, 3, 3, 1, 1, 1]
+    pred, layers = b.predict(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
+    assert pred == [z - a + 1 for a, z in ADAPTIVE_SPANS]
+    assert layers == {(ri, li): c for ri, pair in enumerate(ADAPTIVE_LAYERS)
+                      for li, c in enumerate(pair)}
