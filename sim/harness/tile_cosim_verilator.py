@@ -857,6 +857,18 @@ async def bench_main(dut):
         info["host_cycles"] += state["clock"] - c0
         return t_go, M.b2f(attn)
 
+    def golden_next(steps, descs, attn):
+        """The golden step's next layer given this layer's attention output, or None after
+        the last layer (its tokens then sampled)."""
+        t0 = time.perf_counter()
+        try:
+            return steps.send(attn)
+        except StopIteration as stop:
+            run_.sampled(descs, stop.value)
+            return None
+        finally:
+            info["golden_s"] += time.perf_counter() - t0
+
     async def bench():
         for ri, descs in enumerate(run_.rounds):
             t0, c0 = time.perf_counter(), state["clock"]
@@ -879,14 +891,9 @@ async def bench_main(dut):
                     if cached:
                         counters()
                     return
-                t0 = time.perf_counter()
-                try:
-                    lay = steps.send(attn)
-                except StopIteration as stop:
-                    run_.sampled(descs, stop.value)
+                lay = golden_next(steps, descs, attn)
+                if lay is None:
                     break
-                finally:
-                    info["golden_s"] += time.perf_counter() - t0
         if cached:                      # the CDU's trailing decisions, then its counters
             if not int(dut.cdu_idle.value):
                 await First(RisingEdge(dut.cdu_idle), Timer(max_layer_cycles * period,
@@ -959,14 +966,9 @@ async def bench_main(dut):
             try:
                 while True:
                     _, attn = await layer(ri, descs, lay)
-                    t0 = time.perf_counter()
-                    try:
-                        lay = steps.send(attn)
-                    except StopIteration as stop:
-                        run_.sampled(descs, stop.value)
+                    lay = golden_next(steps, descs, attn)
+                    if lay is None:
                         break
-                    finally:
-                        info["golden_s"] += time.perf_counter() - t0
             except Aborted:
                 # every step of the round timed out: no token, its K/V dropped
                 res.step_cycles[ri] = int(dut.abort_cycle.value) - first_cycle + 1
