@@ -68,17 +68,9 @@ def cached_setups():
 
 
 def config_of(s):
-    from tricut.models.config import load_model
-    from tricut.sim.fast.cached_tile_timing import CachedTileConfig
-    from tricut.sim.fast.tile_timing import TileConfig
-    cfg = load_model(s.model)
-    common = dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
-                  num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
-                  split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
-    if s.policy is None:
-        return TileConfig(**common)
-    return CachedTileConfig(**common, max_outstanding=s.max_outstanding,
-                            hbm_outstanding=s.max_outstanding)
+    """The fast model's configuration of a setup (``tile_cosim.tile_config``)."""
+    from tricut.sim.harness.tile_cosim import tile_config
+    return tile_config(s)
 
 
 def predict_cached(s):

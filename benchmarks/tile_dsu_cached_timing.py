@@ -22,37 +22,11 @@ SCRIPT = "benchmarks/tile_dsu_cached_timing.py"
 LABELS = ("CDU static", "CDU adaptive, split-K 12", "CDU disabled")
 
 
-def config_of(s):
-    """The fast model's :class:`CachedTileConfig` of a co-simulation setup."""
-    from tricut.models.config import load_model
-    from tricut.sim.fast.cached_tile_timing import CachedTileConfig
-    m = load_model(s.model)
-    return CachedTileConfig(engines=s.engines, head_dim=m.head_dim, G=m.group_size,
-                            lanes=s.lanes, num_kv_heads=m.num_kv_heads,
-                            num_layers=m.num_layers, split_tokens=s.split_tokens,
-                            latency=s.latency, max_beats=s.max_beats,
-                            max_outstanding=s.max_outstanding,
-                            hbm_outstanding=s.max_outstanding)
-
-
 def predict(s, rounds, firsts, policy=None):
-    """``predict_dsu_run`` for setup ``s`` on ``rounds`` (descriptor dicts, as
-    ``RunResult.rounds``) from the ``firsts`` cycles; ``policy``: the CDU decisions' policy
-    (default the setup's). Returns (per-round cycles, ``{(round, layer): cycles}``)."""
-    from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
-    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
-    from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_dsu_run
-    cfg = config_of(s)
-    steps = [StepDesc(r[0]["step"], tuple(SlotDesc(d["slot"], d["request"], d["seq_len"],
-                                                   HINT_OF_RESIDENCY[d["residency"]])
-                                          for d in r), tuple(range(cfg.num_layers)))
-             for r in rounds]
-    decisions = cdu_decisions(policy or s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
-                              CDU_FE_ENTRIES)
-    layers = {}
-    cycles = predict_dsu_run(cfg, [[(d["slot"], d["request"], d["seq_len"]) for d in r]
-                                   for r in rounds], decisions, firsts, layers=layers)
-    return cycles, layers
+    """``tile_cosim.predict_cached_dsu_rounds``: (per-round cycles, ``{(round, layer):
+    cycles}``)."""
+    from tricut.sim.harness.tile_cosim import predict_cached_dsu_rounds
+    return predict_cached_dsu_rounds(s, rounds, firsts, policy)
 
 
 def main(argv=None):

@@ -19,11 +19,12 @@ prefill, the golden decode step between layers, the host traffic stepped by Pyth
 ``go`` to ``done`` in Verilator alone). ``--write`` replaces the text between
 ``<!-- tile:real-layer:begin -->`` and ``<!-- tile:real-layer:end -->`` in docs/tile.md.
 
-HBM bytes served are counted from the jobs the step sequencer issued (the DSU rounds'
-contexts, split as ``models.tile.split_parts`` splits them): the tile reads each job's tokens
-once, ``2*Dk`` words of K/V per token, and writes each step's new token (``2*Dk`` words per
-(request, layer, KV head)); with the CDU, only ``disabled`` (every block a bypass, each block
-once per pass) is counted, and the L2 frames' traffic is not.
+HBM bytes served are the HBM model's own counts (its ``resp`` and ``write`` transfers, beats
+of the HBM word width): K/V reads (with the CDU: its fills and the streamer's bypass reads)
+and each step's new token written. On the HBM-only tile they must equal the count from the
+jobs the step sequencer issued (each job's tokens read once, ``2*Dk`` words of K/V per token
+and KV head; each step's new token, ``2*Dk`` words per (request, layer, KV head)), or the run
+does not pass. The L2 data array's traffic is not counted.
 """
 
 from __future__ import annotations
@@ -157,9 +158,14 @@ def run_one(s, opt, corrupt=None, max_layer_cycles=50_000_000):
     except Exception as e:                     # noqa: BLE001 (a failed run is a result)
         res.error = f"{type(e).__name__}: {e}".splitlines()[0]
         return res
-    res.hbm_read_bytes, res.hbm_write_bytes = hbm_bytes(s, cfg, rounds, data_bits)
+    res.hbm_read_bytes, res.hbm_write_bytes = (n * data_bits // 8 for n in tile.hbm_beats)
     if s.policy is None:
         res.predicted = predicted_cycles(s, cfg, rounds)
+        jobs = hbm_bytes(s, cfg, rounds, data_bits)
+        if jobs != (res.hbm_read_bytes, res.hbm_write_bytes):
+            res.report.differences.append(
+                f"HBM bytes served (read, written) {(res.hbm_read_bytes, res.hbm_write_bytes)}, "
+                f"the jobs' count {jobs}")
     return res
 
 
@@ -190,8 +196,7 @@ def tables(results):
             f"| {name} | {'yes' if r.ok else '**NO**'} | {exact} / {len(g.attn)} | "
             f"{'yes' if t.tokens == g.tokens else 'no'} | {steps} ({i.tile_cycles:,} + "
             f"{i.host_cycles:,}) | {pred} | "
-            f"{'not counted (CDU fills)' if r.setup.policy else f'{r.hbm_read_bytes / 2**20:,.1f} MiB'} / "
-            f"{r.hbm_write_bytes / 2**10:,.1f} KiB | {i.tile_cycles / max(i.tile_s, 1e-9):,.0f} | "
+            f"{r.hbm_read_bytes / 2**20:,.1f} MiB / {r.hbm_write_bytes / 2**10:,.1f} KiB | {i.tile_cycles / max(i.tile_s, 1e-9):,.0f} | "
             f"{i.cycles / max(i.sim_s, 1e-9):,.0f} |")
     lines += ["", "Where the wall time went (s):", "",
               "| run | build: Verilog + C++ | golden run: prefill + TE golden + rest | "
@@ -235,10 +240,11 @@ def report(results, args, cmd):
             f"{s.max_beats}. **{n_ok} of {len(results)} runs pass** (every attention output "
             f"bit-exact with the TE golden, tokens equal). Wall time, builds excluded: "
             f"{total / 60:.1f} min.")
-    note = ("HBM bytes are counted from the jobs the sequencer issued (each job's tokens read "
-            "once, `2*Dk` words per token and KV head; each step's new token written), not by a "
-            "counter in the HBM model; the fast model's cycles are `sim/fast/tile_timing.py`'s "
-            "for the HBM-only tile.")
+    note = ("HBM bytes are the HBM model's counts of the beats it served (reads: the K/V, with "
+            "the CDU its fills and bypass reads; writes: each step's new token); on the "
+            "HBM-only tile they equal the count from the jobs the sequencer issued (each job's "
+            "tokens read once, `2*Dk` words per token and KV head). The fast model's cycles are "
+            "`sim/fast/tile_timing.py`'s for the HBM-only tile.")
     return head + "\n\n" + tables(results) + "\n" + note + "\n"
 
 

@@ -206,6 +206,12 @@ def test_dsu_loop_fault_free_equals_the_golden():
     assert all(o.status == "completed" and o.tokens == 3 for o in t.outcomes.values())
     assert sorted(t.outcomes) == [0, 1, 2, 3]
     assert len(t.attn) == len(rep.golden.attn) == 4 * 3 * 2
+    # the HBM model served every step's context once per layer and KV head (2*Dk words per
+    # token), and took each step's new token
+    words, L, H = 2 * 64 // 16, 2, 2
+    steps = [d for r in t.rounds for d in r]
+    assert t.hbm_beats == (sum(L * H * d["seq_len"] * words for d in steps),
+                           len(steps) * L * H * words)
     # the fast model: every round's cycles, first descriptor to last completion, exactly
     assert t.step_cycles == predicted_rounds(Setup(**BASE), t.rounds)
     wrong = predicted_rounds(Setup(**dict(BASE, engines=4)), t.rounds)

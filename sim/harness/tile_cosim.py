@@ -62,7 +62,8 @@ from tricut.sim.harness.te import make_vector
 __all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "CachedCosimTop",
            "check_setup", "compare_cdu",
            "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
-           "compare", "compare_dsu", "dsu_schedule", "tile_config", "simulate", "ENGINES",
+           "compare", "compare_dsu", "dsu_schedule", "tile_config", "predict_cached_dsu_rounds",
+           "cdu_fault_retries", "watchdog_limit", "simulate", "ENGINES",
            "MAX_REQUESTS", "MAX_IMAGE_WORDS"]
 
 #: engines the co-simulation accepts (the TE array's 1..MAX_ENGINES; 8 in
@@ -242,13 +243,41 @@ def check_setup(s: Setup):
 
 
 def tile_config(s: Setup):
-    """The fast model's :class:`~tricut.sim.fast.tile_timing.TileConfig` of the setup's
-    HBM-only tile."""
+    """The fast model's configuration of the setup's tile: a
+    :class:`~tricut.sim.fast.tile_timing.TileConfig` (HBM-only) or, with a CDU policy, a
+    :class:`~tricut.sim.fast.cached_tile_timing.CachedTileConfig`."""
+    from tricut.sim.fast.cached_tile_timing import CachedTileConfig
     from tricut.sim.fast.tile_timing import TileConfig
     cfg = load_model(s.model)
-    return TileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
-                      num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
-                      split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
+    common = dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
+                  num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
+                  split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
+    if s.policy is None:
+        return TileConfig(**common)
+    return CachedTileConfig(**common, max_outstanding=s.max_outstanding,
+                            hbm_outstanding=s.max_outstanding)
+
+
+def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None):
+    """The cached tile's fast model with the DSU in the loop
+    (:func:`~tricut.sim.fast.cached_tile_timing.predict_dsu_run`) for setup ``s`` on
+    ``rounds`` (descriptor dicts, as ``RunResult.rounds``) starting at the ``firsts`` cycles
+    (each round's first descriptor, ``RunResult.round_spans``: the DSU firmware's time between
+    rounds is an input), with the CDU golden model's decisions under ``policy`` (default the
+    setup's). Returns (cycles per round, ``{(round, layer): cycles}``)."""
+    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+    from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_dsu_run
+    cfg = tile_config(s)
+    steps = [StepDesc(r[0]["step"], tuple(SlotDesc(d["slot"], d["request"], d["seq_len"],
+                                                   HINT_OF_RESIDENCY[d["residency"]])
+                                          for d in r), tuple(range(cfg.num_layers)))
+             for r in rounds]
+    decisions = cdu_decisions(policy or s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
+                              CDU_FE_ENTRIES)
+    layers = {}
+    cycles = predict_dsu_run(cfg, [[(d["slot"], d["request"], d["seq_len"]) for d in r]
+                                   for r in rounds], decisions, firsts, layers=layers)
+    return cycles, layers
 
 
 def _check_dsu(s: Setup, cfg, lens):
@@ -438,6 +467,9 @@ class RunResult:
     cdu_retries: int | None = None
     aborted: list = field(default_factory=list)
     round_spans: dict = field(default_factory=dict)
+    #: the tile side on Verilator: the HBM model's beats served, ``(read, written)`` (its
+    #: ``resp`` and ``write`` transfers: K/V reads and fills, new tokens' K/V)
+    hbm_beats: tuple | None = None
 
 
 class _Run:

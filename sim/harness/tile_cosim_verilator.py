@@ -13,8 +13,9 @@ The top (:class:`CosimVerilatorTop`) is :class:`~tricut.sim.harness.tile_cosim.C
 (``cached=False``) or :class:`~tricut.sim.harness.tile_cosim.CachedCosimTop`
 (``cached=True``) with only the ports the bench needs on the top: the sequencer's ``round``
 and ``descriptor`` streams, ``layer``/``config`` (cached), ``go``/``done``, ``out_data``,
-``tensor_scale``, ``err``, ``te_status``, ``misorder``, ``cdu_counters``, ``cdu_idle``, and
-a tap of the CDU's decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the
+``tensor_scale``, ``err``, ``te_status``, ``misorder``, ``cdu_counters``, ``cdu_idle``, the
+HBM model's beats served (``hbm_read_beats``, ``hbm_write_beats``), and a tap of the CDU's
+decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the
 payload of the last one), both registered on the transfer, so the bench records a decision
 on a change of ``txn_count`` (one Python wake-up per decision, none per cycle). The HBM
 model's image memory is :data:`HBM_RW_V` (``$readmemh`` at time 0, written by the HBM
@@ -250,6 +251,7 @@ class CosimVerilatorTop(wiring.Component):
         ports.update({
             "go": In(1), "done": Out(1), "out_data": Out(len(t.out_data)),
             "tensor_scale": In(32), "err": Out(1), "te_status": Out(5),
+            "hbm_read_beats": Out(32), "hbm_write_beats": Out(32),
         })
         if cached:
             self.txn_payload = t.cdu.txn.payload.shape()
@@ -346,6 +348,9 @@ class CosimVerilatorTop(wiring.Component):
         wiring.connect(m, seq.job, t.job)
         wiring.connect(m, t.hbm_req, hbm.req)
         wiring.connect(m, hbm.resp, t.hbm_resp)
+        for beats, st in ((self.hbm_read_beats, hbm.resp), (self.hbm_write_beats, hbm.write)):
+            with m.If(st.valid & st.ready):     # what the HBM model served
+                m.d.sync += beats.eq(beats + 1)
         m.d.comb += [t.go.eq(self.go), self.done.eq(t.done), self.out_data.eq(t.out_data),
                      t.tensor_scale.eq(self.tensor_scale), self.err.eq(t.err),
                      self.te_status.eq(t.te_status)]
@@ -1008,6 +1013,7 @@ async def bench_main(dut):
         await Timer(1, unit="ns")       # let the decision watcher take the last edge's
         n = int(dut.txn_count.value)
         assert n == len(res.txns), f"recorded {len(res.txns)} CDU decisions of {n}"
+    res.hbm_beats = (int(dut.hbm_read_beats.value), int(dut.hbm_write_beats.value))
     info["cycles"] = state["clock"]
     info["bench_s"] = time.perf_counter() - t_start
     out.update(result=res, info=info)
