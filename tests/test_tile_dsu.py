@@ -276,6 +276,8 @@ def test_dsu_tile_run_command(capsys):
     (dict(hang=(0, 0, 0, 5, 1)), "hang"),
     (dict(hang=(0, 0, 0, 0, 0)), "hang"),
     (dict(hang=(0, 0, 0)), "hang"),
+    (dict(hang=(0, 0, 0, 0, 1), split_tokens=12), "split_tokens"),
+    (dict(faults=((0, 0, 0, 0, 1),), split_tokens=8), "split_tokens"),
     (dict(watchdog=0), "watchdog"),
     (dict(watchdog=1 << 24), "watchdog"),
     (dict(dsu_cores=0), "dsu_cores"),
@@ -330,6 +332,8 @@ def test_link_verilog_lint_clean(tmp_path):
      "--hang: is injected on the HBM-only tile"),
     (["--dsu", "--sim", "verilator", "--hang", "0:0:0:0:1", "--faults", "1:0:0:0:1"],
      "--hang: and faults cannot be combined"),
+    (["--dsu", "--sim", "verilator", "--split-tokens", "12", "--hang", "0:0:0:0:1"],
+     "--split-tokens: must be a multiple of 16 with faults or a lost read"),
     (["--dsu", "--sim", "verilator", "--watchdog", "0"], "--watchdog: 0 is below 1"),
     (["--dsu", "--sim", "verilator", "--watchdog", "99999999"], "--watchdog: must be in"),
 ])

@@ -319,6 +319,11 @@ def _check_dsu(s: Setup, cfg, lens):
             raise SetupError("hang", f"must be (request, layer, kv_head, block, count) with a "
                                      f"block the request reads, count in 1..{MAX_FAILS}; got "
                                      f"{s.hang!r}")
+    if (faults or s.hang) and s.split_tokens % 16:
+        raise SetupError("split_tokens", f"must be a multiple of 16 with faults or a lost read "
+                                         f"(a split part starting inside a block reads it from "
+                                         f"there, not from the block's first burst), got "
+                                         f"{s.split_tokens}")
     if s.watchdog is not None and (not _int(s.watchdog) or
                                    not 1 <= s.watchdog <= DSU_WATCHDOG_LIMIT):
         raise SetupError("watchdog", f"must be in 1..{DSU_WATCHDOG_LIMIT}, got {s.watchdog!r}")
