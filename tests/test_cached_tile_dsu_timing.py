@@ -4,9 +4,11 @@ last completion) and every layer's predicted exactly from the configuration, the
 model's decisions and each round's first-descriptor cycle, on a real Verilator run (CDU
 ``static``, the configuration ``tests/test_tile_dsu.py`` builds); a wrong configuration or
 another policy's decisions predict differently; the prediction does not depend on when a
-round starts (the step's first CDU decision waits for layer 0's ``go``); and, without a
-simulator, the rounds of a recorded Verilator run with split-K on 4 engines (CDU
-``adaptive``), where one split's outputs wait for the combine unit's previous split.
+round starts (the step's first CDU decision waits for layer 0's ``go``); the same run with
+transient HBM errors on two fills, which the CDU re-sends (exact only with the retries
+modelled); and, without a simulator, the rounds of a recorded Verilator run with split-K on
+4 engines (CDU ``adaptive``), where one split's outputs wait for the combine unit's previous
+split.
 
 One Verilator build (shared with ``tests/test_tile_dsu.py``): a few seconds when it exists,
 1-4 minutes the first time.
@@ -27,6 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 STATIC = C.Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
                  max_batch=3, max_ctx=32, policy="static")
+
+#: ``STATIC`` with transient HBM errors (the HBM model's fault table is loaded at run time:
+#: the same Verilator build): request 2's layer-0 block 0 (kv head 1) fails twice, request
+#: 0's layer-1 block 0 (kv head 0) once; both blocks are first read by a CDU fill, which the
+#: CDU re-sends (``hbm_retries`` 3, checked by ``simulate``)
+FAULTS = dataclasses.replace(STATIC, faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1)))
 
 #: ``benchmarks/tile_dsu.py``'s "CDU adaptive, split-K 12" run with 3 steps, measured on
 #: Verilator: per round ``(first descriptor, last completion)`` (``RunResult.round_spans``);
@@ -57,6 +65,17 @@ def _bench():
 def run():
     """The static run on Verilator, checked bit-exact and CDU-equal first."""
     rep = C.simulate(STATIC, sim="verilator", stop_early=False)
+    assert rep.ok, rep.differences[:3]
+    t = rep.tile
+    assert len(t.rounds) == 6 and not t.aborted
+    return t
+
+
+@pytest.fixture(scope="module")
+def faults_run():
+    """The static run with ``FAULTS``' HBM errors on Verilator, checked bit-exact, CDU-equal
+    and with the expected CDU retries first."""
+    rep = C.simulate(FAULTS, sim="verilator", stop_early=False)
     assert rep.ok, rep.differences[:3]
     t = rep.tile
     assert len(t.rounds) == 6 and not t.aborted
@@ -101,6 +120,25 @@ def test_wrong_configuration_or_decisions_predict_differently(run):
         got = b.predict(dataclasses.replace(STATIC, **wrong), run.rounds, firsts)[0]
         assert got != measured, wrong
     assert b.predict(STATIC, run.rounds, firsts, policy="disabled")[0] != measured
+
+
+def test_cdu_fill_retries_exact(faults_run, run):
+    """The faulty fills answered with ``err`` (every kv head of the block read again per
+    attempt), re-sent by the CDU (its retry bit from the response, loaded into ``hbm_req``
+    before first attempts), the MSHR held and the ready entry waiting until the clean
+    response: every round and layer exact; the same rounds with the retries ignored
+    (``retries={}``) predict differently, and the faults do cost cycles."""
+    t = faults_run
+    firsts = _firsts(t)
+    pred, layers = C.predict_cached_dsu_rounds(FAULTS, t.rounds, firsts)
+    assert pred == _measured(t)
+    assert layers == t.layer_cycles
+    ignored, ignored_layers = C.predict_cached_dsu_rounds(FAULTS, t.rounds, firsts, retries={})
+    assert ignored != pred and ignored_layers != layers
+    assert sum(ignored) < sum(pred)
+    # the steps are the fault-free ones (the CDU recovers every error); the errors cost cycles
+    assert t.rounds == run.rounds
+    assert sum(t.layer_cycles.values()) > sum(run.layer_cycles.values())
 
 
 def test_split_k_combine_unit_recorded_run():

@@ -32,6 +32,18 @@ fill ends ``latency + max_beats + 2 + 16*H*2*Dk`` cycles after it is taken when 
 back-to-back fills end ``16*H*2*Dk`` cycles apart. A read without ``alloc`` (a bypass) is
 answered when it reaches the head of the queue.
 
+**CDU retries** (``retries``: a block's first fill answered with ``err`` ``n`` times, the
+HBM model's fault on one of its kv heads' first burst; ``rtl/cdu/core.py``): the filler
+times a failed attempt as any fill (the HBM answers ``err`` beats on the same cycles) and
+answers it the cycle after its last word (``c``); the CDU takes the response on ``c``, sets
+its MSHR's retry bit (the MSHR stays busy, its ready entry waiting), and loads the read into
+its ``hbm_req`` register from ``c + 1`` when the register is free or read, retries first
+(lowest MSHR id, the lowest free one when the read was decided), then first attempts in
+order. The retry is a new fill for the filler (queue slot, ``H`` block reads, every word
+into L2 again), and the queue may be empty between the attempts (a W's L2 words may go
+then). Only the final, clean response frees the MSHR and offers the ready entry. A retry's
+``alloc`` is its MSHR's ``own`` (an orphaned attempt reads nothing, answers ``err = 0``).
+
 **New-token writer**: a W decision waits for its layer's ``go`` (the layer opens the cycle
 after), writes ``H*2*Dk`` HBM words, and on ``w_hit``/``w_alloc`` waits until no fill is
 queued or in flight, then writes ``H*2*Dk`` L2 words::
@@ -123,6 +135,7 @@ class CachedTileConfig(TileConfig):
     mshrs: int = 4
     rq_depth: int = 4
     fill_depth: int = 4
+    max_retries: int = 2
 
     @property
     def block_beats(self):
@@ -240,11 +253,15 @@ class _Reader:
 # --------------------------------------------------------------------------- fill engine, writer
 
 class _Fill:
-    __slots__ = ("d", "alloc", "decided", "at", "left", "resp", "orphan")
+    """One CDU HBM read (an MSHR): its attempts go through the fill engine until one is
+    answered without ``err``; ``resp`` is the cycle of that (final) response."""
+    __slots__ = ("d", "alloc", "decided", "at", "left", "resp", "orphan", "id", "fails",
+                 "tries", "retry_from")
 
-    def __init__(self, d, alloc, decided, words):
+    def __init__(self, d, alloc, decided, words, mshr=0, fails=0):
         self.d, self.alloc, self.decided, self.left = d, alloc, decided, words
-        self.at = self.resp = self.orphan = None
+        self.at = self.resp = self.orphan = self.retry_from = None
+        self.id, self.fails, self.tries = mshr, fails, 0
 
 
 class _Filler:
@@ -254,6 +271,7 @@ class _Filler:
         self.cfg, self.H = cfg, cfg.num_kv_heads
         self.reader = _Reader(cfg, hbm)
         self.reqs = deque()             # the CDU's HBM reads not yet in its hbm_req register
+        self.retries = []               # failed reads to re-send (before first attempts)
         self.reg = None                 # the one in it
         self.queue = deque()
         self.issuing = 0                # block reads of the newest fill not yet taken
@@ -274,9 +292,15 @@ class _Filler:
             self.queue.append(f)
             if f.alloc:
                 self.issuing, self.issue_from = self.H, t + 1
-        if self.reg is None and self.reqs and self.reqs[0].decided <= t:
-            f = self.reg = self.reqs.popleft()      # the CDU's hbm_req register
-            f.at = t + 1
+        if self.reg is None:                        # the CDU's hbm_req register
+            due = [r for r in self.retries if r.retry_from <= t]
+            if due:                                 # retries first (lowest MSHR id)
+                f = self.reg = min(due, key=lambda r: r.id)
+                self.retries.remove(f)
+                f.at = t + 1
+            elif self.reqs and self.reqs[0].decided <= t:
+                f = self.reg = self.reqs.popleft()
+                f.at = t + 1
         if self.issuing and t >= self.issue_from and self.reader.ready():
             self.reader.request(t, BLOCK_TOKENS, None)
             self.issuing -= 1
@@ -295,6 +319,17 @@ class _Filler:
             self.reader.take()
             f.left -= 1
             if f.left:
+                return None
+            if f.fails and f.tries < self.cfg.max_retries:
+                # answered with err (the HBM fault's count lasts): the CDU takes the
+                # response on t + 1, sets the MSHR's retry bit, and loads the read into its
+                # hbm_req register from t + 2 (before any first attempt)
+                self.queue.popleft()
+                f.fails -= 1
+                f.tries += 1
+                f.left = self.cfg.block_beats
+                f.retry_from = t + 2
+                self.retries.append(f)
                 return None
         self.queue.popleft()
         f.resp = self.last_resp = t + 1
@@ -598,8 +633,9 @@ _FILLS = ("pf_issue", "miss_alloc", "miss_bypass")
 class _Cdu:
     """The CDU's decisions in order, timed (see the module docs)."""
 
-    def __init__(self, cfg, decisions, filler, writer, streamer):
+    def __init__(self, cfg, decisions, filler, writer, streamer, retries=None):
         self.cfg, self.ops = cfg, list(decisions)
+        self.fails = dict(retries or {})  # block -> failed attempts of its first fill
         self.filler, self.writer, self.streamer = filler, writer, streamer
         self.i = 0                      # next decision
         self.emit = None                # front-end emit cycle of the previous decision
@@ -677,7 +713,12 @@ class _Cdu:
             return
         fill = None
         if d.hbm and d.result in _FILLS:
-            fill = _Fill(d, d.result != "miss_bypass", t, self.cfg.block_beats)
+            # the lowest free MSHR (a response on c frees it for a decision on c + 2)
+            busy = {f.id for f in self.outstanding if f.resp is None or f.resp + 2 > t}
+            mshr = min(set(range(self.cfg.mshrs)) - busy)
+            alloc = d.result != "miss_bypass"
+            fill = _Fill(d, alloc, t, self.cfg.block_beats, mshr,
+                         self.fails.pop(d.tag, 0) if alloc else 0)
             self.filler.reqs.append(fill)
             self.outstanding.append(fill)
             if fill.alloc:
@@ -717,14 +758,14 @@ def _layer_jobs(cfg, descs, layer, unit0):
 
 
 class _Tile:
-    def __init__(self, cfg, decisions):
+    def __init__(self, cfg, decisions, retries=None):
         self.cfg = cfg
         self.hbm = _Hbm(cfg.latency, cfg.hbm_outstanding)
         self.engines = [_Engine(cfg) for _ in range(cfg.engines)]
         self.filler = _Filler(cfg, self.hbm)
         self.writer = _Writer(cfg)
         self.streamer = _Streamer(cfg, self.hbm, self.engines)
-        self.cdu = _Cdu(cfg, decisions, self.filler, self.writer, self.streamer)
+        self.cdu = _Cdu(cfg, decisions, self.filler, self.writer, self.streamer, retries)
         self.open_layer = None
         self.outq = deque()             # jobs dispatched, oldest first (in-order output)
         self.last_out = -10
@@ -785,15 +826,17 @@ DONE_LAG = 4
 DSU_KV_AT = 2
 
 
-def predict_run(cfg: CachedTileConfig, rounds, decisions, start=100):
+def predict_run(cfg: CachedTileConfig, rounds, decisions, start=100, retries=None):
     """Cycles of every layer of a run: ``{(round, layer): cycles}`` (``go`` to ``done``).
 
     ``rounds``: per round the descriptors in slot order, ``(slot, request, seq_len)``;
     ``decisions``: the CDU's decisions for the whole run, in order (:func:`cdu_decisions`);
-    ``start``: the cycle of the first round beat (only the differences matter). The host's
-    traffic around each layer is :func:`host_gaps`'.
+    ``start``: the cycle of the first round beat (only the differences matter); ``retries``
+    (optional): ``{(request, layer, block): n}``, the block's first fill answered with
+    ``err`` ``n`` times (at most ``cfg.max_retries``) and re-sent by the CDU (module docs,
+    "CDU retries"). The host's traffic around each layer is :func:`host_gaps`'.
     """
-    tile = _Tile(cfg, decisions)
+    tile = _Tile(cfg, decisions, retries)
     clock = _Clock(tile, start)
     out = {}
     unit0 = 0
@@ -846,7 +889,8 @@ def _layer(tile, clock, cfg, descs, ri, li, unit0, t_go):
     return done
 
 
-def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=None):
+def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=None,
+                    retries=None):
     """Cycles of every round of a run with the DSU cluster in the loop (``tricut tile run
     --dsu``, a CDU policy), each from its first descriptor to its last completion, inclusive
     (``RunResult.step_cycles``), given each round's first-descriptor cycle ``firsts[ri]``
@@ -854,8 +898,10 @@ def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=Non
     not modelled). ``rounds``: per round the descriptors in slot order, ``(slot, request,
     seq_len)``; ``decisions``: the CDU's decisions for the whole run (:func:`cdu_decisions`
     on the rounds' step descriptors); ``layers`` (a dict, optional) gets ``{(round, layer):
-    cycles}`` (``go`` to ``done``, as ``RunResult.layer_cycles``). Rounds the DSU aborted
-    (a lost read) and CDU-retried fills are not modelled.
+    cycles}`` (``go`` to ``done``, as ``RunResult.layer_cycles``); ``retries`` (optional):
+    the CDU-retried fills, as for :func:`predict_run` (``Setup.faults`` with a CDU policy:
+    ``tile_cosim.predict_cached_dsu_rounds``). Rounds the DSU aborted (a lost read) are not
+    modelled.
 
     The tile is stepped cycle by cycle on the top's clock, gaps between rounds included (the
     previous round's trailing CDU work ends there), with the round's traffic placed as in
@@ -882,7 +928,7 @@ def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=Non
 
         round = span + L*B*H*(2*Dk + G*Dk) + (L-1)*B*H*G*Dk + sum(layers) + B + 2
     """
-    tile = _Tile(cfg, decisions)
+    tile = _Tile(cfg, decisions, retries)
     clock = _Clock(tile, firsts[0] if rounds else 0)
     out = []
     unit0 = 0

@@ -258,13 +258,18 @@ def tile_config(s: Setup):
                             hbm_outstanding=s.max_outstanding)
 
 
-def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None):
+def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
     """The cached tile's fast model with the DSU in the loop
     (:func:`~tricut.sim.fast.cached_tile_timing.predict_dsu_run`) for setup ``s`` on
     ``rounds`` (descriptor dicts, as ``RunResult.rounds``) starting at the ``firsts`` cycles
     (each round's first descriptor, ``RunResult.round_spans``: the DSU firmware's time between
     rounds is an input), with the CDU golden model's decisions under ``policy`` (default the
-    setup's). Returns (cycles per round, ``{(round, layer): cycles}``)."""
+    setup's) and the CDU's fill retries of ``s.faults``: a faulty block's first fill (which
+    :func:`cdu_fault_retries` checks it is) reads all its kv heads on every attempt, so it is
+    answered with ``err`` as long as any of its heads' counts lasts (``retries``: per
+    ``(request, layer, block)`` the max of its faults' ``fails``), unless ``retries`` is
+    given (``{}``: ignore the faults). Returns (cycles per round, ``{(round, layer):
+    cycles}``)."""
     from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
     from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_dsu_run
     cfg = tile_config(s)
@@ -274,9 +279,14 @@ def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None):
              for r in rounds]
     decisions = cdu_decisions(policy or s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
                               CDU_FE_ENTRIES)
+    if retries is None:
+        retries = {}
+        for r, li, _, b, n in s.faults:
+            retries[(r, li, b)] = max(retries.get((r, li, b), 0), n)
     layers = {}
     cycles = predict_dsu_run(cfg, [[(d["slot"], d["request"], d["seq_len"]) for d in r]
-                                   for r in rounds], decisions, firsts, layers=layers)
+                                   for r in rounds], decisions, firsts, layers=layers,
+                             retries=retries)
     return cycles, layers
 
 
