@@ -1,0 +1,125 @@
+"""benchmarks/te_bandwidth.py (issue 12's baseline): the bandwidth table's arithmetic, the
+report's rows, the area grouping and the nextpnr parser on canned input, and a bad flag.
+No simulation, no Yosys, no place and route."""
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "te_bandwidth.py"
+
+
+@pytest.fixture(scope="module")
+def tb():
+    spec = importlib.util.spec_from_file_location("te_bandwidth", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return mod
+
+
+@pytest.fixture(scope="module")
+def rows(tb):
+    return tb.bandwidth_rows()
+
+
+def _row(rows, model, dt, gpu):
+    (r,) = [x for x in rows if (x["model"], x["kv_dtype"], x["gpu"]) == (model, dt, gpu)]
+    return r
+
+
+def test_kv_bytes_per_token_and_kv_head(tb):
+    assert tb.kv_bytes_per_token_head(128, "bf16") == 512
+    assert tb.kv_bytes_per_token_head(128, "fp8") == 256
+    assert tb.kv_bytes_per_token_head(128, "nvfp4") == 128 + 16   # codes + E4M3 block scales
+    assert tb.kv_bytes_per_token_head(64, "nvfp4") == 64 + 8
+
+
+def test_known_cell_llama_3_70b_bf16_h100(rows):
+    r = _row(rows, "llama-3-70b", "bf16", "h100-sxm5")
+    assert (r["G"], r["head_dim"], r["lanes"], r["engines_per_sm"]) == (8, 128, 16, 4)
+    assert r["cycles_per_token"] == 192 and r["bytes"] == 512
+    assert r["b_per_cycle"] == pytest.approx(512 / 192)
+    need = 3.35e12 / (4 * 132 * 1.98e9)
+    assert r["need_b_per_cycle"] == pytest.approx(need)
+    assert r["need_b_per_cycle"] == pytest.approx(3.204, abs=1e-3)
+    assert r["ratio"] == pytest.approx(512 / 192 / need)
+    assert r["array_tb_s"] == pytest.approx(512 / 192 * 528 * 1.98e9 / 1e12)
+    # the whole job at n = 8192 pays the fill (q load, output) once
+    job = 1 + 8 * 8 + 8192 * 192 + 8 * 8
+    assert r["job_cycles"] == job
+    assert r["ratio_job"] == pytest.approx(8192 * 512 / job / need)
+
+
+def test_other_cells(rows):
+    assert _row(rows, "llama-3-8b", "bf16", "h200")["cycles_per_token"] == 96
+    assert _row(rows, "qwen2-7b", "fp8", "h100-sxm5")["cycles_per_token"] == 168
+    h200 = _row(rows, "llama-3-70b", "nvfp4", "h200")
+    assert h200["need_b_per_cycle"] == pytest.approx(4.8e12 / (528 * 1.98e9))
+    assert h200["ratio"] == pytest.approx(144 / 192 / h200["need_b_per_cycle"])
+    # fewer bytes cost the same cycles
+    assert len({x["cycles_per_token"] for x in rows if x["model"] == "qwen2-7b"}) == 1
+
+
+def test_report_has_every_row(tb, rows):
+    assert len(rows) == 3 * 3 * 2
+    text = tb.bandwidth_report(rows)
+    for m in ("llama-3-8b", "qwen2-7b", "llama-3-70b"):
+        for dt in ("bf16", "fp8", "nvfp4"):
+            assert sum(1 for ln in text.splitlines() if ln.startswith(f"| {m} |")
+                       and f"| {dt} |" in ln) == 1, (m, dt)
+    for gpu in ("h100-sxm5", "h200"):
+        assert f"{gpu}: ratio |" in text and f"models/configs/gpus/{gpu}.toml" in text
+    assert "| llama-3-70b | 8 | 192 | bf16 | 512 | 2.667 |" in text
+    assert "benchmarks/te_bandwidth.py --only bandwidth" in text
+
+
+def test_area_grouping_and_rate(tb):
+    for inst, want in (("lane_mul3", "FP32Mul, lane"), ("lane_add0", "FP32Add, lane"),
+                       ("tree6", "FP32Add, softmax"), ("mul_l", "FP32Mul, scalar"),
+                       ("sub_p", "FP32Add, scalar"), ("exp_a", "Exp2"), ("recip", "FP32Recip"),
+                       ("deq", "KVDequant"), ("te (own logic)", "engine top")):
+        assert tb.unit_kind(inst).startswith(want), inst
+    r = tb.with_rate(dict(head_dim=128, G=8, lanes=16, kv_dtype="bf16",
+                          total=dict(cells=100_000, ffs=0, memory_bits=0),
+                          by_unit={"x": dict(cells=100_000, ffs=0, instances=1,
+                                             memory_bits=0)}, seconds=1.0))
+    assert r["C"] == 192 and r["b_per_kcycle"] == pytest.approx(512 / 192 / 100)
+    assert "| 16 | bf16 | 100,000 | 192 | 512 |" in tb.area_report([r])
+
+
+def test_nextpnr_parser(tb):
+    report = {"fmax": {"$glbnet$clk": {"achieved": 23.45, "constraint": 25.0}},
+              "utilization": {"TRELLIS_COMB": {"used": 12345, "available": 83640},
+                              "TRELLIS_FF": {"used": 2345, "available": 83640},
+                              "MULT18X18D": {"used": 4, "available": 156}}}
+    assert tb.parse_nextpnr(report, "") == dict(mhz=23.45, luts=12345, ffs=2345, dsps=4)
+    log = ("Info: Max frequency for clock '$glbnet$clk': 19.80 MHz (FAIL at 25.00 MHz)\n"
+           "Info: Max frequency for clock '$glbnet$clk': 21.07 MHz (FAIL at 25.00 MHz)\n")
+    assert tb.parse_nextpnr(None, log)["mhz"] == 21.07
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize("args", [("--bogus",), ("--only", "nope"), ("--write", "extra")])
+def test_bad_flag_one_line(args):
+    r = _run(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("benchmarks/te_bandwidth.py: "), r.stderr
+
+
+def test_bandwidth_block_runs_without_rtl():
+    r = _run("--only", "bandwidth", "--no-rtl")
+    assert r.returncode == 0, r.stderr
+    assert "| llama-3-70b | 8 | 192 | bf16 |" in r.stdout and "**RTL cross-check**" not in r.stdout
