@@ -13,7 +13,7 @@ rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU
 CDU decision equal to the CDU golden model's; the fast model's cycles per round against the
 measured (HBM-only: ``sim/fast/tile_timing.predict_dsu_round``, ``predict_dsu_timeout`` for a
 timed-out round; cached: ``sim/fast/cached_tile_timing.predict_dsu_run`` from each round's
-first-descriptor cycle). The run
+first-descriptor cycle, the CDU's fill retries included). The run
 whose fault outlasts the retries must
 report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles
 are from a round's first descriptor to its last completion. ``--write`` replaces the text
@@ -95,8 +95,7 @@ def _predicted(s, t):
                 for ri, r in enumerate(t.rounds)]
     got = [t.step_cycles[ri] for ri in range(len(t.rounds))]
     worst = max(abs(p - g) / g for p, g in zip(pred, got))
-    note = " (the CDU's retries not modelled)" if s.policy and s.faults else ""
-    return f"{(sum(pred) - sum(got)) / sum(got):+.2%}, {worst:.2%}{note}"
+    return f"{(sum(pred) - sum(got)) / sum(got):+.2%}, {worst:.2%}"
 
 
 def report(rows, cmd):
