@@ -265,8 +265,9 @@ def area_report(results) -> str:
     out.append("| of which FFs | " + " | ".join(f"{r['total']['ffs']:,}" for r in results) + " |")
     out.append("| memory bits (macros) | " + " | ".join(f"{r['total']['memory_bits']:,}"
                                                         for r in results) + " |")
-    out += ["", "KV bytes per cycle per thousand cells (the issue's \"before\" column): steady "
-            "state `B / C / (cells / 1000)` with `C = 3·G·head_dim/lanes` "
+    out += ["", "The Exp2 tables and the q/o/acc memories are macros (memory bits above), not "
+            "cells. KV bytes per cycle per thousand cells (the issue's \"before\" column): "
+            "steady state `B / C / (engine cells / 1000)` with `C = 3·G·head_dim/lanes` "
             "(`models.te.te_cycles`) and B as in the bandwidth block:", "",
             "| lanes | kv | cells | C (G 8) | B | B/cycle | B/cycle per kcell | Yosys s |",
             "|---:|---|---:|---:|---:|---:|---:|---:|"]
@@ -450,6 +451,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{SCRIPT}: {message} (see --help)\n")
 
 
+def _load(key: str):
+    try:
+        return json.loads(BASELINE.read_text())[key]
+    except (OSError, ValueError, KeyError) as e:
+        raise BenchError(f"--from-baseline: no {key!r} in {BASELINE.name} ({e})") from None
+
+
 def parse_args(argv):
     ap = _Parser(prog=SCRIPT, description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true",
@@ -459,6 +467,8 @@ def parse_args(argv):
     ap.add_argument("--no-rtl", action="store_true",
                     help="skip the Amaranth cross-check of the per-token cycles")
     ap.add_argument("--only", choices=BLOCKS, action="append", help="these blocks only")
+    ap.add_argument("--from-baseline", action="store_true",
+                    help="area and fmax: re-render from benchmarks/te_baseline.json, no Yosys")
     ap.add_argument("--fpga-dir", type=Path, help="keep the FPGA run's files here")
     ap.add_argument("--fpga-from", type=Path, metavar="JSON",
                     help="report a finished FPGA run's result JSON instead of running it")
@@ -487,19 +497,26 @@ def main(argv=None):
                                     rtl_per_token={str(k): v for k, v in (rtl or {}).items()}))
     if "area" in blocks:
         results = []
-        for s in AREA_SETTINGS:
+        for s in ([] if args.from_baseline else AREA_SETTINGS):
             r = with_rate(measure_area(*s))
             print(f"area: {s}: {r['total']['cells']:,} cells ({r['seconds']:.0f} s)",
                   flush=True)
             results.append(r)
+        if args.from_baseline:
+            results = _load("area")
         text = area_report(results)
         print(text, flush=True)
         if args.write:
             _write("area", text)
             _save("area", results)
     if "fmax" in blocks:
-        if args.fpga_from:
-            res = json.loads(args.fpga_from.read_text())
+        if args.from_baseline:
+            res = _load("fmax")
+        elif args.fpga_from:
+            try:
+                res = json.loads(args.fpga_from.read_text())
+            except (OSError, ValueError) as e:
+                raise BenchError(f"--fpga-from {args.fpga_from}: {e}") from None
         elif args.fpga_dir:
             res = run_fmax(args.fpga_dir)
         else:

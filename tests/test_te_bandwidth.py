@@ -123,3 +123,12 @@ def test_bandwidth_block_runs_without_rtl():
     r = _run("--only", "bandwidth", "--no-rtl")
     assert r.returncode == 0, r.stderr
     assert "| llama-3-70b | 8 | 192 | bf16 |" in r.stdout and "**RTL cross-check**" not in r.stdout
+
+
+def test_fmax_report_names_the_command(tb):
+    res = dict(setting=dict(tb.FMAX_SETTING), shell_input_bits=162, yosys_s=100.0,
+               nextpnr_s=600.0, mhz=21.07, luts=12345, ffs=2345, dsps=0,
+               yosys_version="0.70", nextpnr_version="0.11")
+    text = tb.fmax_report(res)
+    assert "**21.1**" in text and "12,345" in text
+    assert "benchmarks/te_bandwidth.py --only fmax" in text and "synth_ecp5" in text
