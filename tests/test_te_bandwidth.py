@@ -132,3 +132,10 @@ def test_fmax_report_names_the_command(tb):
     text = tb.fmax_report(res)
     assert "**21.1**" in text and "12,345" in text
     assert "benchmarks/te_bandwidth.py --only fmax" in text and "synth_ecp5" in text
+
+
+def test_synth_stat_parser(tb):
+    text = ("=== te_fmax ===\n\n   Number of cells:  28475\n     2136   CCU2C\n    25830   LUT4\n"
+            "       20   MULT18X18D\n       64   TRELLIS_DPR16X4\n      445   TRELLIS_FF\n")
+    assert tb.parse_synth_stat(text) == dict(LUT4=25830, CCU2C=2136, TRELLIS_FF=445,
+                                             MULT18X18D=20, TRELLIS_DPR16X4=64, DP16KD=0)
