@@ -1,22 +1,20 @@
-"""fp32 adder (combinational)."""
+"""fp32 adder (combinational, or pipelined in up to 3 stages)."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .fputil import QNAN, fields, round_pack
+from .fputil import QNAN, Pipe, check_stages, fields, round_pack, valid_ports
 
 __all__ = ["FP32Add", "fadd_logic"]
 
 
-def fadd_logic(m, a, b, name):
-    """Add fp32 ``a + b`` logic to ``m``; returns the result Value (see :class:`FP32Add`)."""
+def fadd_logic(m, a, b, name, pipe=None, y=None):
+    """Add fp32 ``a + b`` logic to ``m``, registered at ``pipe``'s cuts (see :class:`FP32Add`);
+    writes the result to ``y`` (default: a new signal) and returns it."""
+    pipe = pipe or Pipe(m, 0, ())
     sa, ea, fa = fields(a)
     sb, eb, fb = fields(b)
-    nan_a = (ea == 0xFF) & (fa != 0)
-    nan_b = (eb == 0xFF) & (fb != 0)
-    inf_a = (ea == 0xFF) & (fa == 0)
-    inf_b = (eb == 0xFF) & (fb == 0)
     zero_a = Signal(name=f"{name}_za")
     zero_b = Signal(name=f"{name}_zb")
     m.d.comb += [zero_a.eq(ea == 0), zero_b.eq(eb == 0)]
@@ -43,6 +41,8 @@ def fadd_logic(m, a, b, name):
     m.d.comb += sticky.eq((shifted << d)[0:27] != MS)
     MSs = Signal(27, name=f"{name}_mss")
     m.d.comb += MSs.eq(shifted | sticky)
+    sL, sS, eL, ML, MSs, a, b, zero_a, zero_b = pipe(
+        "align", sL=sL, sS=sS, eL=eL, ML=ML, MSs=MSs, a=a, b=b, za=zero_a, zb=zero_b)
     R = Signal(28, name=f"{name}_R")
     with m.If(sL != sS):
         m.d.comb += R.eq(ML - MSs)
@@ -62,8 +62,16 @@ def fadd_logic(m, a, b, name):
     eL_s = Signal(signed(12), name=f"{name}_eLs")
     E = Signal(signed(12), name=f"{name}_E")
     m.d.comb += [eL_s.eq(eL), E.eq(eL_s + carry - lsh)]
+    sL, E, R2, Rz, a, b, zero_a, zero_b = pipe(
+        "add", sL=sL, E=E, R2=R2, Rz=R == 0, a=a, b=b, za=zero_a, zb=zero_b)
+    sa, ea, fa = fields(a)
+    sb, eb, fb = fields(b)
+    nan_a = (ea == 0xFF) & (fa != 0)
+    nan_b = (eb == 0xFF) & (fb != 0)
+    inf_a = (ea == 0xFF) & (fa == 0)
+    inf_b = (eb == 0xFF) & (fb == 0)
     r = round_pack(m, sL, E, R2, 3, name)
-    y = Signal(32, name=f"{name}_y")
+    y = Signal(32, name=f"{name}_y") if y is None else y
     with m.If(nan_a | nan_b | (inf_a & inf_b & (sa != sb))):
         m.d.comb += y.eq(QNAN)
     with m.Elif(inf_a):
@@ -76,7 +84,7 @@ def fadd_logic(m, a, b, name):
         m.d.comb += y.eq(b)
     with m.Elif(zero_b):
         m.d.comb += y.eq(a)
-    with m.Elif(R == 0):
+    with m.Elif(Rz):
         m.d.comb += y.eq(0)
     with m.Else():
         m.d.comb += y.eq(r)
@@ -85,15 +93,31 @@ def fadd_logic(m, a, b, name):
 
 class FP32Add(wiring.Component):
     """``y = a + b`` in fp32, RNE, flush-to-zero; bit-exact with :func:`tricut.models.te.fadd`.
+    Alignment keeps guard, round and sticky bits.
 
-    Alignment keeps guard, round and sticky bits; combinational (``y`` valid in the same
-    cycle as ``a`` and ``b``)."""
+    Parameters
+    ----------
+    stages : int, 0..3
+        Latency in cycles: ``y`` is valid ``stages`` cycles after ``a`` and ``b``, one new
+        operation per cycle. 0 (default): combinational, ``y`` valid in the same cycle. The
+        registers are taken in :attr:`CUTS` order: ``out`` (the result), ``align`` (after
+        compare, swap, align and sticky), ``add`` (after the add and the leading-zero count;
+        normalise + round in the last stage). ``a`` and ``b`` ride along for the special cases.
+        With ``stages`` > 0, ``y_valid`` is ``valid`` delayed by ``stages``.
+    """
 
-    a: In(32)
-    b: In(32)
-    y: Out(32)
+    CUTS = ("out", "align", "add")
+
+    def __init__(self, stages=0):
+        self.stages = check_stages("FP32Add", stages, self.CUTS)
+        super().__init__({"a": In(32), "b": In(32), "y": Out(32)} | valid_ports(stages))
 
     def elaborate(self, platform):
         m = Module()
-        m.d.comb += self.y.eq(fadd_logic(m, self.a, self.b, "add"))
+        pipe = Pipe(m, self.stages, self.CUTS)
+        pipe.valid(self)
+        if self.stages:
+            fadd_logic(m, self.a, self.b, "add", pipe, pipe.out(self.y))
+        else:
+            m.d.comb += self.y.eq(fadd_logic(m, self.a, self.b, "add"))
         return m
