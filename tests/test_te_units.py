@@ -9,6 +9,9 @@ by tests/test_te.py)."""
 
 from __future__ import annotations
 
+import gc
+import warnings
+
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
@@ -120,3 +123,65 @@ def test_unit_streams_back_to_back_bit_exact(unit, stages):
     assert bad.size == 0, [tuple(hex(int(o[i])) for o in ops) for i in bad[:5]]
     if stages:     # a result every cycle, exactly ``stages`` cycles after its input
         assert [v for _, v in got] == [0] * stages + [1] * len(ops[0])
+
+
+@pytest.mark.parametrize("unit", list(UNITS))
+def test_y_valid_follows_valid_with_gaps(unit):
+    """A random ``valid`` pattern comes out on ``y_valid`` exactly ``stages`` cycles later, and
+    every result marked valid is the model's (operands change every cycle regardless)."""
+    cls, fn, _ = UNITS[unit]
+    k = STAGES[unit][-1]
+    ops = _operands(unit, 7, 150)
+    n = len(ops[0])
+    valid = np.random.default_rng(8).random(n) < 0.6
+    got = stream(cls(k), ops, valid)
+    assert [v for _, v in got] == [0] * k + [int(v) for v in valid]
+    ys = np.array([y for y, _ in got[k:]])
+    assert np.array_equal(ys[valid], fn(*ops)[valid])
+
+
+@pytest.mark.parametrize("unit", list(UNITS))
+def test_wrong_latency_is_caught(unit):
+    """The check is not vacuous: read one cycle early or late, most results mismatch; the
+    combinational unit is not a 1-stage one."""
+    cls, fn, _ = UNITS[unit]
+    k = STAGES[unit][-1]
+    ops = _operands(unit, 9, 200)
+    got = stream(cls(k), ops)
+    assert mismatches(got, ops, fn, k).size == 0
+    for wrong in (k - 1, k + 1):
+        assert mismatches(got, ops, fn, wrong).size > len(ops[0]) // 2
+    assert mismatches(stream(cls(0), ops), ops, fn, 1).size > len(ops[0]) // 2
+
+
+@pytest.mark.parametrize("bad", [-1, 99, 1.5, True, "3"])
+@pytest.mark.parametrize("unit", list(UNITS))
+def test_bad_stages_rejected_with_the_value(unit, bad):
+    cls = UNITS[unit][0]
+    with pytest.raises(ValueError, match=f"{cls.__name__}: stages must be an int in "
+                                         f"0..{len(cls.CUTS)}, got {bad!r}"):
+        cls(bad)
+    with warnings.catch_warnings():     # the half-built component is never elaborated
+        warnings.simplefilter("ignore")
+        gc.collect()
+
+
+@pytest.mark.parametrize("unit", list(UNITS))
+def test_stages_zero_is_the_combinational_unit(unit):
+    """stages = 0: no clock, no valid ports, the ports of today's unit; stages > 0 adds them."""
+    from amaranth.back import verilog
+    cls = UNITS[unit][0]
+    dut = cls()
+    assert dut.stages == 0
+    comb = verilog.convert(dut, name="u", emit_src=False)
+    assert "clk" not in comb and "valid" not in comb
+    piped = verilog.convert(cls(STAGES[unit][-1]), name="u", emit_src=False)
+    assert "input clk" in piped and "output y_valid" in piped
+
+
+def test_pipelined_verilog_lint_clean(tmp_path):
+    from tricut.sim.harness.verilog_out import lint, write_verilog
+    for cls, k in ((FP32Add, 3), (FP32Recip, 5), (Exp2, 3)):
+        src = write_verilog(cls(k), f"te_{cls.__name__.lower()}", tmp_path)
+        clean, messages = lint(src, f"te_{cls.__name__.lower()}")
+        assert clean, messages[:3000]
