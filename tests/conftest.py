@@ -48,3 +48,20 @@ def assert_one_line_error(code, captured, needle: str) -> None:
     assert "Traceback" not in captured.err and "internal error" not in captured.err
     assert needle in lines[0], lines[0]
     assert captured.out == ""
+
+
+def load_benchmark(name: str):
+    """The module of ``benchmarks/<name>.py`` (``benchmarks/`` on ``sys.path`` while it loads,
+    as when the script runs)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    bench = Path(__file__).resolve().parent.parent / "benchmarks"
+    spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(bench))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(bench))
+    return mod

@@ -17,15 +17,13 @@ One Verilator build (shared with ``tests/test_tile_dsu.py``): a few seconds when
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from tricut.sim.harness import tile_cosim as C
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_benchmark
+
 
 STATIC = C.Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
                  max_batch=3, max_ctx=32, policy="static")
@@ -50,15 +48,7 @@ ADAPTIVE_LAYERS = [(1658, 942), (1024, 1016), (1120, 1112), (1005, 776), (813, 8
 
 def _bench():
     """``benchmarks/tile_dsu_cached_timing.py`` (its ``predict``)."""
-    spec = importlib.util.spec_from_file_location(
-        "tile_dsu_cached_timing", ROOT / "benchmarks" / "tile_dsu_cached_timing.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return mod
+    return load_benchmark("tile_dsu_cached_timing")
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,6 @@ shared with ``tests/test_tile_cosim_verilator.py``): ~90 s the first time on 2 l
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -26,7 +23,8 @@ from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_run
 from tricut.sim.harness import tile_cosim as C
 from tricut.sim.harness import tile_cosim_verilator as V
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import load_benchmark
+
 
 #: tiny-te, bf16, 1 engine, prompts 3 and 17, two decode steps (STATIC of test_tile_cached)
 STATIC = C.Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
@@ -34,15 +32,7 @@ STATIC = C.Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engi
 
 
 def _calibration():
-    spec = importlib.util.spec_from_file_location(
-        "tile_calibration", ROOT / "benchmarks" / "tile_calibration.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return mod
+    return load_benchmark("tile_calibration")
 
 
 @pytest.fixture(scope="module")

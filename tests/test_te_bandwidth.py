@@ -2,12 +2,13 @@
 report's rows, the area grouping and the nextpnr parser on canned input, and a bad flag.
 No simulation, no Yosys, no place and route."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "te_bandwidth.py"
@@ -15,14 +16,7 @@ SCRIPT = ROOT / "benchmarks" / "te_bandwidth.py"
 
 @pytest.fixture(scope="module")
 def tb():
-    spec = importlib.util.spec_from_file_location("te_bandwidth", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return mod
+    return load_benchmark("te_bandwidth")
 
 
 @pytest.fixture(scope="module")
