@@ -67,20 +67,14 @@ def cached_setups():
                   max_ctx=96, policy="adaptive")]
 
 
-def config_of(s):
-    """The fast model's configuration of a setup (``tile_cosim.tile_config``)."""
-    from tricut.sim.harness.tile_cosim import tile_config
-    return tile_config(s)
-
-
 def predict_cached(s):
     """The cached-tile model's ``{(round, layer): cycles}`` for a co-simulation setup: its
     rounds (the DSU model's schedule) and the CDU golden model's decisions on them."""
     from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
     from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
     from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_run
-    from tricut.sim.harness.tile_cosim import schedule
-    cfg = config_of(s)
+    from tricut.sim.harness.tile_cosim import schedule, tile_config
+    cfg = tile_config(s)
     rounds = schedule(s)
     steps = [StepDesc(descs[0].step,
                       tuple(SlotDesc(d.slot, d.request, d.seq_len, HINT_OF_RESIDENCY[d.residency])
@@ -98,7 +92,7 @@ def measure(s):
     rep = C.simulate(s, sim="amaranth" if s.policy is None else "verilator")
     if not rep.ok:
         raise SystemExit(f"{SCRIPT}: {s}: {rep.differences[0]}")
-    cfg = config_of(s)
+    cfg = C.tile_config(s)
     cached = predict_cached(s) if s.policy is not None else None
     rows = []
     for ri, descs in enumerate(C.schedule(s)):

@@ -22,18 +22,11 @@ SCRIPT = "benchmarks/tile_dsu_cached_timing.py"
 LABELS = ("CDU static", "CDU adaptive, split-K 12", "CDU disabled")
 
 
-def predict(s, rounds, firsts, policy=None):
-    """``tile_cosim.predict_cached_dsu_rounds``: (per-round cycles, ``{(round, layer):
-    cycles}``)."""
-    from tricut.sim.harness.tile_cosim import predict_cached_dsu_rounds
-    return predict_cached_dsu_rounds(s, rounds, firsts, policy)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=BASE["steps"], help="decode steps per request")
     args = ap.parse_args(argv)
-    from tricut.sim.harness.tile_cosim import Setup, simulate
+    from tricut.sim.harness.tile_cosim import Setup, predict_cached_dsu_rounds, simulate
     tot_p = tot_m = 0
     for label, kw, _ in RUNS:
         if label not in LABELS:
@@ -44,7 +37,8 @@ def main(argv=None):
             raise SystemExit(f"{SCRIPT}: {label}: {rep.differences[0]}")
         t = rep.tile
         n = len(t.rounds)
-        pred, layers = predict(s, t.rounds, [t.round_spans[ri][0] for ri in range(n)])
+        pred, layers = predict_cached_dsu_rounds(s, t.rounds,
+                                                 [t.round_spans[ri][0] for ri in range(n)])
         got = [t.step_cycles[ri] for ri in range(n)]
         errs = [(p - g) / g for p, g in zip(pred, got)]
         tot_p, tot_m = tot_p + sum(pred), tot_m + sum(got)

@@ -22,8 +22,6 @@ import pytest
 
 from tricut.sim.harness import tile_cosim as C
 
-from conftest import load_benchmark
-
 
 STATIC = C.Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
                  max_batch=3, max_ctx=32, policy="static")
@@ -44,11 +42,6 @@ ADAPTIVE_SPANS = [(7198, 10189), (11817, 14248), (15869, 18492), (19321, 21232),
 #: ... and its layers (``RunResult.layer_cycles``, layers 0 and 1 per round)
 ADAPTIVE_LAYERS = [(1658, 942), (1024, 1016), (1120, 1112), (1005, 776), (813, 813),
                    (861, 861)]
-
-
-def _bench():
-    """``benchmarks/tile_dsu_cached_timing.py`` (its ``predict``)."""
-    return load_benchmark("tile_dsu_cached_timing")
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +74,7 @@ def _measured(t):
 
 
 def test_every_round_and_layer_exact(run):
-    pred, layers = _bench().predict(STATIC, run.rounds, _firsts(run))
+    pred, layers = C.predict_cached_dsu_rounds(STATIC, run.rounds, _firsts(run))
     assert pred == _measured(run)
     assert layers == run.layer_cycles
     # the DSU's time between rounds is there (and is not in the prediction)
@@ -93,23 +86,23 @@ def test_round_start_only_shifts_the_round(run):
     """A round's cycles do not depend on when it starts (its first CDU decision, a W, waits
     for layer 0's ``go``; the previous round's fills are answered in the gap); a round
     starting before the previous one ended is refused."""
-    b = _bench()
     firsts = _firsts(run)
     later = [f + 1000 * ri for ri, f in enumerate(firsts)]
-    assert b.predict(STATIC, run.rounds, later)[0] == _measured(run)
+    assert C.predict_cached_dsu_rounds(STATIC, run.rounds, later)[0] == _measured(run)
     early = list(firsts)
     early[2] = run.round_spans[1][1] - 500
     with pytest.raises(ValueError, match="round 2"):
-        b.predict(STATIC, run.rounds, early)
+        C.predict_cached_dsu_rounds(STATIC, run.rounds, early)
 
 
 def test_wrong_configuration_or_decisions_predict_differently(run):
-    b = _bench()
     measured, firsts = _measured(run), _firsts(run)
     for wrong in (dict(latency=STATIC.latency + 1), dict(engines=2), dict(max_beats=8)):
-        got = b.predict(dataclasses.replace(STATIC, **wrong), run.rounds, firsts)[0]
+        got = C.predict_cached_dsu_rounds(dataclasses.replace(STATIC, **wrong), run.rounds,
+                                          firsts)[0]
         assert got != measured, wrong
-    assert b.predict(STATIC, run.rounds, firsts, policy="disabled")[0] != measured
+    assert C.predict_cached_dsu_rounds(STATIC, run.rounds, firsts,
+                                       policy="disabled")[0] != measured
 
 
 def test_cdu_fill_retries_exact(faults_run, run):
@@ -137,10 +130,9 @@ def test_split_k_combine_unit_recorded_run():
     at once): head 1's first part is ready while the combine unit still folds and writes
     head 0, and waits ``Dk + G*Dk + 1`` = 21 cycles for it (without that wait the model
     gave 21-22 cycles less per layer)."""
-    b = _bench()
     rounds = [[dataclasses.asdict(d) for d in descs] for descs in C.schedule(ADAPTIVE)]
     assert [len(r) for r in rounds] == [3, 3, 3, 1, 1, 1]
-    pred, layers = b.predict(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
+    pred, layers = C.predict_cached_dsu_rounds(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
     assert pred == [z - a + 1 for a, z in ADAPTIVE_SPANS]
     assert layers == {(ri, li): c for ri, pair in enumerate(ADAPTIVE_LAYERS)
                       for li, c in enumerate(pair)}

@@ -70,7 +70,6 @@ def test_model_fails_with_a_wrong_configuration(runs):
 
 def test_model_fails_with_another_policys_decisions(runs):
     s, measured = runs["static"]
-    cal = _calibration()
     rounds = [[(d.slot, d.request, d.seq_len) for d in descs] for descs in C.schedule(s)]
     steps = [StepDesc(descs[0].step, tuple(SlotDesc(d.slot, d.request, d.seq_len,
                                                     HINT_OF_RESIDENCY[d.residency])
@@ -78,6 +77,6 @@ def test_model_fails_with_another_policys_decisions(runs):
     mine = cdu_decisions("static", s.cdu_sets, s.cdu_ways, s.distance, steps, CDU_FE_ENTRIES)
     other = cdu_decisions("disabled", s.cdu_sets, s.cdu_ways, s.distance, steps,
                           CDU_FE_ENTRIES)
-    cfg = cal.config_of(s)
+    cfg = C.tile_config(s)
     assert predict_run(cfg, rounds, mine) == measured
     assert predict_run(cfg, rounds, other) != measured
