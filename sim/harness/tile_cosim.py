@@ -280,9 +280,7 @@ def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=Non
     decisions = cdu_decisions(policy or s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
                               CDU_FE_ENTRIES)
     if retries is None:
-        retries = {}
-        for r, li, _, b, n in s.faults:
-            retries[(r, li, b)] = max(retries.get((r, li, b), 0), n)
+        retries = fill_retries(s.faults)
     layers = {}
     cycles = predict_dsu_run(cfg, [[(d["slot"], d["request"], d["seq_len"]) for d in r]
                                    for r in rounds], decisions, firsts, layers=layers,
@@ -669,7 +667,6 @@ def cdu_fault_retries(run: _Run) -> int:
     for t in run.cdu_reference().txns:
         if t.kind in ("R", "P"):
             first.setdefault((t.req, t.layer, t.block), t.result)
-    worst = {}
     for r, li, h, b, n in s.faults:
         result = first.get((r, li, b))
         if result not in ("miss_alloc", "pf_issue"):
@@ -677,8 +674,17 @@ def cdu_fault_retries(run: _Run) -> int:
                                        f"is first {'never read' if result is None else result} "
                                        f"(not a CDU fill, which alone retries): pick a block "
                                        f"the CDU fills")
+    return sum(fill_retries(s.faults).values())
+
+
+def fill_retries(faults):
+    """The failed attempts of each faulty block's first CDU fill, ``{(request, layer,
+    block): max fails}``: a fill reads every kv head of its block on each attempt, so it fails
+    while any of the block's faults lasts."""
+    worst = {}
+    for r, li, _, b, n in faults:
         worst[(r, li, b)] = max(worst.get((r, li, b), 0), n)
-    return sum(worst.values())
+    return worst
 
 
 def golden_run(s: Setup) -> RunResult:
