@@ -18,14 +18,22 @@ specified in ``docs/te.md``; in short:
 * **reciprocal** (:func:`frecip`): correctly rounded (RNE) ``1/x`` with the same FTZ rule.
 * Scores are kept in **log2 units**: ``s2 = (q . k) * c`` with ``c = fmul(scale, log2(e))``,
   so the softmax needs only ``exp2``. The partial ``m`` is therefore in log2 units.
+* **ceil_int** (:func:`ceil_int`): the smallest integer ``>= x`` as fp32; ``(-1, 0]`` and
+  subnormals give ``+0``; NaN and ±inf pass.
+
+Two engines share this arithmetic (``ENGINES``). ``"serial"`` (``rtl/te/engine.py``) keeps
+the running maximum exact. ``"split"`` (``rtl/te/split_engine.py``) keeps an *integer*
+running maximum, ``m' = fmax(m, ceil_int(s2))``: then ``alpha = exp2_diff(m, m')`` is
+exactly a power of two (or 0, 1, NaN), ``fmul(o, alpha)`` is an exponent subtraction, and the
+rescale fuses into the V operation at no cycle cost. Nothing else differs.
 
 The engine's per-token order (for every head ``g`` of the GQA group, vectorised here):
 
 1. lane partial sums: ``acc[i] = prod[0*L+i]``, then ``acc[i] = fadd(acc[i], prod[b*L+i])``
    for beats ``b = 1..d/L-1`` where ``prod = fmul(q[g], k)`` elementwise;
 2. a fixed pairwise adder tree over the ``L`` lanes: ``((a0+a1)+(a2+a3))+...``;
-3. ``s2 = fmul(s, c)``; ``m' = fmax(m, s2)``; ``alpha = exp2_diff(m, m')``;
-   ``p = exp2_diff(s2, m')``; ``l = fadd(fmul(l, alpha), p)``;
+3. ``s2 = fmul(s, c)``; ``m' = fmax(m, s2)`` (split: ``fmax(m, ceil_int(s2))``);
+   ``alpha = exp2_diff(m, m')``; ``p = exp2_diff(s2, m')``; ``l = fadd(fmul(l, alpha), p)``;
 4. ``o[i] = fadd(fmul(o[i], alpha), fmul(p, v[i]))``.
 
 At the end ``out[i] = fmul(o[i], frecip(l))`` (normalised mode) or ``(o, m, l)`` (partial).
@@ -39,10 +47,11 @@ import numpy as np
 
 __all__ = [
     "QNAN", "POS_INF", "NEG_INF", "ONE", "LOG2E_BITS", "EXP2_TABLE", "EXP2_SEG_BITS",
-    "STATUS_BITS", "KV_CODE_BITS",
-    "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "exp2", "exp2_diff", "frecip", "ftz",
+    "STATUS_BITS", "KV_CODE_BITS", "ENGINES",
+    "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
-    "dequant_kv", "TEResult", "te_decode", "te_cycles", "reference_f64",
+    "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "rescale_events",
+    "reference_f64",
     "combine_partials", "combine_partials_f64", "exp2_max_rel_error", "validate_params",
 ]
 
@@ -67,12 +76,16 @@ STATUS_BITS = ("nonfinite_in", "nonfinite_out", "empty", "early_end", "too_long"
 KV_CODE_BITS = {"bf16": 16, "fp8": 8, "nvfp4": 4}
 
 HEAD_DIMS = (64, 128, 256)
-LANES = (2, 4, 8, 16)
+LANES = (2, 4, 8, 16, 32)
 MAX_G = 16
+#: the engine designs (see the module docstring)
+ENGINES = ("serial", "split")
 
 
-def validate_params(head_dim, G, lanes, kv_dtype):
+def validate_params(head_dim, G, lanes, kv_dtype, engine="serial"):
     """Raise ValueError naming the bad parameter and its value."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
     if not isinstance(G, int) or isinstance(G, bool) or not 1 <= G <= MAX_G:
@@ -230,6 +243,20 @@ def fmax(a, b):
     return np.where(nan, QNAN, r)
 
 
+def ceil_int(x):
+    """Smallest integer ``>= x`` as fp32 bits. ``(-1, 0]``, ±0 and subnormals give ``+0``; a
+    positive value below 1 gives 1; ``|x| >= 2**23`` (already an integer), ±inf and NaN pass."""
+    x = _i64(x)
+    s, e, _ = _fields(x)
+    frac_bits = np.clip(150 - e, 0, 23)
+    mask = (np.int64(1) << frac_bits) - 1
+    trunc = x & ~mask
+    up = (s == 0) & ((x & mask) != 0)
+    mid = np.where(up, trunc + (np.int64(1) << frac_bits), trunc)   # a carry bumps E: right
+    small = np.where((s == 0) & (e != 0), ONE, 0)
+    return np.where(e < 127, small, np.where(e < 150, mid, x))
+
+
 _T = np.array(EXP2_TABLE, dtype=np.int64)
 _D = _T[:-1] - _T[1:]
 
@@ -371,17 +398,75 @@ class TEResult:
         return b2f(self.out)
 
 
-def te_cycles(n, head_dim, G, lanes, partial=False):
-    """Cycles from the descriptor transfer to the last output transfer, inclusive, with an
-    unstalled K/V stream and an always-ready output: ``1 + G*Dk + n*3*G*Dk + G*Dk (+ G in
-    partial mode)``, ``Dk = head_dim / lanes``."""
+def te_token_cycles(head_dim, G, lanes, engine="serial"):
+    """Cycles per token of an unstalled K/V stream: serial ``3*G*Dk`` (K, rescale and V on one
+    lane array); split ``(G+1)*Dk`` (each K beat held ``G`` cycles by the K array, each V beat
+    taken in one cycle into the V buffer, the V array working behind), ``Dk = head_dim/lanes``.
+    Neither depends on the data: the split engine's rescale is fused into its V operation."""
     dk = head_dim // lanes
-    per_tok = 3 * G * dk
-    return 1 + G * dk + n * per_tok + G * dk + (G if partial else 0)
+    return 3 * G * dk if engine == "serial" else (G + 1) * dk
+
+
+def te_cycles(n, head_dim, G, lanes, partial=False, engine="serial", early_end=False):
+    """Cycles from the descriptor transfer to the last output transfer, inclusive, with an
+    unstalled K/V stream and an always-ready output, ``Dk = head_dim / lanes``:
+
+    * serial: ``1 + G*Dk + n*3*G*Dk + G*Dk (+ G in partial mode)``;
+    * split, ``n >= 1``: ``1 + G*Dk + n*(G+1)*Dk + (G-1)*Dk + 1 + G*Dk (+ G)`` -- after the
+      last V beat the V array still has ``(G-1)*Dk + 1`` operations of the last token to
+      finish before the output; with ``early_end`` (the context ended after ``n`` tokens, the
+      output is zeros) the engine goes straight to the output: ``1 + G*Dk + n*(G+1)*Dk +
+      G*Dk (+ G)``; ``n = 0``: ``1 + 2*G*Dk (+ G)``.
+
+    Both engines: a stream that ends before its first token (``n = 0`` with ``early_end``: a
+    lone terminator beat with ``last``) lands on a K beat, which the K array holds ``G``
+    cycles: ``+ G``."""
+    dk = head_dim // lanes
+    tail = G if partial else 0
+    per_tok = te_token_cycles(head_dim, G, lanes, engine)
+    drain = (G - 1) * dk + 1 if engine == "split" and n > 0 and not early_end else 0
+    terminator = G if early_end and n == 0 else 0
+    return 1 + G * dk + n * per_tok + drain + terminator + G * dk + tail
+
+
+def rescale_events(q_codes, k_codes, kv_dtype, scale_bits, *, lanes, engine="serial",
+                   k_scales=None, tensor_scale_bits=0):
+    """``(events, per_head)``: how many (token >= 1, head) pairs have ``alpha != 1``, i.e. the
+    running maximum rose (for the split engine: its integer ceiling rose). Today's serial
+    engine rescales every token regardless; the split engine's cycles do not depend on it
+    either (the rescale is an exponent shift fused into the V operation), but its V array
+    counts them on ``v_rescale``. For i.i.d. scores the expectation is about
+    ``G * (ln n + 0.577 - 1)``; the worst case (the maximum rising every token) ``G*(n-1)``."""
+    q_codes = np.asarray(q_codes)
+    G, d = q_codes.shape
+    validate_params(d, G, lanes, kv_dtype, engine)
+    k = dequant_kv(np.asarray(k_codes).reshape(-1, d), kv_dtype,
+                   None if k_scales is None else np.asarray(k_scales), tensor_scale_bits)
+    s2 = _scores(dequant_bf16(q_codes), k, lanes, fmul(_i64(scale_bits), LOG2E_BITS))
+    m = np.full(G, NEG_INF, dtype=np.int64)
+    events = np.zeros(G, dtype=np.int64)
+    for t in range(s2.shape[0]):
+        mn = fmax(m, ceil_int(s2[t]) if engine == "split" else s2[t])
+        if t:
+            events += exp2_diff(m, mn) != ONE
+        m = mn
+    return int(events.sum()), events
+
+
+def _scores(q, k, lanes, c):
+    """``s2 [n, G]`` in the engines' order: lane partial sums over the beats, a pairwise tree
+    over the lanes, times ``c``."""
+    L = lanes
+    prod = fmul(q[None, :, :], k[:, None, :])
+    acc = prod[:, :, 0:L]
+    for b in range(1, q.shape[-1] // L):
+        acc = fadd(acc, prod[:, :, b * L:(b + 1) * L])
+    return fmul(tree_sum(acc), c)
 
 
 def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
-              k_scales=None, v_scales=None, tensor_scale_bits=0, partial=False):
+              k_scales=None, v_scales=None, tensor_scale_bits=0, partial=False,
+              engine="serial"):
     """Run the engine's arithmetic on one (request, layer, KV head).
 
     Parameters
@@ -396,10 +481,11 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     k_scales, v_scales : [n_stream, d/16] E4M3 block-scale codes (nvfp4).
     tensor_scale_bits : fp32 bits of the NVFP4 tensor scale.
     partial : return unnormalised ``(o, m, l)``.
+    engine : "serial" (exact running maximum) or "split" (integer running maximum).
     """
     q_codes = np.asarray(q_codes)
     G, d = q_codes.shape
-    validate_params(d, G, lanes, kv_dtype)
+    validate_params(d, G, lanes, kv_dtype, engine)
     k_codes = np.asarray(k_codes).reshape(-1, d)
     v_codes = np.asarray(v_codes).reshape(-1, d)
     n_stream = k_codes.shape[0]
@@ -407,7 +493,6 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
         n = n_stream
     n_proc = min(n, n_stream)
     L = lanes
-    dk = d // L
     st = {k: False for k in STATUS_BITS}
     q = dequant_bf16(q_codes)
     st["nonfinite_in"] = _nonfinite(q)
@@ -420,15 +505,11 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     k = dequant_kv(k_codes[:n_proc], kv_dtype, ks, tensor_scale_bits)      # [n, d]
     v = dequant_kv(v_codes[:n_proc], kv_dtype, vs, tensor_scale_bits)
     st["nonfinite_in"] |= _nonfinite(k) | _nonfinite(v)
-    # scores do not depend on the softmax state: all tokens at once ([n, G, ...])
-    prod = fmul(q[None, :, :], k[:, None, :])
-    acc = prod[:, :, 0:L]
-    for b in range(1, dk):
-        acc = fadd(acc, prod[:, :, b * L:(b + 1) * L])
-    s2_all = fmul(tree_sum(acc), c)                                         # [n, G]
+    # scores do not depend on the softmax state: all tokens at once ([n, G])
+    s2_all = _scores(q, k, L, c)
     for t in range(n_proc):
         s2 = s2_all[t]
-        mn = fmax(m, s2)
+        mn = fmax(m, ceil_int(s2) if engine == "split" else s2)
         alpha = exp2_diff(m, mn)
         p = exp2_diff(s2, mn)
         l = fadd(fmul(l, alpha), p)
@@ -449,7 +530,8 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
         out = fmul(o, frecip(l)[:, None])
     st["nonfinite_out"] = _nonfinite(out)
     return TEResult(out=out, m=m, l=l, status=st,
-                    cycles=te_cycles(n if not st["early_end"] else n_proc, d, G, L, partial))
+                    cycles=te_cycles(n if not st["early_end"] else n_proc, d, G, L, partial,
+                                     engine, st["early_end"]))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,7 +30,12 @@ from dataclasses import dataclass
 
 from .cdu import HINT_OF_RESIDENCY
 
-__all__ = ["Job", "split_parts", "sequence"]
+__all__ = ["TILE_LANES", "Job", "split_parts", "sequence"]
+
+#: TE lanes the decode tile takes: its HBM K/V word carries one 8-bit NVFP4 block scale per
+#: beat (``rtl/tile/attention_layouts.kv_word_bits``), so at most 16 lanes (one micro-block);
+#: the standalone TE also takes 32 (``models.te.LANES``)
+TILE_LANES = (2, 4, 8, 16)
 
 
 @dataclass(frozen=True)

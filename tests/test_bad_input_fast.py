@@ -290,7 +290,7 @@ CASES = [
     ("simulate", "15-unit-unknown", [*S, "--unit", "sm_count=4"], "NAME one of te_engines_per_sm"),
     ("simulate", "15-unit-no-equals", [*S, "--unit", "te_lanes"], "expected NAME=VALUE"),
     ("simulate", "15-unit-fraction", [*S, "--unit", "te_lanes=2.5"], "'2.5' is not an integer"),
-    ("simulate", "15-unit-lanes-3", [*S, "--unit", "te_lanes=3"], "te_lanes must be one of 2, 4, 8, 16"),
+    ("simulate", "15-unit-lanes-3", [*S, "--unit", "te_lanes=3"], "te_lanes must be one of 2, 4, 8, 16, 32, got 3"),
     ("compare", "15-unit-engines-0", [*S, "--unit", "te_engines_per_sm=0"], "te_engines_per_sm must be in 1..1024"),
     ("bench", "15-unit-dsu-cores-huge", ["--unit", "dsu_cores=" + "9" * 30], "dsu_cores must be in 1..1024"),
     ("simulate", "15-json-and-csv", [*S, "--json", "--csv"], "not allowed with argument --json"),

@@ -123,7 +123,7 @@ CASES = [
     ("cdu-l2-share-5", {"grid": BASE + '[axes]\n"assume.cdu_l2_share" = [0.8, 5]\n'}, S,
      "point assume.cdu_l2_share=5: argument --assume: 'cdu_l2_share=5': assumption cdu_l2_share must be in (0, 1]"),
     ("te-lanes-3", {"grid": BASE + '[axes]\n"unit.te_lanes" = [2, 3]\n'}, S,
-     "point unit.te_lanes=3: argument --unit: 'te_lanes=3': te_lanes must be one of 2, 4, 8, 16, got 3"),
+     "point unit.te_lanes=3: argument --unit: 'te_lanes=3': te_lanes must be one of 2, 4, 8, 16, 32, got 3"),
     ("cuts-unknown", {"grid": BASE + '[axes]\ncuts = [["te"], ["tee"]]\n'}, S, "point cuts=['tee']: argument --cuts: 'tee' is not a cut"),
     ("limit-without-trace", {"grid": BASE + '[axes]\nlimit = [5]\n'}, S, "point limit=5: --limit applies to a --trace, and there is none"),
     ("trace-missing", {"grid": '[axes]\ntrace = ["nope.jsonl"]\n'}, S, "point trace=nope.jsonl: {d}/nope.jsonl: file not found"),

@@ -188,6 +188,7 @@ TE_CASES = [
     ("lanes-3", _te("--lanes", "3"), "invalid choice"),
     ("kv-dtype-fp16", _te("--kv-dtype", "fp16"), "invalid choice"),
     ("sim-unknown", _te("--sim", "iverilog"), "invalid choice"),
+    ("engine-unknown", _te("--engine", "fast"), "invalid choice: 'fast'"),
     ("unknown-flag", _te("--fast"), "unrecognized arguments"),
     ("stray-argument", _te("extra"), "unrecognized arguments"),
     ("missing-out", lambda t: ["te", "run", "--in", _vec(t / "v.npz")], "required: --out"),

@@ -37,6 +37,26 @@ def test_te_run_writes_rtl_and_golden(tmp_path):
     assert int(res["cycles"]) > 0 and res["status"].sum() == 0
 
 
+def test_te_run_split_engine_at_32_lanes(tmp_path):
+    """``--engine split``: RTL == model, and the cycles are the split formula, not the serial
+    one."""
+    from tricut.models import te as M
+    rng = np.random.default_rng(4)
+    vec = tmp_path / "vec.npz"
+    np.savez(vec, q=rng.standard_normal((4, 128)).astype(np.float32),
+             k=rng.standard_normal((3, 128)).astype(np.float32),
+             v=rng.standard_normal((3, 128)).astype(np.float32))
+    out = tmp_path / "res.npz"
+    r = _cli("te", "run", "--in", str(vec), "--out", str(out), "--kv-dtype", "nvfp4",
+             "--lanes", "32", "--engine", "split")
+    assert r.returncode == 0, r.stderr
+    assert "TE split nvfp4" in r.stdout and "RTL == model: True" in r.stdout
+    res = np.load(out)
+    np.testing.assert_array_equal(res["out"].view(np.uint32), res["golden"].view(np.uint32))
+    assert int(res["cycles"]) == M.te_cycles(3, 128, 4, 32, engine="split")
+    assert int(res["cycles"]) < M.te_cycles(3, 128, 4, 32, engine="serial")
+
+
 @pytest.mark.parametrize("arrays,needle", [
     (dict(q=np.zeros((1, 64), np.float32), k=np.zeros((3, 64), np.float32)), "missing array 'v'"),
     (dict(q=np.zeros((1, 64), np.float32), k=np.zeros((3, 64), np.float32),

@@ -8,6 +8,7 @@ from tricut.models.te import KV_CODE_BITS, LANES
 
 from .fmul import FP32Mul
 from .fputil import QNAN
+from .layouts import NVFP4_BLOCK, kv_scale_bits
 
 __all__ = ["KVDequant", "bf16_to_f32", "e4m3_to_f32", "e2m1_to_f32"]
 
@@ -57,12 +58,15 @@ def e2m1_to_f32(m, c, name):
 class KVDequant(wiring.Component):
     """Decode the ``lanes`` element codes of one K/V beat to fp32 (combinational).
 
-    bf16: ``code << 16`` with subnormals flushed; fp8: exact E4M3 decode; nvfp4:
-    ``fmul(e2m1(code), fmul(tensor_scale, e4m3(scale)))`` (1 + ``lanes`` fp32 multipliers).
+    bf16: ``code << 16`` with subnormals flushed; fp8: exact E4M3 decode (both ignore
+    ``scale``); nvfp4: lane ``i`` is ``fmul(e2m1(code_i), fmul(tensor_scale, e4m3(scale_j)))``
+    with ``j = i // 16`` its micro-block (one scale multiplier per micro-block, i.e. 1 for
+    ``lanes <= 16`` and 2 for 32, plus ``lanes`` fp32 multipliers).
     Bit-exact with :func:`tricut.models.te.dequant_kv`.
 
-    Ports: ``codes`` (lanes codes), ``scale`` (E4M3 block-scale code), ``tensor_scale``
-    (fp32 bits), ``values`` (lanes fp32), ``nonfinite`` (some lane is inf/NaN).
+    Ports: ``codes`` (lanes codes), ``scale`` (:func:`~.layouts.kv_scale_bits` bits: E4M3
+    block-scale code ``j`` in bits ``8j..8j+7``), ``tensor_scale`` (fp32 bits), ``values``
+    (lanes fp32), ``nonfinite`` (some lane is inf/NaN).
     """
 
     def __init__(self, lanes, kv_dtype):
@@ -74,7 +78,7 @@ class KVDequant(wiring.Component):
         self.kv_dtype = kv_dtype
         super().__init__({
             "codes": In(data.ArrayLayout(KV_CODE_BITS[kv_dtype], lanes)),
-            "scale": In(8),
+            "scale": In(kv_scale_bits(lanes)),
             "tensor_scale": In(32),
             "values": Out(data.ArrayLayout(32, lanes)),
             "nonfinite": Out(1),
@@ -83,10 +87,17 @@ class KVDequant(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         vals = []
+        smuls = []
         if self.kv_dtype == "nvfp4":
-            m.submodules.scale_mul = smul = FP32Mul()
-            m.d.comb += [smul.a.eq(self.tensor_scale),
-                         smul.b.eq(e4m3_to_f32(m, self.scale, "bscale"))]
+            for j in range(kv_scale_bits(self.lanes) // 8):
+                smul = FP32Mul()
+                # the 1-block case keeps its historical names (scale_mul, bscale)
+                sfx = "" if j == 0 else str(j)
+                m.submodules[f"scale_mul{sfx}"] = smul
+                m.d.comb += [smul.a.eq(self.tensor_scale),
+                             smul.b.eq(e4m3_to_f32(m, self.scale[8 * j:8 * j + 8],
+                                                   f"bscale{sfx}"))]
+                smuls.append(smul)
         for i in range(self.lanes):
             c = self.codes[i]
             if self.kv_dtype == "bf16":
@@ -96,7 +107,8 @@ class KVDequant(wiring.Component):
             else:
                 mul = FP32Mul()
                 m.submodules[f"mul{i}"] = mul
-                m.d.comb += [mul.a.eq(e2m1_to_f32(m, c, f"e2m1_{i}")), mul.b.eq(smul.y)]
+                m.d.comb += [mul.a.eq(e2m1_to_f32(m, c, f"e2m1_{i}")),
+                             mul.b.eq(smuls[i // NVFP4_BLOCK].y)]     # lane i: block i // 16
                 vals.append(mul.y)
         for i, v in enumerate(vals):
             m.d.comb += self.values[i].eq(v)

@@ -7,8 +7,10 @@ Every stream is an ``amaranth.lib.stream`` with these payloads (LSB first):
   the unnormalised ``(o, m, l)``).
 * ``q``: ``G * head_dim / lanes`` beats, head-major, each ``lanes`` bf16 codes.
 * ``kv``: per token ``head_dim / lanes`` K beats then as many V beats, each ``lanes`` element
-  codes (16/8/4 bits), ``scale`` (E4M3 block-scale code of the 16-element NVFP4 block the
-  beat belongs to; ignored otherwise) and ``last`` (set on the final beat of the context).
+  codes (16/8/4 bits), ``scale`` (:func:`kv_scale_bits` bits: the E4M3 block-scale codes of
+  the 16-element NVFP4 micro-blocks the beat covers, code ``j`` in bits ``8j..8j+7`` for
+  lanes ``16j..16j+15``; 8 bits, one code, for ``lanes <= 16``; ignored for bf16/fp8) and
+  ``last`` (set on the final beat of the context, right above ``scale``).
 * ``out``: ``G * head_dim / lanes`` beats of ``lanes`` fp32 values (head-major), plus in
   partial mode one beat per head after its ``o`` beats carrying ``[m, l, 0, ...]``;
   ``last`` marks the final beat of the step.
@@ -23,11 +25,20 @@ from amaranth.lib import data
 
 from tricut.models.te import KV_CODE_BITS, STATUS_BITS
 
-__all__ = ["N_BITS", "desc_layout", "q_layout", "kv_layout", "out_layout", "status_layout",
-           "pack_desc", "pack_q_beats", "pack_kv_beats", "unpack_out_beat", "unpack_status"]
+__all__ = ["N_BITS", "NVFP4_BLOCK", "kv_scale_bits", "desc_layout", "q_layout", "kv_layout",
+           "out_layout", "status_layout", "pack_desc", "pack_q_beats", "pack_kv_beats",
+           "unpack_out_beat", "unpack_status"]
 
 #: width of the announced context length
 N_BITS = 20
+#: elements per NVFP4 micro-block (one E4M3 block-scale code each)
+NVFP4_BLOCK = 16
+
+
+def kv_scale_bits(lanes):
+    """Width of the ``kv`` beat's ``scale`` field: one 8-bit E4M3 code per NVFP4 micro-block
+    the beat covers (8 bits for ``lanes <= 16``, 16 for 32 lanes)."""
+    return 8 * max(1, lanes // NVFP4_BLOCK)
 
 
 def desc_layout():
@@ -41,7 +52,7 @@ def q_layout(lanes):
 
 def kv_layout(lanes, kv_dtype):
     return data.StructLayout({"data": data.ArrayLayout(unsigned(KV_CODE_BITS[kv_dtype]), lanes),
-                              "scale": unsigned(8), "last": unsigned(1)})
+                              "scale": unsigned(kv_scale_bits(lanes)), "last": unsigned(1)})
 
 
 def out_layout(lanes):
@@ -77,9 +88,14 @@ def pack_q_beats(q_codes, lanes):
 def pack_kv_beats(k_codes, v_codes, kv_dtype, lanes, k_scales=None, v_scales=None,
                   terminator=False):
     """Token arrays [n, d] -> list of kv payload ints (K beats then V beats per token);
-    ``last`` is set on the final beat. With no tokens and ``terminator`` a single zero beat
-    with ``last`` is produced (how a producer signals an empty stream)."""
+    ``k_scales``/``v_scales`` [n, d/16] E4M3 codes (nvfp4; None: zero scale fields), each
+    beat carrying the codes of the micro-blocks it covers; ``last`` is set on the final beat.
+    With no tokens and ``terminator`` a single zero beat with ``last`` is produced (how a
+    producer signals an empty stream)."""
     bits = KV_CODE_BITS[kv_dtype]
+    scale_at = bits * lanes
+    last_at = scale_at + kv_scale_bits(lanes)
+    blocks = kv_scale_bits(lanes) // 8
     k_codes = np.asarray(k_codes)
     v_codes = np.asarray(v_codes)
     n, d = k_codes.shape if k_codes.ndim == 2 else (0, 0)
@@ -87,12 +103,13 @@ def pack_kv_beats(k_codes, v_codes, kv_dtype, lanes, k_scales=None, v_scales=Non
     for t in range(n):
         for codes, scales in ((k_codes[t], k_scales), (v_codes[t], v_scales)):
             for b in range(0, d, lanes):
-                sc = 0 if scales is None else int(np.asarray(scales)[t][b // 16])
-                beats.append(_pack_lanes(codes[b:b + lanes], bits) | sc << (bits * lanes))
+                sc = 0 if scales is None else _pack_lanes(
+                    np.asarray(scales)[t][b // NVFP4_BLOCK:][:blocks], 8)
+                beats.append(_pack_lanes(codes[b:b + lanes], bits) | sc << scale_at)
     if not beats and terminator:
         beats.append(0)
     if beats:
-        beats[-1] |= 1 << (bits * lanes + 8)
+        beats[-1] |= 1 << last_at
     return beats
 
 

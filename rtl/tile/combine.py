@@ -9,7 +9,8 @@ from amaranth.lib import stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import HEAD_DIMS, LANES, MAX_G, NEG_INF
+from tricut.models.te import HEAD_DIMS, MAX_G, NEG_INF
+from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.exp2 import Exp2

@@ -11,7 +11,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, LANES, MAX_G, f2b
+from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, MAX_G, f2b
+from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, seq_bits
 from tricut.rtl.te.layouts import kv_layout, q_layout

@@ -7,7 +7,8 @@ from amaranth.lib import stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, LANES, MAX_G
+from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, MAX_G
+from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.layouts import kv_layout, q_layout

@@ -16,10 +16,11 @@ from tricut.models.cdu import POLICIES
 from tricut.models.config import KV_DTYPES, gpu_ids, load_gpu, load_model, model_ids
 from tricut.models.dsu import PROFILES
 from tricut.models.roofline import roofline
+from tricut.models.te import LANES as TE_LANES
 
 from ..fast.setup import ServingSetup
 from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
-from ..fast.timing import CUTS, Assumptions
+from ..fast.timing import CUTS, DEFAULT_TE_LANES, Assumptions
 from ..fast.workload import TRACE_FORMATS, TraceError, check_lengths, read_trace, scale_rate, synthetic
 from .errors import InputError, one_line_argparse
 from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
@@ -154,7 +155,8 @@ def _assumption(text: str) -> tuple[str, float]:
 
 #: --unit NAME=VALUE: the decode units' sizes, beside the GPU config's (docs/system-model.md)
 UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's)",
-               "te_lanes": "multiplier lanes per TE engine (2, 4, 8 or 16)",
+               "te_lanes": f"multiplier lanes per TE engine ({', '.join(map(str, TE_LANES[:-1]))} or {TE_LANES[-1]}; "
+                           f"default {DEFAULT_TE_LANES})",
                "dsu_cores": "DSU RISC-V cores (the GPU config's; the fast model's DSU round runs on one)"}
 
 

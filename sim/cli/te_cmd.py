@@ -17,6 +17,8 @@ import numpy as np
 
 from tricut.models.config import KV_DTYPES
 from tricut.models.jsonl import stat_input_file
+from tricut.models.te import ENGINES as TE_ENGINES
+from tricut.models.te import LANES as TE_LANES
 from tricut.sim.harness.waves import (WaveError, add_wave_arguments, atomic_output,
                                       check_output_file, check_window, one_line, parse_wave_args)
 
@@ -273,19 +275,19 @@ def cmd_te_run(args) -> int:
         raise InputError(f"--wave {_show(wave.path)} is the same file as --in or --out")
     G, d = headers["q"][0]
     n = headers["k"][0][0]
-    lanes, sim = args.lanes, args.sim
-    need = H.run_cycles(n, d, G, lanes)
+    lanes, sim, engine = args.lanes, args.sim, args.engine
+    need = H.run_cycles(n, d, G, lanes, engine=engine)
     step = need - H.TAIL_CYCLES
     try:
         check_window(wave, need if args.max_cycles is None else min(need, args.max_cycles))
     except WaveError as e:
         raise InputError(str(e)) from None
-    _, secs = H.estimate_run(n, d, G, lanes, sim)
+    _, secs = H.estimate_run(n, d, G, lanes, sim, engine=engine)
     if args.max_cycles is None and secs > REFUSE_ESTIMATE_S:
         where = {"amaranth": "Amaranth", "verilator": "Verilator"}[sim]
         alt = ""
         if sim == "amaranth":
-            _, vsecs = H.estimate_run(n, d, G, lanes, "verilator")
+            _, vsecs = H.estimate_run(n, d, G, lanes, "verilator", engine=engine)
             alt = f"use --sim verilator (~{_duration(vsecs)}) or "
         raise InputError(
             f"n = {n:,} (G={G}, head_dim={d}, lanes={lanes}) needs {step:,} cycles: "
@@ -301,7 +303,8 @@ def cmd_te_run(args) -> int:
         try:
             out, golden, q_used, k_used, v_used, cycles, status = H.run_te(
                 vec["q"], vec["k"], vec["v"], args.kv_dtype, scale=vec.get("scale"), sim=sim,
-                lanes=lanes, max_cycles=args.max_cycles, progress=progress, wave=wave)
+                lanes=lanes, max_cycles=args.max_cycles, progress=progress, wave=wave,
+                engine=engine)
         finally:            # clear the progress line before anything else is printed
             if progress is not None:
                 progress.done()
@@ -328,7 +331,7 @@ def cmd_te_run(args) -> int:
         return 1
     same = np.array_equal(out.view(np.uint32), golden.view(np.uint32))
     waves = f"; waves: {wave.describe()}" if wave is not None else ""
-    print(f"TE {args.kv_dtype} G={G} d={d} n={n} lanes={lanes} on {sim}: {cycles} cycles, "
+    print(f"TE {engine} {args.kv_dtype} G={G} d={d} n={n} lanes={lanes} on {sim}: {cycles} cycles, "
           f"RTL == model: {same}, status: {', '.join(flags) or 'ok'}; "
           f"wrote {_show(out_path)}{waves}")
     return 0 if same else 1
@@ -353,8 +356,13 @@ def add_commands(sub) -> None:
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16")
     p.add_argument("--sim", choices=("amaranth", "verilator"), default="amaranth",
                    help="simulator (default: amaranth; verilator builds the design first, ~35 s)")
-    p.add_argument("--lanes", type=int, choices=(2, 4, 8, 16), default=8,
-                   help="multiplier lanes (default: 8)")
+    p.add_argument("--lanes", type=int, choices=TE_LANES, default=8,
+                   help="multiplier lanes per lane array (default: 8)")
+    p.add_argument("--engine", choices=TE_ENGINES, default="serial",
+                   help="serial: one lane array, exact running maximum, 3*G*Dk cycles per token "
+                        "(the decode tile's engine); split: separate K and V lane arrays, "
+                        "integer running maximum, (G+1)*Dk cycles per token (default: serial; "
+                        "docs/te.md)")
     p.add_argument("--max-cycles", type=_cycles_arg, metavar="N",
                    help="stop the simulation after N cycles if the step is not done (exit 1, no "
                         "result; waves up to there are kept); also lets a run estimated at more "

@@ -14,7 +14,8 @@ import json
 import sys
 
 from tricut.models.dsu import PROFILES
-from tricut.models.te import KV_CODE_BITS, LANES
+from tricut.models.te import KV_CODE_BITS
+from tricut.models.tile import TILE_LANES as LANES
 
 from .errors import InputError, one_line_argparse, positive_int_list
 

@@ -39,7 +39,8 @@ class ServingSetup:
     concurrency: int | None = None        # closed-loop clients; None: open loop (arrival times)
     think_s: float = 0.0                  # closed loop: a client's pause between its requests
     #: decode-unit sizes over the GPU config's (``--unit``): te_engines_per_sm, dsu_cores (they
-    #: replace the GPU's fields) and te_lanes (the TE RTL parameter, default the widest)
+    #: replace the GPU's fields) and te_lanes (the TE RTL parameter, one of models.te.LANES;
+    #: default timing.DEFAULT_TE_LANES, the calibrated width)
     units: dict = field(default_factory=dict)
 
     UNIT_NAMES = ("te_engines_per_sm", "te_lanes", "dsu_cores")

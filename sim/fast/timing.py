@@ -23,9 +23,14 @@ from .cdu_reduction import CduReduction, CduStep
 from .datafile import read_data_json
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
-__all__ = ["CUTS", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
+__all__ = ["CUTS", "DEFAULT_TE_LANES", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
 CUTS = ("te", "cdu", "dsu")
+#: the default multiplier lanes per TE engine: the width the fast model's unit costs are
+#: calibrated at (tests/test_calibration.py), not the RTL's widest (``models.te.LANES``)
+DEFAULT_TE_LANES = 16
+if DEFAULT_TE_LANES not in TE_LANES:
+    raise AssertionError(f"DEFAULT_TE_LANES {DEFAULT_TE_LANES} is not one of {TE_LANES}")
 
 
 class PhysicsViolation(AssertionError):
@@ -184,9 +189,9 @@ class UnitTiming:
     cdu_clock_hz: float
     dsu_clock_hz: float
     costs: UnitCosts = field(default_factory=UnitCosts.load)
-    #: multiplier lanes per TE engine: an RTL parameter, not a GPU's (the TE RTL's maximum; a
-    #: beat never spans two NVFP4 micro-blocks)
-    te_lanes: int = max(TE_LANES)
+    #: multiplier lanes per TE engine: an RTL parameter, not a GPU's (any of
+    #: ``models.te.LANES``; default the calibrated :data:`DEFAULT_TE_LANES`)
+    te_lanes: int = DEFAULT_TE_LANES
 
     DSU_COLUMNS = DSU_COLUMNS
 

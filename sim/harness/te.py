@@ -53,16 +53,17 @@ def sim_rate(sim: str, lanes: int) -> float:
     return float(VERILATOR_CYCLES_PER_S)
 
 
-def run_cycles(n, head_dim, G, lanes, partial=False) -> int:
+def run_cycles(n, head_dim, G, lanes, partial=False, engine="serial") -> int:
     """Bench cycles of one unstalled step (:func:`run_te`): the step's exact
     :func:`models.te.te_cycles` plus the bench's tail."""
-    return M.te_cycles(n, head_dim, G, lanes, partial) + TAIL_CYCLES
+    return M.te_cycles(n, head_dim, G, lanes, partial, engine) + TAIL_CYCLES
 
 
-def estimate_run(n, head_dim, G, lanes, sim, partial=False) -> tuple[int, float]:
+def estimate_run(n, head_dim, G, lanes, sim, partial=False,
+                 engine="serial") -> tuple[int, float]:
     """``(cycles, seconds)`` of one unstalled :func:`run_te` step on ``sim`` (seconds: the
     simulation at :func:`sim_rate`, plus the build on Verilator)."""
-    cycles = run_cycles(n, head_dim, G, lanes, partial)
+    cycles = run_cycles(n, head_dim, G, lanes, partial, engine)
     secs = cycles / sim_rate(sim, lanes) + (VERILATOR_BUILD_S if sim == "verilator" else 0)
     return cycles, secs
 
@@ -91,6 +92,7 @@ class TEVector:
     v_scales: np.ndarray | None = None
     ts_bits: int = 0
     partial: bool = False
+    engine: str = "serial"              # models.te.ENGINES
 
     @property
     def G(self):
@@ -108,7 +110,14 @@ class TEVector:
         return M.te_decode(self.q_codes, self.k_codes, self.v_codes, self.kv_dtype,
                            self.scale_bits, lanes=self.lanes, n=self.n_announced,
                            k_scales=self.k_scales, v_scales=self.v_scales,
-                           tensor_scale_bits=self.ts_bits, partial=self.partial)
+                           tensor_scale_bits=self.ts_bits, partial=self.partial,
+                           engine=self.engine)
+
+    def cycles(self) -> int:
+        """Unstalled cycles of this step (:func:`models.te.te_cycles`)."""
+        early = self.k_codes.shape[0] < self.n_announced
+        n = self.k_codes.shape[0] if early else self.n_announced
+        return M.te_cycles(n, self.d, self.G, self.lanes, self.partial, self.engine, early)
 
     def desc_beats(self):
         return [pack_desc(self.n_announced, self.scale_bits, self.ts_bits, self.partial)]
@@ -149,8 +158,25 @@ class TEVector:
         return q, k.reshape(-1, self.d), v.reshape(-1, self.d)
 
 
+def rising_max_inputs(rng, G, d, n, rise=2.5):
+    """Adversarial float32 ``(q [G, d], k [n, d], v [n, d])``: every head's score rises by about
+    ``rise`` (log2 units, with the default scale ``1/sqrt(d)``) on every token, so the running
+    maximum -- and its integer ceiling, for ``rise > 1`` -- rises on every token (the worst
+    case for a rescale: ``G*(n-1)`` events). Keys are ``u * a_t`` for one ±1 vector ``u``
+    shared with the queries (``u`` plus a little noise), with ``a_t`` growing linearly.
+    Quantisation must keep consecutive ``a_t`` apart: bf16 does for ``n`` up to about 100,
+    fp8 and NVFP4 (3 and 1 mantissa bits, E4M3 block scales) for about 8 tokens; callers
+    check with :func:`tricut.models.te.rescale_events`."""
+    u = rng.choice(np.array([-1.0, 1.0], dtype=np.float32), size=d)
+    q = (u[None, :] + 0.05 * rng.standard_normal((G, d))).astype(np.float32)
+    step = rise / (math.sqrt(d) * math.log2(math.e))
+    k = (u[None, :] * (step * np.arange(1, n + 1, dtype=np.float32))[:, None]).astype(np.float32)
+    v = rng.standard_normal((n, d)).astype(np.float32)
+    return q, k, v
+
+
 def make_vector(q, k, v, kv_dtype, scale=None, lanes=8, n=None, partial=False,
-                tensor_scale=None) -> TEVector:
+                tensor_scale=None, engine="serial") -> TEVector:
     """Quantise float32 ``q`` [G,d], ``k``/``v`` [n,d] with :mod:`tricut.models.formats`.
 
     NVFP4: one tensor scale shared by K and V (``amax(|k|,|v|) / 2688`` unless given)."""
@@ -164,7 +190,7 @@ def make_vector(q, k, v, kv_dtype, scale=None, lanes=8, n=None, partial=False,
         raise ValueError(f"k and v must be [n, {d}] of equal shape, got {k.shape} and {v.shape}")
     if kv_dtype not in F.KV_DTYPES:
         raise ValueError(f"kv_dtype must be one of {F.KV_DTYPES}, got {kv_dtype!r}")
-    M.validate_params(d, G, lanes, kv_dtype)
+    M.validate_params(d, G, lanes, kv_dtype, engine)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     scale_bits = int(M.f2b(np.float32(scale)))
@@ -185,7 +211,7 @@ def make_vector(q, k, v, kv_dtype, scale=None, lanes=8, n=None, partial=False,
         ks, vs = tk.block_scales, tv.block_scales
         ts_bits = int(M.f2b(tk.tensor_scale))
     return TEVector(qc, kc, vc, kv_dtype, scale_bits, lanes, n=n, k_scales=ks, v_scales=vs,
-                    ts_bits=ts_bits, partial=partial)
+                    ts_bits=ts_bits, partial=partial, engine=engine)
 
 
 @dataclass
@@ -194,6 +220,9 @@ class TEStepResult:
     status: dict
     cycles: int
     mac_busy: int
+    k_busy: int = 0                         # split engine: K / V array ops, rescaling V ops
+    v_busy: int = 0
+    v_rescale: int = 0
     out: np.ndarray = field(default=None)   # [G, d] fp32 bits (o in partial mode)
     m: np.ndarray = field(default=None)
     l: np.ndarray = field(default=None)
@@ -258,7 +287,8 @@ class Driver:
 
     Per cycle: ``drive()`` -> ``({stream: (valid, payload)}, out_ready)`` (payload ``None``:
     leave the port as it is); ``sampled(readies, out_valid, out_payload, mac_busy)`` with the
-    values the clock edge sees -> True when a step's last output beat transferred, then
+    values the clock edge sees (``mac_busy``: :func:`activity` bits) -> True when a step's last
+    output beat transferred, then
     ``finish_step(status_word)`` with the status registered at that edge. The run ends when
     ``finished`` (every step out, ``TAIL_CYCLES`` more cycles run); :meth:`problems` is the
     drained check."""
@@ -273,7 +303,7 @@ class Driver:
         self.cur = []
         self.cycle = 0
         self.start = None
-        self.mac = 0
+        self.mac = [0, 0, 0, 0]
         self.tail = 0
         self.status_missing = 0
 
@@ -288,9 +318,10 @@ class Driver:
         for k, s in self.sources.items():
             if s.sample(readies[k]) and k == "desc":
                 self.start = self.cycle
-                self.mac = 0
+                self.mac = [0, 0, 0, 0]
         if self.start is not None:
-            self.mac += mac_busy
+            for i in range(4):
+                self.mac[i] += (mac_busy >> i) & 1
         self.cycle += 1
         done = False
         if self.out.sample(out_valid, out_payload):
@@ -299,7 +330,9 @@ class Driver:
                 done = True
                 start = self.start if self.start is not None else self.cycle
                 self.steps.append({"out": self.cur, "status": None,
-                                   "cycles": self.cycle - start, "mac_busy": self.mac})
+                                   "cycles": self.cycle - start, "mac_busy": self.mac[0],
+                                   "k_busy": self.mac[1], "v_busy": self.mac[2],
+                                   "v_rescale": self.mac[3]})
                 self.cur = []
                 self.start = None
                 self.status_missing += 1
@@ -322,6 +355,29 @@ class Driver:
         if self.status_missing:
             out.append(f"{self.status_missing} step status words not read")
         return out
+
+
+ACTIVITY_PORTS = ("mac_busy", "k_busy", "v_busy", "v_rescale")
+
+
+def activity(get):
+    """The activity bits the benches pass to :meth:`Driver.sampled`: ``mac_busy`` at bit 0,
+    then the split engine's ``k_busy``, ``v_busy``, ``v_rescale`` (0 for an engine without
+    them); ``get(name)`` reads a port or returns None when the engine has none."""
+    bits = 0
+    for i, name in enumerate(ACTIVITY_PORTS):
+        v = get(name)
+        bits |= (int(v) & 1) << i if v is not None else 0
+    return bits
+
+
+def engine_for(v0):
+    """The RTL engine for vectors like ``v0`` (its ``engine`` picks the class)."""
+    if v0.engine == "split":
+        from tricut.rtl.te.split_engine import TESplitEngine as cls
+    else:
+        from tricut.rtl.te.engine import TEEngine as cls
+    return cls(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
 
 
 def _with_budget(plan, max_cycles):
@@ -348,10 +404,10 @@ def run_plan_amaranth(plan, v0, dut=None, *, progress=None, wave: WaveSpec | Non
     simulator; returns ``{"steps": [...], "problems": [...]}`` like the cocotb bench (and
     ``"stopped_at"`` when the plan's ``budget`` of cycles stopped it)."""
     from amaranth.sim import Simulator
-    from tricut.rtl.te.engine import TEEngine
 
     if dut is None:
-        dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
+        dut = engine_for(v0)
+    ports = [getattr(dut, p) for p in ACTIVITY_PORTS if hasattr(dut, p)]
     drv = Driver(plan)
     streams = {"desc": dut.desc, "q": dut.q, "kv": dut.kv}
     budget = plan.get("budget")
@@ -374,9 +430,10 @@ def run_plan_amaranth(plan, v0, dut=None, *, progress=None, wave: WaveSpec | Non
                 if payload is not None:
                     ctx.set(s.payload.as_value(), payload)
             ctx.set(dut.out.ready, ready)
-            _, _, dr, qr, kr, ov, op, mb = await ctx.tick().sample(
+            _, _, dr, qr, kr, ov, op, *act = await ctx.tick().sample(
                 dut.desc.ready, dut.q.ready, dut.kv.ready, dut.out.valid,
-                dut.out.payload.as_value(), dut.mac_busy)
+                dut.out.payload.as_value(), *ports)
+            mb = activity(dict(zip(ACTIVITY_PORTS, act)).get)
             if drv.sampled({"desc": dr, "q": qr, "kv": kr}, ov, op, mb):
                 drv.finish_step(ctx.get(dut.status.as_value()))
 
@@ -402,7 +459,9 @@ def _results(vectors, run):
     for v, s in zip(vectors, run["steps"]):
         out, m, l = _decode_out(v, s["out"])
         res.append(TEStepResult(out_beats=s["out"], status=unpack_status(s["status"]),
-                                cycles=s["cycles"], mac_busy=s["mac_busy"], out=out, m=m, l=l))
+                                cycles=s["cycles"], mac_busy=s["mac_busy"],
+                                k_busy=s.get("k_busy", 0), v_busy=s.get("v_busy", 0),
+                                v_rescale=s.get("v_rescale", 0), out=out, m=m, l=l))
     return res
 
 
@@ -451,11 +510,11 @@ def _run_plans_verilator(v0, plans, workdir=None, *, progress=None, wave: WaveSp
     """Every plan through one Verilator build of the engine (one cocotb test, reset between
     plans); returns the runs (``{"steps", "problems"}``) in plan order. ``wave``: record the
     whole run (cycle 0 = the first plan's first cycle after reset)."""
-    from tricut.rtl.te.engine import TEEngine
     from tricut.sim.harness.cocotb_run import run_plans
 
-    dut = TEEngine(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
-    toplevel = f"te_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
+    dut = engine_for(v0)
+    prefix = "te" if v0.engine == "serial" else "te_split"
+    toplevel = f"{prefix}_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
     with recording(wave) as raw, _ProgressFile(progress, workdir) as prog:
         runs = run_plans(dut, toplevel, "te_engine", plans, workdir, waves=raw,
                          extra_env=prog.env())
@@ -486,7 +545,7 @@ def simulate_verilator_matrix(vectors, pairs=IDLE_BACKPRESSURE, seed=0, workdir=
 
 def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False,
            idle=0.0, backpressure=0.0, seed=0, *, max_cycles=None, progress=None,
-           wave: WaveSpec | None = None):
+           wave: WaveSpec | None = None, engine="serial"):
     """Quantise, run the RTL and return
     ``(out, golden, q_used, k_used, v_used, cycles, status)``.
 
@@ -499,7 +558,8 @@ def run_te(q, k, v, kv_dtype, scale=None, sim="amaranth", lanes=8, partial=False
     ``wave`` (a :class:`~tricut.sim.harness.waves.WaveSpec`): see :func:`simulate_amaranth`."""
     if sim not in ("amaranth", "verilator"):
         raise ValueError(f"sim must be 'amaranth' or 'verilator', got {sim!r}")
-    vec = make_vector(q, k, v, kv_dtype, scale=scale, lanes=lanes, partial=partial)
+    vec = make_vector(q, k, v, kv_dtype, scale=scale, lanes=lanes, partial=partial,
+                      engine=engine)
     run = simulate_amaranth if sim == "amaranth" else simulate_verilator
     (r,) = run([vec], idle=idle, backpressure=backpressure, seed=seed, max_cycles=max_cycles,
                progress=progress, wave=wave)

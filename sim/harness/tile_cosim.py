@@ -48,7 +48,7 @@ from tricut.models.cdu import (HINT_OF_RESIDENCY, POLICIES, CDUCore, FrontEnd, S
 from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.llama import LlamaWeights, decode_step, decode_step_layers, prefill
 from tricut.models.paged_kv import PagedKVCache
-from tricut.models.tile import split_parts
+from tricut.models.tile import TILE_LANES, split_parts
 from tricut.rtl.cdu.layouts import Widths
 from tricut.rtl.te.layouts import pack_kv_beats, pack_q_beats, unpack_out_beat
 from tricut.rtl.tile.attention_layouts import (kv_addr, kv_image_words, kv_word_bits,
@@ -194,8 +194,8 @@ def check_setup(s: Setup):
                                      f"got {s.kv_dtype!r}")
     if not _int(s.engines) or not ENGINES[0] <= s.engines <= ENGINES[1]:
         raise SetupError("engines", f"must be in {ENGINES[0]}..{ENGINES[1]}, got {s.engines!r}")
-    if lanes not in M.LANES:
-        raise SetupError("lanes", f"must be one of {', '.join(map(str, M.LANES))}, got {lanes!r}")
+    if lanes not in TILE_LANES:
+        raise SetupError("lanes", f"must be one of {', '.join(map(str, TILE_LANES))}, got {lanes!r}")
     if not _int(s.max_ctx) or not 2 <= s.max_ctx <= 4096:
         raise SetupError("max_ctx", f"must be in 2..4096, got {s.max_ctx!r}")
     if not _int(s.split_tokens) or not 0 <= s.split_tokens <= s.max_ctx:

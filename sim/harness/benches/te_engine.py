@@ -20,7 +20,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from tricut.sim.harness.benches.common import drive_sources, readies, replay_plans, reset
-from tricut.sim.harness.te import STREAMS, Driver
+from tricut.sim.harness.te import STREAMS, Driver, activity
 
 
 def _progress_writer():
@@ -65,7 +65,7 @@ async def run_plan(dut, plan):
         rd = readies(dut, STREAMS)
         ov = int(dut.out__valid.value)
         payload = int(dut.out__payload.value) if ov and ready else 0
-        mb = int(dut.mac_busy.value)
+        mb = activity(lambda name: getattr(dut, name).value if hasattr(dut, name) else None)
         await RisingEdge(dut.clk)
         if period is None:
             period = get_sim_time("fs") - t0

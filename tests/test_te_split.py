@@ -1,0 +1,216 @@
+"""The split TE engine (``rtl/te/split_engine.py``, ``engine="split"`` of ``models.te``): its two
+new units against the model, the model against float64, and the engine against the model bit
+for bit (Amaranth simulator) on random and rising-maximum (adversarial) inputs, every KV
+dtype, lanes 4..32, edge cases back to back, every (idle, backpressure) pair; the cycle
+formula exact on both kinds of input, the rescale count exact, lane utilisation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tricut.models import te as M
+from tricut.rtl.te.ceil_int import CeilInt
+from tricut.rtl.te.pow2scale import Pow2Scale
+from tricut.rtl.te.split_engine import TESplitEngine
+from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
+from tricut.sim.harness.te import make_vector, rising_max_inputs, simulate_amaranth
+
+from test_te import (EDGE_NAMES, EDGE_SUBSET, EDGE, _comb_run, _rand_bits, _rel_l2, _with,
+                     edge_steps, matrix_steps, random_vector)
+
+F32 = np.float32
+
+
+def split(vecs):
+    return [_with(v, engine="split") for v in vecs]
+
+
+def check_split(vecs, res, check_cycles=False):
+    """RTL == model (out beats, status); with ``check_cycles`` the unstalled cycle formula and
+    the per-array op counts (``G*Dk`` per token each, ``Dk`` V ops per rescale event)."""
+    assert len(res) == len(vecs)
+    for i, (vec, r) in enumerate(zip(vecs, res)):
+        gold = vec.golden()
+        exp = vec.expected_out_beats(gold)
+        if r.out_beats != exp:
+            bad = [j for j, (a, b) in enumerate(zip(r.out_beats, exp)) if a != b]
+            raise AssertionError(f"step {i}: {len(bad)} of {len(exp)} output beats differ "
+                                 f"from the model (first at {bad[:1]})")
+        assert r.status == gold.status, f"step {i}: status {r.status} != model {gold.status}"
+        if check_cycles:
+            assert r.cycles == vec.cycles(), f"step {i}: {r.cycles} != {vec.cycles()} cycles"
+            if not (gold.status["early_end"] or gold.status["empty"]):
+                dk, n = vec.d // vec.lanes, vec.n_announced
+                assert r.k_busy == r.v_busy == vec.G * dk * n, (i, r.k_busy, r.v_busy)
+                ev, _ = M.rescale_events(vec.q_codes, vec.k_codes[:n], vec.kv_dtype,
+                                         vec.scale_bits, lanes=vec.lanes, engine="split",
+                                         k_scales=None if vec.k_scales is None
+                                         else vec.k_scales[:n], tensor_scale_bits=vec.ts_bits)
+                assert r.v_rescale == ev * dk, (i, r.v_rescale, ev)
+
+
+# ------------------------------------------------------------------------------ units
+def test_ceil_int_model_equals_float64_ceiling():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([(rng.standard_normal(50_000) * 40).astype(F32),
+                        (rng.standard_normal(5_000) * 1e7).astype(F32),
+                        F32([0.5, -0.5, 1.0, -1.0, 8388607.5, -8388607.5, 2.0 ** 23 + 2])])
+    got = M.b2f(M.ceil_int(M.f2b(x))).astype(np.float64)
+    want = np.ceil(x.astype(np.float64)) + 0.0          # -0.0 -> +0.0
+    assert np.array_equal(got, want)
+    assert not np.signbit(got[got == 0]).any()
+    sp = M.f2b(F32([np.inf, -np.inf, 1e-40, -1e-40, -0.0]))
+    assert list(M.ceil_int(sp)) == [M.POS_INF, M.NEG_INF, 0, 0, 0]
+    assert M.ceil_int(M.QNAN) == M.QNAN
+
+
+def test_ceil_int_rtl_matches_model():
+    rng = np.random.default_rng(2)
+    xs = np.concatenate([M.f2b((rng.standard_normal(1500) * 30).astype(F32)),
+                         _rand_bits(rng, 1500, emin=110, emax=160), np.array(EDGE)])
+    dut = CeilInt()
+    got = [g for (g,) in _comb_run(dut, [dut.x], [dut.y], [xs])]
+    want = M.ceil_int(xs)
+    bad = [(hex(int(x)), hex(g), hex(int(w))) for x, g, w in zip(xs, got, want) if g != w]
+    assert not bad, bad[:5]
+
+
+def test_pow2scale_rtl_equals_fmul_on_every_alpha_the_engine_makes():
+    """alpha = exp2_diff(m, m') of integer maxima: 2**-k (k 0..125), +0, 1, NaN; against
+    ``fmul`` on random, edge and near-flush operands."""
+    rng = np.random.default_rng(3)
+    alphas = [int(M.exp2(M.f2b(F32(-k)))) for k in range(0, 130)] + [0, M.ONE, M.QNAN]
+    assert all((a & 0x7FFFFF) == 0 or a == M.QNAN for a in alphas)
+    a_vals = np.concatenate([_rand_bits(rng, 60, emin=1, emax=254), np.array(EDGE),
+                             M.f2b(F32([1e-37, -3e-38, 2.0 ** -100, np.inf, -np.inf]))])
+    aa, pp = np.meshgrid(a_vals, np.array(alphas, dtype=np.int64))
+    aa, pp = aa.ravel(), pp.ravel()
+    dut = Pow2Scale()
+    got = [g for (g,) in _comb_run(dut, [dut.a, dut.p], [dut.y], [aa, pp])]
+    want = M.fmul(aa, pp)
+    bad = [(hex(int(a)), hex(int(p)), hex(g), hex(int(w)))
+           for a, p, g, w in zip(aa, pp, got, want) if g != w]
+    assert not bad, bad[:5]
+
+
+# ------------------------------------------------------------------------------ model
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+def test_split_model_vs_float64_within_the_serial_bounds(kv_dtype):
+    """The integer running maximum changes no accuracy bound: the same 2e-6 datapath bound as
+    the serial engine (tests/test_te.py), on random and on rising-maximum inputs."""
+    rng = np.random.default_rng(31)
+    G, d, n = 4, 128, 300
+    for q, k, v in ((rng.standard_normal((G, d)), rng.standard_normal((n, d)),
+                     rng.standard_normal((n, d))), rising_max_inputs(rng, G, d, 60)):
+        errs = {}
+        for engine in M.ENGINES:
+            vec = make_vector(q, k, v, kv_dtype, lanes=8, engine=engine)
+            qu, ku, vu = vec.used()
+            ref = M.reference_f64(qu, ku, vu, 1 / math.sqrt(d))
+            errs[engine] = _rel_l2(vec.golden().out_f32(), ref)
+        assert errs["split"] <= 2e-6, (kv_dtype, errs)
+        print(f"{kv_dtype}: datapath rel L2 serial {errs['serial']:.2e} split {errs['split']:.2e}")
+
+
+def test_rescale_events_random_and_rising():
+    rng = np.random.default_rng(4)
+    G, d, n = 4, 64, 80
+    q, k, v = rising_max_inputs(rng, G, d, n)
+    vec = make_vector(q, k, v, "bf16", lanes=16, engine="split")
+    ev, per_head = M.rescale_events(vec.q_codes, vec.k_codes, "bf16", vec.scale_bits,
+                                    lanes=16, engine="split")
+    assert ev == G * (n - 1) and list(per_head) == [n - 1] * G
+    vec = random_vector(rng, "bf16", G, d, 16, n)
+    ev_serial, _ = M.rescale_events(vec.q_codes, vec.k_codes, "bf16", vec.scale_bits, lanes=16)
+    ev_split, _ = M.rescale_events(vec.q_codes, vec.k_codes, "bf16", vec.scale_bits, lanes=16,
+                                   engine="split")
+    harmonic = G * (math.log(n) + 0.5772 - 1)
+    assert ev_split <= ev_serial < 3 * harmonic, (ev_split, ev_serial, harmonic)
+
+
+# ------------------------------------------------------------------------------ engine
+SHAPES = [("bf16", 1, 64, 4), ("fp8", 4, 64, 8), ("nvfp4", 4, 64, 16), ("bf16", 7, 128, 32),
+          ("fp8", 8, 128, 32), ("nvfp4", 2, 128, 32), ("bf16", 3, 256, 32), ("fp8", 1, 64, 32)]
+
+
+@pytest.mark.parametrize("kv_dtype,G,d,lanes", SHAPES, ids=[f"{s[0]}-g{s[1]}-d{s[2]}-l{s[3]}"
+                                                            for s in SHAPES])
+def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(kv_dtype, G, d, lanes):
+    """Unstalled: cycles equal ``te_cycles(engine="split")`` on both kinds of input; then the
+    same steps under random idle and backpressure: still bit-exact."""
+    seed = SHAPES.index((kv_dtype, G, d, lanes))
+    rng = np.random.default_rng(100 + seed)
+    n = 3 if G * d // lanes > 64 else 5
+    vecs = split([random_vector(rng, kv_dtype, G, d, lanes, n),
+                  make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)])
+    res = simulate_amaranth(vecs)
+    check_split(vecs, res, check_cycles=True)
+    assert res[0].cycles == res[1].cycles
+    assert res[1].v_rescale == G * (n - 1) * (d // lanes)
+    res = simulate_amaranth(vecs, idle=0.3, backpressure=0.3, seed=seed)
+    check_split(vecs, res)
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+def test_split_engine_edge_cases_back_to_back(kv_dtype):
+    rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])
+    G, d, L = 2, 64, 16
+    names = EDGE_NAMES if kv_dtype == "bf16" else EDGE_SUBSET
+    vecs = split(edge_steps(rng, kv_dtype, G, d, L, only=names))
+    res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=7)
+    check_split(vecs, res)
+    st = {nm: r.status for nm, r in zip(names, res)}
+    clean = {k: False for k in M.STATUS_BITS}
+    assert st["bad_kv"]["nonfinite_in"]
+    assert st["toolong"] == dict(clean, too_long=True)
+    assert st["early_p"] == dict(clean, early_end=True)
+    for nm in ("mask", "allmask", "normal"):
+        assert st[nm] == clean, nm
+    if kv_dtype == "bf16":
+        assert st["empty"] == dict(clean, empty=True)
+        assert st["early_k"] == dict(clean, early_end=True)
+        assert st["nan_q"]["nonfinite_in"] and st["nan_q"]["nonfinite_out"]
+        # unstalled, the early ends and the empty steps follow the formula too
+        res = simulate_amaranth(vecs)
+        check_split(vecs, res, check_cycles=True)
+
+
+@pytest.mark.parametrize("idle,backpressure", IDLE_BACKPRESSURE,
+                         ids=[matrix_id(p) for p in IDLE_BACKPRESSURE])
+def test_split_engine_idle_backpressure_matrix(idle, backpressure):
+    rng = np.random.default_rng(7000)
+    vecs = split(matrix_steps(rng, G=2, lanes=16))
+    res = simulate_amaranth(vecs, idle=idle, backpressure=backpressure, seed=11)
+    check_split(vecs, res)
+    formula = sum(v.cycles() for v in vecs[:2])
+    if (idle, backpressure) == ("none", "none"):
+        check_split(vecs, res, check_cycles=True)
+    else:
+        assert sum(r.cycles for r in res[:2]) > formula
+
+
+@pytest.mark.parametrize("G,d,lanes", [(4, 128, 32), (8, 128, 32), (1, 64, 16)])
+def test_split_engine_lane_utilisation(G, d, lanes):
+    """Steady state: the K array is busy ``G`` of every ``G+1`` cycles per token (the stream's
+    V beats take the other one), the V array the same, both together ``2G/(G+1)`` lane-array
+    operations per cycle; the per-token cost is ``(G+1)*Dk`` whatever the data."""
+    rng = np.random.default_rng(5000 + G)
+    n = 4
+    vecs = split([random_vector(rng, "bf16", G, d, lanes, n),
+                  random_vector(rng, "bf16", G, d, lanes, n + 1)])
+    r1, r2 = simulate_amaranth(vecs)
+    check_split(vecs, [r1, r2], check_cycles=True)
+    dk = d // lanes
+    assert r2.cycles - r1.cycles == M.te_token_cycles(d, G, lanes, "split") == (G + 1) * dk
+    assert r2.k_busy - r1.k_busy == r2.v_busy - r1.v_busy == G * dk
+
+
+def test_split_engine_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="lanes must be one of"):
+        TESplitEngine(64, 2, 64, "bf16")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        M.te_decode(np.zeros((1, 64), np.int64), np.zeros((1, 64), np.int64),
+                    np.zeros((1, 64), np.int64), "bf16", 0, lanes=8, engine="fast")
