@@ -25,13 +25,17 @@ Two engines share this arithmetic (``ENGINES``). ``"serial"`` (``rtl/te/engine.p
 the running maximum exact. ``"split"`` (``rtl/te/split_engine.py``) keeps an *integer*
 running maximum, ``m' = fmax(m, ceil_int(s2))``: then ``alpha = exp2_diff(m, m')`` is
 exactly a power of two (or 0, 1, NaN), ``fmul(o, alpha)`` is an exponent subtraction, and the
-rescale fuses into the V operation at no cycle cost. Nothing else differs.
+rescale fuses into the V operation at no cycle cost; and it sums each K beat's products by a
+tree first, then the beats in order (one accumulator per head, the tree inside the K lane
+array). Nothing else differs.
 
 The engine's per-token order (for every head ``g`` of the GQA group, vectorised here):
 
 1. lane partial sums: ``acc[i] = prod[0*L+i]``, then ``acc[i] = fadd(acc[i], prod[b*L+i])``
    for beats ``b = 1..d/L-1`` where ``prod = fmul(q[g], k)`` elementwise;
-2. a fixed pairwise adder tree over the ``L`` lanes: ``((a0+a1)+(a2+a3))+...``;
+2. a fixed pairwise adder tree over the ``L`` lanes: ``((a0+a1)+(a2+a3))+...``
+   (split: the tree over each beat's ``L`` products first, then ``s = fadd(s, tree_b)`` over
+   the beats in order: one accumulator per head instead of one per lane);
 3. ``s2 = fmul(s, c)``; ``m' = fmax(m, s2)`` (split: ``fmax(m, ceil_int(s2))``);
    ``alpha = exp2_diff(m, m')``; ``p = exp2_diff(s2, m')``; ``l = fadd(fmul(l, alpha), p)``;
 4. ``o[i] = fadd(fmul(o[i], alpha), fmul(p, v[i]))``.
@@ -47,7 +51,7 @@ import numpy as np
 
 __all__ = [
     "QNAN", "POS_INF", "NEG_INF", "ONE", "LOG2E_BITS", "EXP2_TABLE", "EXP2_SEG_BITS",
-    "STATUS_BITS", "KV_CODE_BITS", "ENGINES",
+    "STATUS_BITS", "KV_CODE_BITS", "KV_SIGNIFICAND_BITS", "ENGINES",
     "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
     "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "rescale_events",
@@ -74,6 +78,9 @@ EXP2_TABLE = tuple(int(round(2.0 ** (30 - j / (1 << EXP2_SEG_BITS))))
 STATUS_BITS = ("nonfinite_in", "nonfinite_out", "empty", "early_end", "too_long")
 #: bits per K/V element code on the stream
 KV_CODE_BITS = {"bf16": 16, "fp8": 8, "nvfp4": 4}
+#: significant bits (hidden one included) of a dequantised K/V element, at most: bf16 8, E4M3
+#: 4 (subnormals 3), NVFP4 24 (``e2m1 * tensor_scale * block_scale``); q is bf16: 8
+KV_SIGNIFICAND_BITS = {"bf16": 8, "fp8": 4, "nvfp4": 24}
 
 HEAD_DIMS = (64, 128, 256)
 LANES = (2, 4, 8, 16, 32)
@@ -442,7 +449,7 @@ def rescale_events(q_codes, k_codes, kv_dtype, scale_bits, *, lanes, engine="ser
     validate_params(d, G, lanes, kv_dtype, engine)
     k = dequant_kv(np.asarray(k_codes).reshape(-1, d), kv_dtype,
                    None if k_scales is None else np.asarray(k_scales), tensor_scale_bits)
-    s2 = _scores(dequant_bf16(q_codes), k, lanes, fmul(_i64(scale_bits), LOG2E_BITS))
+    s2 = _scores(dequant_bf16(q_codes), k, lanes, fmul(_i64(scale_bits), LOG2E_BITS), engine)
     m = np.full(G, NEG_INF, dtype=np.int64)
     events = np.zeros(G, dtype=np.int64)
     for t in range(s2.shape[0]):
@@ -453,13 +460,20 @@ def rescale_events(q_codes, k_codes, kv_dtype, scale_bits, *, lanes, engine="ser
     return int(events.sum()), events
 
 
-def _scores(q, k, lanes, c):
-    """``s2 [n, G]`` in the engines' order: lane partial sums over the beats, a pairwise tree
-    over the lanes, times ``c``."""
+def _scores(q, k, lanes, c, engine):
+    """``s2 [n, G]`` in the engine's order, times ``c``. Serial: lane partial sums over the
+    beats, then a pairwise tree over the lanes. Split: a pairwise tree over each beat's lanes,
+    then the beats' sums accumulated in order (one accumulator per head, none per lane)."""
     L = lanes
     prod = fmul(q[None, :, :], k[:, None, :])
+    beats = range(1, q.shape[-1] // L)
+    if engine == "split":
+        acc = tree_sum(prod[:, :, 0:L])
+        for b in beats:
+            acc = fadd(acc, tree_sum(prod[:, :, b * L:(b + 1) * L]))
+        return fmul(acc, c)
     acc = prod[:, :, 0:L]
-    for b in range(1, q.shape[-1] // L):
+    for b in beats:
         acc = fadd(acc, prod[:, :, b * L:(b + 1) * L])
     return fmul(tree_sum(acc), c)
 
@@ -506,7 +520,7 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     v = dequant_kv(v_codes[:n_proc], kv_dtype, vs, tensor_scale_bits)
     st["nonfinite_in"] |= _nonfinite(k) | _nonfinite(v)
     # scores do not depend on the softmax state: all tokens at once ([n, G])
-    s2_all = _scores(q, k, L, c)
+    s2_all = _scores(q, k, L, c, engine)
     for t in range(n_proc):
         s2 = s2_all[t]
         mn = fmax(m, ceil_int(s2) if engine == "split" else s2)

@@ -21,7 +21,8 @@ def test_te_cycles_fast_model_vs_rtl(head_dim, G, n, kv_dtype):
     k = rng.standard_normal((n, head_dim)).astype(np.float32)
     v = rng.standard_normal((n, head_dim)).astype(np.float32)
     units = UnitTiming.from_gpu(H100)     # cycles: the GPU's clocks do not enter
-    *_, cycles, status = run_te(q, k, v, kv_dtype, lanes=units.te_lanes)
+    *_, cycles, status = run_te(q, k, v, kv_dtype, lanes=units.te_lanes,
+                                engine=units.te_engine)
     predicted = units.te_job_cycles(n, head_dim, G)
     assert abs(predicted - cycles) / cycles <= 0.02, (predicted, cycles)
     # Two jobs with n tokens in all cost two fills: the fast model adds per job, not per step.

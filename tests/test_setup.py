@@ -5,6 +5,7 @@ import pytest
 from tricut.models.config import ConfigError, load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
+from tricut.sim.fast.timing import DEFAULT_TE_LANES
 from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.stacks import DEFAULT_STACK, get_stack
 from tricut.sim.fast.system import simulate
@@ -87,7 +88,7 @@ def test_unit_sizes_replace_the_gpus_and_set_the_te_lanes():
     assert gpu.te_engines_per_sm != 1 and base.gpu == gpu          # the loaded config is not changed
     units = sized.step_model(("te",)).units
     assert (units.te_engines, units.te_lanes) == (gpu.sm_count, 4)
-    assert base.step_model(("te",)).units.te_lanes == 16
+    assert base.step_model(("te",)).units.te_lanes == DEFAULT_TE_LANES == 32
     # fewer, narrower engines make TE-bound steps slower; the DSU's cores do not enter the timing
     reqs = synthetic(24, float("inf"), 8192, 8, seed=2)
     tps = lambda s: s.run(reqs, ("te", "cdu", "dsu"), seed=0).summary["tokens_per_s"]  # noqa: E731

@@ -96,6 +96,39 @@ def test_pow2scale_rtl_equals_fmul_on_every_alpha_the_engine_makes():
     assert not bad, bad[:5]
 
 
+@pytest.mark.parametrize("a_bits,b_bits,stages", [(8, 8, 0), (8, 4, 0), (8, 8, 3), (8, 4, 2),
+                                                  (24, 8, 3)])
+def test_narrow_fmul_equals_fmul_on_operands_it_accepts(a_bits, b_bits, stages):
+    """``FP32Mul(a_bits, b_bits)`` == ``fmul`` when the dropped significand bits are zero (a
+    bf16 q times a bf16 / E4M3 key), combinational and pipelined; and it does ignore them:
+    an operand with a dropped bit set is multiplied as if that bit were zero."""
+    from test_te_units import binary_operands, mismatches, stream
+
+    from tricut.rtl.te.fmul import FP32Mul
+    rng = np.random.default_rng(a_bits * 100 + b_bits + stages)
+    a, b = binary_operands(rng, 500)
+    keep = [np.int64(~((1 << (24 - bits)) - 1) | ~0x7FFFFF) for bits in (a_bits, b_bits)]
+    nan = [(x >> 23 & 0xFF) == 0xFF for x in (a, b)]          # keep NaNs NaN (payload bits)
+    a = np.where(nan[0], a, a & keep[0])
+    b = np.where(nan[1], b, b & keep[1])
+    dut = FP32Mul(stages, a_bits=a_bits, b_bits=b_bits)
+    got = stream(dut, (a, b))
+    bad = mismatches(got, (a, b), M.fmul, stages)
+    assert bad.size == 0, [(hex(int(a[i])), hex(int(b[i]))) for i in bad[:5]]
+    if a_bits < 24 and stages == 0:
+        dirty = np.where(nan[0] | ((a >> 23 & 0xFF) == 0xFF), a,
+                         a | (1 << (23 - a_bits)))              # a dropped bit set (finite a)
+        got = stream(FP32Mul(0, a_bits=a_bits, b_bits=b_bits), (dirty, b))
+        assert [g for g, _ in got] == list(M.fmul(a, b))
+
+
+def test_narrow_fmul_rejects_bad_widths():
+    from tricut.rtl.te.fmul import FP32Mul
+    for bad in (0, 25, 8.0, True):
+        with pytest.raises(ValueError, match=f"b_bits must be an int in 1..24, got {bad!r}"):
+            FP32Mul(b_bits=bad)
+
+
 # ------------------------------------------------------------------------------ model
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
 def test_split_model_vs_float64_within_the_serial_bounds(kv_dtype):

@@ -26,8 +26,8 @@ def test_units_come_from_the_gpu_config():
     # H100 SXM5 and H200: exactly the numbers the fast model always used
     for gpu in (H100, load_gpu("h200")):
         u = UnitTiming.from_gpu(gpu)
-        assert (u.te_engines, u.te_clock_hz, u.cdu_clock_hz, u.dsu_clock_hz, u.te_lanes) == \
-            (528, 1.98e9, 1.98e9, 1.2e9, 16)
+        assert (u.te_engines, u.te_clock_hz, u.cdu_clock_hz, u.dsu_clock_hz, u.te_lanes,
+                u.te_engine) == (528, 1.98e9, 1.98e9, 1.2e9, 32, "split")
     # edge: 16 SMs × 4 engines at its 1.3 GHz SM clock, not H100's 528 at 1.98 GHz
     u = UnitTiming.from_gpu(EDGE)
     assert (u.te_engines, u.te_clock_hz, u.dsu_clock_hz) == (16 * 4, 1.3e9, 1.2e9)
@@ -39,13 +39,16 @@ def test_units_come_from_the_gpu_config():
 
 
 def test_edge_te_throughput_scales_with_its_engines_and_clock():
-    """Llama-3-8B, NVFP4 KV, 20 requests × 64K tokens (the KV fits edge's 64 GB): TE compute
-    bounds the step on both GPUs, and edge's step is (528 × 1.98) / (64 × 1.3) times H100's."""
+    """Llama-3-8B, NVFP4 KV, 20 requests × 64K tokens (the KV fits edge's 64 GB), on the
+    serial engine at 16 lanes (the TE before issue 12): TE compute bounds the step on both
+    GPUs, and edge's step is (528 × 1.98) / (64 × 1.3) times H100's. The shipped split
+    engine at 32 lanes does not bind there: HBM does."""
     b, ctx = 20, 65536
     assert b * ctx <= roofline(L8B, EDGE, "nvfp4", ctx, b).kv_tokens_fit
     core = {}
     for gpu in (H100, EDGE):
-        sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}),
+        serial = dataclasses.replace(UnitTiming.from_gpu(gpu), te_engine="serial", te_lanes=16)
+        sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}), units=serial,
                        stack=get_stack("ideal"))     # no jitter, no launch gaps
         st = sm.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
         mem = (st.hbm_read_bytes + st.hbm_write_bytes) / (gpu.hbm_bandwidth * sm.assumptions.te_bw_efficiency)
@@ -53,8 +56,16 @@ def test_edge_te_throughput_scales_with_its_engines_and_clock():
         core[gpu.name] = st.time_s - st.sched_s
         assert core[gpu.name] == pytest.approx(st.te_busy_s, rel=1e-12)   # ... the whole step
     assert core["edge"] / core["h100-sxm5"] == pytest.approx((528 * 1.98) / (64 * 1.3), rel=1e-12)
+    for gpu in (H100, EDGE):
+        sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}), stack=get_stack("ideal"))
+        st = sm.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
+        mem = (st.hbm_read_bytes + st.hbm_write_bytes) / (gpu.hbm_bandwidth * sm.assumptions.te_bw_efficiency)
+        assert st.te_busy_s < mem, gpu.name                        # split engine: HBM binds
     # and it is the config's field that does it: twice the engines per SM, half the TE time
-    doubled = StepModel(L8B, replace(EDGE, te_engines_per_sm=8), "nvfp4", cuts=frozenset({"te"}))
+    serial = dataclasses.replace(UnitTiming.from_gpu(replace(EDGE, te_engines_per_sm=8)),
+                                 te_engine="serial", te_lanes=16)
+    doubled = StepModel(L8B, replace(EDGE, te_engines_per_sm=8), "nvfp4", cuts=frozenset({"te"}),
+                        units=serial)
     st = doubled.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
     assert st.te_busy_s == pytest.approx(core["edge"] / 2, rel=1e-12)
 

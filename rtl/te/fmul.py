@@ -20,12 +20,23 @@ class FP32Mul(wiring.Component):
         registers are taken in :attr:`CUTS` order: ``out`` (the result), ``sum`` (after the
         24x24 product: normalise + round in the last stage), ``pp`` (after two 24x12 partial
         products). With ``stages`` > 0, ``y_valid`` is ``valid`` delayed by ``stages``.
+    a_bits, b_bits : int, 1..24
+        Significand bits (the hidden one included) the multiplier reads from ``a`` / ``b``:
+        the top ``a_bits`` of ``a``'s, the lower bits taken as zero. Default 24, a full fp32
+        multiplier. Narrower, ``y == fmul(a, b)`` bit for bit whenever the operands' dropped
+        bits are zero -- a bf16 value has 8 significant bits, an E4M3 value 4 -- and the
+        multiplier array is ``a_bits x b_bits``: the TE's K lanes multiply bf16 q by bf16 or
+        E4M3 keys, whose products are exact in 16 bits.
     """
 
     CUTS = ("out", "sum", "pp")
 
-    def __init__(self, stages=0):
+    def __init__(self, stages=0, a_bits=24, b_bits=24):
         self.stages = check_stages("FP32Mul", stages, self.CUTS)
+        for name, bits in (("a_bits", a_bits), ("b_bits", b_bits)):
+            if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= 24:
+                raise ValueError(f"FP32Mul: {name} must be an int in 1..24, got {bits!r}")
+        self.a_bits, self.b_bits = a_bits, b_bits
         super().__init__({"a": In(32), "b": In(32), "y": Out(32)} | valid_ports(stages))
 
     def elaborate(self, platform):
@@ -46,14 +57,18 @@ class FP32Mul(wiring.Component):
         c_inf = inf_a | inf_b
         c_zero = zero_a | zero_b
         P = Signal(48)
-        ma, mb = Cat(fa, Const(1, 1)), Cat(fb, Const(1, 1))
+        # the significands' top a_bits / b_bits (the product of the rest is taken as zero)
+        ma = Cat(fa, Const(1, 1))[24 - self.a_bits:]
+        mb = Cat(fb, Const(1, 1))[24 - self.b_bits:]
+        shift = 48 - self.a_bits - self.b_bits
         if "pp" in pipe.cuts:
+            half = (self.b_bits + 1) // 2
             lo, hi, E0, s, c_nan, c_inf, c_zero = pipe(
-                "pp", lo=ma * mb[0:12], hi=ma * mb[12:24], E0=ea + eb - 127, s=s,
+                "pp", lo=ma * mb[0:half], hi=ma * mb[half:], E0=ea + eb - 127, s=s,
                 c_nan=c_nan, c_inf=c_inf, c_zero=c_zero)
-            m.d.comb += P.eq(lo + (hi << 12))
+            m.d.comb += P.eq((lo + (hi << half)) << shift)
         else:
-            m.d.comb += P.eq(ma * mb)
+            m.d.comb += P.eq((ma * mb) << shift)
         top = P[47]
         Pn = Signal(48)
         m.d.comb += Pn.eq(Mux(top, P, P << 1))

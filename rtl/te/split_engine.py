@@ -9,7 +9,8 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import KV_CODE_BITS, LOG2E_BITS, NEG_INF, validate_params
+from tricut.models.te import (KV_CODE_BITS, KV_SIGNIFICAND_BITS, LOG2E_BITS, NEG_INF,
+                              validate_params)
 
 from .ceil_int import CeilInt
 from .dequant import KVDequant, bf16_to_f32
@@ -83,9 +84,10 @@ class TESplitEngine(wiring.Component):
         descriptor's ``n``, ``c``, ``ts``, ``partial``; the stream's token ``tok``; the K
         array's position ``kb``/``kg`` (also the q-load counters); the V array's position
         ``vb``/``vg`` (also the output counters), ``vcount`` (V beats of its token in the
-        buffer), ``v_run``, ``v_first`` (its token is token 0); softmax registers per head;
-        memories ``qmem`` (at ``kg, kb``), ``accmem`` (at ``kg`` and ``sc_head``), ``omem``
-        (at ``vg, vb``) and ``vbuf`` (raw V beats, written at ``vcount``, read at ``vb``)."""
+        buffer), ``v_run``, ``v_first`` (its token is token 0); per head the score
+        accumulator ``acc_r`` and the softmax registers; memories ``qmem`` (at ``kg, kb``),
+        ``omem`` (at ``vg, vb``) and ``vbuf`` (raw V beats, written at ``vcount``, read at
+        ``vb``)."""
         G, L, dk = self.G, self.lanes, self.dk
         dkb = (dk - 1).bit_length()
         gb = max(1, (G - 1).bit_length())
@@ -106,49 +108,33 @@ class TESplitEngine(wiring.Component):
         t.sc_go, t.sc_head = Signal(), Signal(gb)
         m.submodules.qmem = qmem = Memory(shape=unsigned(W), depth=G * dk, init=[])
         m.submodules.omem = omem = Memory(shape=unsigned(W), depth=G * dk, init=[])
-        m.submodules.accmem = accmem = Memory(shape=unsigned(W), depth=G, init=[])
         m.submodules.vbuf = vbuf = Memory(shape=unsigned(raw_bits), depth=dk, init=[])
         t.q_rd, t.q_wr = qmem.read_port(domain="comb"), qmem.write_port()
         t.o_rd, t.o_wr = omem.read_port(domain="comb"), omem.write_port()
-        t.acc_rd, t.acc_rd2 = accmem.read_port(domain="comb"), accmem.read_port(domain="comb")
-        t.acc_wr = accmem.write_port()
+        t.acc_r = Array(Signal(32, name=f"acc_{i}") for i in range(G))
         t.vb_rd, t.vb_wr = vbuf.read_port(domain="comb"), vbuf.write_port()
         k_addr, v_addr = Cat(t.kb, t.kg), Cat(t.vb, t.vg)
         m.d.comb += [t.q_rd.addr.eq(k_addr), t.q_wr.addr.eq(k_addr),
                      t.o_rd.addr.eq(v_addr), t.o_wr.addr.eq(v_addr),
-                     t.acc_rd.addr.eq(t.kg), t.acc_wr.addr.eq(t.kg),
-                     t.acc_rd2.addr.eq(t.sc_head),
                      t.vb_rd.addr.eq(t.vb), t.vb_wr.addr.eq(t.vcount[:dkb])]
         return t
 
     # ---------------------------------------------------------------- K array
     def _elaborate_k_array(self, m, t):
-        """``acc[g] (+)= q[g][b] * k`` on the stream's K beat (``t.op_k``), through its own
-        decoder ``t.deq_k`` (also flags non-finite V beats as they arrive)."""
+        """On the stream's K beat (``t.op_k``): the ``lanes`` products ``q[g][b] * k`` (narrow
+        multipliers, 8 x 8 for bf16 keys, 8 x 4 for E4M3) through a pairwise adder tree, then ``acc[g] = tree`` (beat 0) or ``acc[g] + tree``; the K
+        decoder ``t.deq_k`` also flags non-finite V beats as they arrive."""
         L = self.lanes
         m.submodules.deq_k = deq = KVDequant(L, self.kv_dtype)
         m.d.comb += [deq.codes.eq(self.kv.payload.data), deq.scale.eq(self.kv.payload.scale),
                      deq.tensor_scale.eq(t.ts)]
         t.deq_k, t.op_k = deq, Signal()
-        acc_new = Signal(t.W)
+        kbits = KV_SIGNIFICAND_BITS[self.kv_dtype]     # q is bf16: 8 bits, exact products
+        level = []
         for i in range(L):
-            m.submodules[f"k_mul{i}"] = mul = FP32Mul()
-            m.submodules[f"k_add{i}"] = add = FP32Add()
-            m.d.comb += [mul.a.eq(_lane(t.q_rd.data, i)), mul.b.eq(deq.values[i]),
-                         add.a.eq(_lane(t.acc_rd.data, i)), add.b.eq(mul.y),
-                         _lane(acc_new, i).eq(Mux(t.kb == 0, mul.y, add.y))]
-        m.d.comb += [t.acc_wr.data.eq(acc_new), t.acc_wr.en.eq(t.op_k), self.k_busy.eq(t.op_k)]
-
-    # ---------------------------------------------------------------- scalar softmax unit
-    def _elaborate_softmax(self, m, t):
-        """For head ``sc_head`` in a cycle with ``sc_go``: lane partial sums -> pairwise tree
-        -> ``s2 = s*c`` -> ``m' = fmax(m, ceil_int(s2))``, ``alpha``, ``p``,
-        ``l' = pow2scale(l, alpha) + p`` (registered at the clock edge). ``t.mul_c`` also
-        scales the descriptor in IDLE."""
-        L, sc_head = self.lanes, t.sc_head
-        tree_in = Signal(t.W)
-        m.d.comb += tree_in.eq(Mux(t.sc_go, t.acc_rd2.data, 0))
-        level = [_lane(tree_in, i) for i in range(L)]
+            m.submodules[f"k_mul{i}"] = mul = FP32Mul(a_bits=8, b_bits=kbits)
+            m.d.comb += [mul.a.eq(_lane(t.q_rd.data, i)), mul.b.eq(deq.values[i])]
+            level.append(mul.y)
         k = 0
         while len(level) > 1:
             nxt = []
@@ -158,8 +144,19 @@ class TESplitEngine(wiring.Component):
                 m.d.comb += [add.a.eq(level[i]), add.b.eq(level[i + 1])]
                 nxt.append(add.y)
             level = nxt
+        m.submodules.k_acc = acc = FP32Add()
+        m.d.comb += [acc.a.eq(t.acc_r[t.kg]), acc.b.eq(level[0]), self.k_busy.eq(t.op_k)]
+        with m.If(t.op_k):
+            m.d.sync += t.acc_r[t.kg].eq(Mux(t.kb == 0, level[0], acc.y))
+
+    # ---------------------------------------------------------------- scalar softmax unit
+    def _elaborate_softmax(self, m, t):
+        """For head ``sc_head`` in a cycle with ``sc_go``: ``s2 = acc*c`` -> ``m' = fmax(m,
+        ceil_int(s2))``, ``alpha``, ``p``, ``l' = pow2scale(l, alpha) + p`` (registered at the
+        clock edge). ``t.mul_c`` also scales the descriptor in IDLE."""
+        sc_head = t.sc_head
         m.submodules.mul_c = mul_c = FP32Mul()
-        m.d.comb += [mul_c.a.eq(level[0]), mul_c.b.eq(t.c)]
+        m.d.comb += [mul_c.a.eq(Mux(t.sc_go, t.acc_r[sc_head], 0)), mul_c.b.eq(t.c)]
         s2 = mul_c.y
         m.submodules.ceil = ceil = CeilInt()
         m.d.comb += ceil.x.eq(s2)

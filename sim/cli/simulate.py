@@ -155,7 +155,7 @@ def _assumption(text: str) -> tuple[str, float]:
 
 #: --unit NAME=VALUE: the decode units' sizes, beside the GPU config's (docs/system-model.md)
 UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's)",
-               "te_lanes": f"multiplier lanes per TE engine ({', '.join(map(str, TE_LANES[:-1]))} or {TE_LANES[-1]}; "
+               "te_lanes": f"multiplier lanes per lane array of the (split) TE engine ({', '.join(map(str, TE_LANES[:-1]))} or {TE_LANES[-1]}; "
                            f"default {DEFAULT_TE_LANES})",
                "dsu_cores": "DSU RISC-V cores (the GPU config's; the fast model's DSU round runs on one)"}
 

@@ -17,20 +17,24 @@ from pathlib import Path
 from tricut.models.cdu import BLOCK_TOKENS, POLICIES
 from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
+from tricut.models.te import ENGINES as TE_ENGINES
 from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
 from .datafile import read_data_json
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
-__all__ = ["CUTS", "DEFAULT_TE_LANES", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
+__all__ = ["CUTS", "DEFAULT_TE_LANES", "DEFAULT_TE_ENGINE", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
 CUTS = ("te", "cdu", "dsu")
-#: the default multiplier lanes per TE engine: the width the fast model's unit costs are
-#: calibrated at (tests/test_calibration.py), not the RTL's widest (``models.te.LANES``)
-DEFAULT_TE_LANES = 16
-if DEFAULT_TE_LANES not in TE_LANES:
-    raise AssertionError(f"DEFAULT_TE_LANES {DEFAULT_TE_LANES} is not one of {TE_LANES}")
+#: the TE the fast model times: the split engine (``rtl/te/split_engine.py``) at 32 lanes per
+#: lane array, the design that keeps up with HBM (docs/te.md); tests/test_calibration.py
+#: checks its cycles against that RTL
+DEFAULT_TE_ENGINE = "split"
+DEFAULT_TE_LANES = 32
+if DEFAULT_TE_LANES not in TE_LANES or DEFAULT_TE_ENGINE not in TE_ENGINES:
+    raise AssertionError(f"default TE {DEFAULT_TE_ENGINE}/{DEFAULT_TE_LANES} not in "
+                         f"{TE_ENGINES}/{TE_LANES}")
 
 
 class PhysicsViolation(AssertionError):
@@ -190,8 +194,9 @@ class UnitTiming:
     dsu_clock_hz: float
     costs: UnitCosts = field(default_factory=UnitCosts.load)
     #: multiplier lanes per TE engine: an RTL parameter, not a GPU's (any of
-    #: ``models.te.LANES``; default the calibrated :data:`DEFAULT_TE_LANES`)
+    #: ``models.te.LANES``; default :data:`DEFAULT_TE_LANES`) and the engine design
     te_lanes: int = DEFAULT_TE_LANES
+    te_engine: str = DEFAULT_TE_ENGINE
 
     DSU_COLUMNS = DSU_COLUMNS
 
@@ -246,14 +251,16 @@ class UnitTiming:
         return reads + prefetches + units * (1 + per_unit) + beats * per_beat
 
     def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
-        """Cycles of ``jobs`` TE jobs (one request, layer and KV head each) streaming ``n``
-        tokens in all: ``models.te.te_cycles`` is ``fill + n × per_token`` with
-        ``per_token = 3·G·head_dim/lanes`` (K dot products, rescale, V accumulation) and
-        ``fill = 1 + 2·G·head_dim/lanes`` (q load, normalisation)."""
-        from tricut.models.te import te_cycles
+        """Cycles of ``jobs`` TE jobs (one request, layer and KV head each, at least one token
+        each) streaming ``n`` tokens in all: ``models.te.te_cycles`` is ``fill + n ×
+        per_token``. Split engine: ``per_token = (G+1)·Dk`` (the K array's ``G`` cycles per K
+        beat, one per V beat; the V array works behind), ``fill = 2 + (3G-1)·Dk`` (q load, the
+        V array's last token, normalisation); serial: ``3·G·Dk`` and ``1 + 2·G·Dk``;
+        ``Dk = head_dim/lanes``. Neither depends on the data."""
+        from tricut.models.te import te_cycles, te_token_cycles
 
-        fill = te_cycles(0, head_dim, group, self.te_lanes)
-        per_token = te_cycles(1, head_dim, group, self.te_lanes) - fill
+        per_token = te_token_cycles(head_dim, group, self.te_lanes, self.te_engine)
+        fill = te_cycles(1, head_dim, group, self.te_lanes, engine=self.te_engine) - per_token
         return jobs * fill + n * per_token
 
 @dataclass(frozen=True)
