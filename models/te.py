@@ -54,7 +54,7 @@ __all__ = [
     "STATUS_BITS", "KV_CODE_BITS", "KV_SIGNIFICAND_BITS", "ENGINES",
     "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
-    "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "rescale_events",
+    "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "te_out_passes", "rescale_events",
     "reference_f64",
     "combine_partials", "combine_partials_f64", "exp2_max_rel_error", "validate_params",
 ]
@@ -414,14 +414,24 @@ def te_token_cycles(head_dim, G, lanes, engine="serial"):
     return 3 * G * dk if engine == "serial" else (G + 1) * dk
 
 
-def te_cycles(n, head_dim, G, lanes, partial=False, engine="serial", early_end=False):
+def te_out_passes(kv_dtype, engine="serial"):
+    """Cycles per normalised output beat: 3 for the split engine with bf16 or fp8 K/V (its V
+    lanes multiply 24 x 8 bits; ``o * (1/l)`` takes three passes over ``1/l``'s 8-bit
+    slices), else 1 (the serial engine's and NVFP4's lanes are full fp32 multipliers)."""
+    narrow = KV_SIGNIFICAND_BITS[kv_dtype] <= 8
+    return 3 if engine == "split" and narrow else 1
+
+
+def te_cycles(n, head_dim, G, lanes, partial=False, engine="serial", early_end=False,
+              kv_dtype="bf16"):
     """Cycles from the descriptor transfer to the last output transfer, inclusive, with an
     unstalled K/V stream and an always-ready output, ``Dk = head_dim / lanes``:
 
     * serial: ``1 + G*Dk + n*3*G*Dk + G*Dk (+ G in partial mode)``;
-    * split, ``n >= 1``: ``1 + G*Dk + n*(G+1)*Dk + (G-1)*Dk + 1 + G*Dk (+ G)`` -- after the
-      last V beat the V array still has ``(G-1)*Dk + 1`` operations of the last token to
-      finish before the output; with ``early_end`` (the context ended after ``n`` tokens, the
+    * split, ``n >= 1``: ``1 + G*Dk + n*(G+1)*Dk + (G-1)*Dk + 1 + P*G*Dk (+ G)`` -- after
+      the last V beat the V array still has ``(G-1)*Dk + 1`` operations of the last token to
+      finish before the output, whose beats take ``P`` = :func:`te_out_passes` cycles each
+      when normalised (bf16/fp8: 3); with ``early_end`` (the context ended after ``n`` tokens, the
       output is zeros) the engine goes straight to the output: ``1 + G*Dk + n*(G+1)*Dk +
       G*Dk (+ G)``; ``n = 0``: ``1 + 2*G*Dk (+ G)``.
 
@@ -431,9 +441,11 @@ def te_cycles(n, head_dim, G, lanes, partial=False, engine="serial", early_end=F
     dk = head_dim // lanes
     tail = G if partial else 0
     per_tok = te_token_cycles(head_dim, G, lanes, engine)
-    drain = (G - 1) * dk + 1 if engine == "split" and n > 0 and not early_end else 0
+    computed = n > 0 and not early_end
+    drain = (G - 1) * dk + 1 if engine == "split" and computed else 0
     terminator = G if early_end and n == 0 else 0
-    return 1 + G * dk + n * per_tok + drain + terminator + G * dk + tail
+    passes = te_out_passes(kv_dtype, engine) if computed and not partial else 1
+    return 1 + G * dk + n * per_tok + drain + terminator + passes * G * dk + tail
 
 
 def rescale_events(q_codes, k_codes, kv_dtype, scale_bits, *, lanes, engine="serial",
@@ -545,7 +557,7 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     st["nonfinite_out"] = _nonfinite(out)
     return TEResult(out=out, m=m, l=l, status=st,
                     cycles=te_cycles(n if not st["early_end"] else n_proc, d, G, L, partial,
-                                     engine, st["early_end"]))
+                                     engine, st["early_end"], kv_dtype))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -122,6 +122,52 @@ def test_narrow_fmul_equals_fmul_on_operands_it_accepts(a_bits, b_bits, stages):
         assert [g for g, _ in got] == list(M.fmul(a, b))
 
 
+def test_v_lane_multiplier_one_pass_and_three_passes_equal_fmul():
+    """``VLaneMul``: one pass == ``fmul`` for ``b`` with an 8-bit significand (``p * v``);
+    three passes (high slice first, held inputs, a random wait at pass 2 as under output
+    backpressure) == ``fmul`` for any operands (``o * (1/l)``)."""
+    from amaranth.sim import Simulator
+
+    from test_te_units import binary_operands
+
+    from tricut.rtl.te.vmul import VLaneMul
+    rng = np.random.default_rng(11)
+    a, b = binary_operands(rng, 400)
+    narrow = np.where((b >> 23 & 0xFF) == 0xFF, b, b & ~np.int64(0xFFFF))
+    waits = rng.integers(0, 3, a.size)
+    dut = VLaneMul()
+    one, three = [], []
+
+    async def tb(ctx):
+        for x, y in zip(a, narrow):
+            ctx.set(dut.three, 0)
+            ctx.set(dut.en, 0)
+            ctx.set(dut.a, int(x))
+            ctx.set(dut.b, int(y))
+            await ctx.delay(1e-9)
+            one.append(ctx.get(dut.y))
+        for x, y, w in zip(a, b, waits):
+            ctx.set(dut.a, int(x))
+            ctx.set(dut.b, int(y))
+            ctx.set(dut.three, 1)
+            for p in (0, 1):
+                ctx.set(dut.pass_, p)
+                ctx.set(dut.en, 1)
+                await ctx.tick()
+            ctx.set(dut.pass_, 2)
+            ctx.set(dut.en, 0)
+            for _ in range(w):
+                await ctx.tick()
+            three.append(ctx.get(dut.y))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(tb)
+    sim.run()
+    assert one == list(M.fmul(a, narrow))
+    assert three == list(M.fmul(a, b))
+
+
 def test_narrow_fmul_rejects_bad_widths():
     from tricut.rtl.te.fmul import FP32Mul
     for bad in (0, 25, 8.0, True):

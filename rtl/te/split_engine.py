@@ -10,7 +10,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tricut.models.te import (KV_CODE_BITS, KV_SIGNIFICAND_BITS, LOG2E_BITS, NEG_INF,
-                              validate_params)
+                              te_out_passes, validate_params)
 
 from .ceil_int import CeilInt
 from .dequant import KVDequant, bf16_to_f32
@@ -23,6 +23,7 @@ from .layouts import (N_BITS, desc_layout, kv_layout, kv_scale_bits, out_layout,
                       status_layout)
 from .pow2scale import Pow2Scale
 from .recip import FP32Recip
+from .vmul import VLaneMul
 
 __all__ = ["TESplitEngine"]
 
@@ -55,6 +56,9 @@ class TESplitEngine(wiring.Component):
         self.lanes = lanes
         self.kv_dtype = kv_dtype
         self.dk = head_dim // lanes
+        #: V lanes of 24 x 8 bits, the output's ``o * (1/l)`` in three passes (bf16, fp8 V);
+        #: NVFP4 values have full significands: fp32 multipliers, one pass
+        self.three_pass = te_out_passes(kv_dtype, "split") == 3
         super().__init__({
             "desc": In(stream.Signature(desc_layout())),
             "q": In(stream.Signature(q_layout(lanes))),
@@ -195,13 +199,19 @@ class TESplitEngine(wiring.Component):
                      deq.scale.eq(t.vb_rd.data[codes_bits:]), deq.tensor_scale.eq(t.ts)]
         m.submodules.recip = recip = FP32Recip()
         t.recip_en, t.op_v, t.op_n = Signal(), Signal(), Signal()
+        t.opass, t.out_three = Signal(2), Signal()      # the output's pass (three-pass lanes)
         m.d.comb += recip.x.eq(Mux(t.recip_en, t.l_r[t.vg], ONE))
         m.d.comb += t.op_v.eq(t.v_run & (t.vb < t.vcount))
         alpha_g = t.alpha_r[t.vg]
         t.v_mul_y = []
         o_new = Signal(t.W)
         for i in range(L):
-            m.submodules[f"v_mul{i}"] = mul = FP32Mul()
+            if self.three_pass:
+                m.submodules[f"v_mul{i}"] = mul = VLaneMul()
+                m.d.comb += [mul.three.eq(t.out_three), mul.pass_.eq(t.opass),
+                             mul.en.eq(t.out_three & (t.opass != 2))]
+            else:
+                m.submodules[f"v_mul{i}"] = mul = FP32Mul()
             m.submodules[f"v_scale{i}"] = scale = Pow2Scale()
             m.submodules[f"v_add{i}"] = add = FP32Add()
             with m.If(t.recip_en):
@@ -336,11 +346,20 @@ class TESplitEngine(wiring.Component):
                 with m.If(t.v_last_op):
                     to_out(zero=False)
             with m.State("OUT"):
-                m.d.comb += [self.out.valid.eq(1), t.recip_en.eq(1),
+                computing = ~t.partial & ~t.zero_out
+                if self.three_pass:     # o * (1/l) in passes 0, 1, 2; the beat is out in 2
+                    m.d.comb += [t.out_three.eq(computing),
+                                 self.out.valid.eq(~computing | (t.opass == 2)),
+                                 t.op_n.eq(computing & ((t.opass != 2) | self.out.ready))]
+                    with m.If(computing & (t.opass != 2)):
+                        m.d.sync += t.opass.eq(t.opass + 1)
+                else:
+                    m.d.comb += [self.out.valid.eq(1), t.op_n.eq(computing & self.out.ready)]
+                m.d.comb += [t.recip_en.eq(1),
                              self.out.payload.last.eq((vg == G - 1) & Mux(t.partial, t.stat,
-                                                                          vb == dk - 1)),
-                             t.op_n.eq(self.out.ready & ~t.partial & ~t.zero_out)]
-                with m.If(self.out.ready):
+                                                                          vb == dk - 1))]
+                with m.If(self.out.ready & self.out.valid):
+                    m.d.sync += t.opass.eq(0)
                     with m.If(t.out_nonfinite):
                         m.d.sync += st.nonfinite_out.eq(1)
                     with m.If(t.stat | (~t.partial & (vb == dk - 1))):

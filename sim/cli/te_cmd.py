@@ -276,18 +276,19 @@ def cmd_te_run(args) -> int:
     G, d = headers["q"][0]
     n = headers["k"][0][0]
     lanes, sim, engine = args.lanes, args.sim, args.engine
-    need = H.run_cycles(n, d, G, lanes, engine=engine)
+    need = H.run_cycles(n, d, G, lanes, engine=engine, kv_dtype=args.kv_dtype)
     step = need - H.TAIL_CYCLES
     try:
         check_window(wave, need if args.max_cycles is None else min(need, args.max_cycles))
     except WaveError as e:
         raise InputError(str(e)) from None
-    _, secs = H.estimate_run(n, d, G, lanes, sim, engine=engine)
+    _, secs = H.estimate_run(n, d, G, lanes, sim, engine=engine, kv_dtype=args.kv_dtype)
     if args.max_cycles is None and secs > REFUSE_ESTIMATE_S:
         where = {"amaranth": "Amaranth", "verilator": "Verilator"}[sim]
         alt = ""
         if sim == "amaranth":
-            _, vsecs = H.estimate_run(n, d, G, lanes, "verilator", engine=engine)
+            _, vsecs = H.estimate_run(n, d, G, lanes, "verilator", engine=engine,
+                                      kv_dtype=args.kv_dtype)
             alt = f"use --sim verilator (~{_duration(vsecs)}) or "
         raise InputError(
             f"n = {n:,} (G={G}, head_dim={d}, lanes={lanes}) needs {step:,} cycles: "

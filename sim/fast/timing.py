@@ -250,17 +250,20 @@ class UnitTiming:
         per_unit, per_beat = self.costs.cdu[policy]
         return reads + prefetches + units * (1 + per_unit) + beats * per_beat
 
-    def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0) -> float:
+    def te_job_cycles(self, n: float, head_dim: int, group: int, jobs: float = 1.0,
+                      kv_dtype: str = "bf16") -> float:
         """Cycles of ``jobs`` TE jobs (one request, layer and KV head each, at least one token
         each) streaming ``n`` tokens in all: ``models.te.te_cycles`` is ``fill + n ×
         per_token``. Split engine: ``per_token = (G+1)·Dk`` (the K array's ``G`` cycles per K
-        beat, one per V beat; the V array works behind), ``fill = 2 + (3G-1)·Dk`` (q load, the
-        V array's last token, normalisation); serial: ``3·G·Dk`` and ``1 + 2·G·Dk``;
-        ``Dk = head_dim/lanes``. Neither depends on the data."""
+        beat, one per V beat; the V array works behind), ``fill = 2 + (2G-1)·Dk + P·G·Dk`` (q
+        load, the V array's last token, normalisation at ``P`` = 3 cycles per beat for bf16 and
+        fp8, 1 for NVFP4); serial: ``3·G·Dk`` and ``1 + 2·G·Dk``; ``Dk = head_dim/lanes``.
+        Neither depends on the data."""
         from tricut.models.te import te_cycles, te_token_cycles
 
         per_token = te_token_cycles(head_dim, group, self.te_lanes, self.te_engine)
-        fill = te_cycles(1, head_dim, group, self.te_lanes, engine=self.te_engine) - per_token
+        fill = te_cycles(1, head_dim, group, self.te_lanes, engine=self.te_engine,
+                         kv_dtype=kv_dtype) - per_token
         return jobs * fill + n * per_token
 
 @dataclass(frozen=True)
@@ -402,7 +405,8 @@ class StepModel:
             # GEMVs, whichever is longest.
             jobs = batch * m.num_layers * self.kv_heads_here
             tokens = (kv_read_tokens + batch) * m.num_layers * self.kv_heads_here
-            te_cycles = u.te_job_cycles(tokens, m.head_dim, m.group_size, jobs) / u.te_engines
+            te_cycles = u.te_job_cycles(tokens, m.head_dim, m.group_size, jobs,
+                                        self.kv_dtype) / u.te_engines
             te_t = te_cycles / u.te_clock_hz
             mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)
             l2_t = l2_kv / a.l2_bandwidth

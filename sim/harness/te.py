@@ -53,17 +53,17 @@ def sim_rate(sim: str, lanes: int) -> float:
     return float(VERILATOR_CYCLES_PER_S)
 
 
-def run_cycles(n, head_dim, G, lanes, partial=False, engine="serial") -> int:
+def run_cycles(n, head_dim, G, lanes, partial=False, engine="serial", kv_dtype="bf16") -> int:
     """Bench cycles of one unstalled step (:func:`run_te`): the step's exact
     :func:`models.te.te_cycles` plus the bench's tail."""
-    return M.te_cycles(n, head_dim, G, lanes, partial, engine) + TAIL_CYCLES
+    return M.te_cycles(n, head_dim, G, lanes, partial, engine, kv_dtype=kv_dtype) + TAIL_CYCLES
 
 
-def estimate_run(n, head_dim, G, lanes, sim, partial=False,
-                 engine="serial") -> tuple[int, float]:
+def estimate_run(n, head_dim, G, lanes, sim, partial=False, engine="serial",
+                 kv_dtype="bf16") -> tuple[int, float]:
     """``(cycles, seconds)`` of one unstalled :func:`run_te` step on ``sim`` (seconds: the
     simulation at :func:`sim_rate`, plus the build on Verilator)."""
-    cycles = run_cycles(n, head_dim, G, lanes, partial, engine)
+    cycles = run_cycles(n, head_dim, G, lanes, partial, engine, kv_dtype)
     secs = cycles / sim_rate(sim, lanes) + (VERILATOR_BUILD_S if sim == "verilator" else 0)
     return cycles, secs
 
@@ -117,7 +117,8 @@ class TEVector:
         """Unstalled cycles of this step (:func:`models.te.te_cycles`)."""
         early = self.k_codes.shape[0] < self.n_announced
         n = self.k_codes.shape[0] if early else self.n_announced
-        return M.te_cycles(n, self.d, self.G, self.lanes, self.partial, self.engine, early)
+        return M.te_cycles(n, self.d, self.G, self.lanes, self.partial, self.engine, early,
+                           self.kv_dtype)
 
     def desc_beats(self):
         return [pack_desc(self.n_announced, self.scale_bits, self.ts_bits, self.partial)]
