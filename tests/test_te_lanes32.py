@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
+
 
 from tricut.models import te as M
 from tricut.rtl.te.dequant import KVDequant
@@ -19,23 +19,11 @@ from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.layouts import kv_layout, kv_scale_bits, pack_kv_beats
 from tricut.sim.harness.te import make_vector, simulate_amaranth
 
+from test_te import _comb_run
+
 F32 = np.float32
 KV_DTYPES = ("bf16", "fp8", "nvfp4")
 
-
-def _comb_run(dut, ins, outs, vectors):
-    got = []
-
-    async def tb(ctx):
-        for vals in zip(*vectors):
-            for port, v in zip(ins, vals):
-                ctx.set(port, int(v))
-            got.append(tuple(ctx.get(o) for o in outs))
-
-    sim = Simulator(dut)
-    sim.add_testbench(tb)
-    sim.run()
-    return got
 
 
 def _word(values, bits):

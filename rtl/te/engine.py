@@ -26,6 +26,28 @@ def _lane(word, i):
     return word[32 * i:32 * (i + 1)]
 
 
+def qload_state(m, q, q_wr, b, g, last_b, last_g, status, n, zero_out, lanes):
+    """Both engines' QLOAD state: take the q beats head-major into ``qmem`` at ``(g, b)``
+    (bf16 -> fp32, a non-finite element sets ``nonfinite_in``); after the last one go to
+    OUT with ``empty`` and zeros when ``n == 0``, else to K."""
+    m.d.comb += q.ready.eq(1)
+    qvals = [bf16_to_f32(m, q.payload.data[i], f"q{i}") for i in range(lanes)]
+    m.d.comb += [q_wr.data.eq(Cat(*qvals)), q_wr.en.eq(q.valid)]
+    with m.If(q.valid):
+        with m.If(Cat(*[v[23:31] == 0xFF for v in qvals]).any()):
+            m.d.sync += status.nonfinite_in.eq(1)
+        m.d.sync += b.eq(b + 1)
+        with m.If(last_b):
+            m.d.sync += [b.eq(0), g.eq(g + 1)]
+            with m.If(last_g):
+                m.d.sync += g.eq(0)
+                with m.If(n == 0):
+                    m.d.sync += [status.empty.eq(1), zero_out.eq(1)]
+                    m.next = "OUT"
+                with m.Else():
+                    m.next = "K"
+
+
 class TEEngine(wiring.Component):
     """Single-query attention for one (request, layer, KV head) and a GQA group of ``G`` heads.
 
@@ -308,22 +330,7 @@ class TEEngine(wiring.Component):
                         m.d.sync += [t.m_r[i].eq(NEG_INF), t.l_r[i].eq(0)]
                     m.next = "QLOAD"
             with m.State("QLOAD"):
-                m.d.comb += self.q.ready.eq(1)
-                qvals = [bf16_to_f32(m, self.q.payload.data[i], f"q{i}") for i in range(L)]
-                m.d.comb += [t.q_wr.data.eq(Cat(*qvals)), t.q_wr.en.eq(self.q.valid)]
-                with m.If(self.q.valid):
-                    with m.If(Cat(*[v[23:31] == 0xFF for v in qvals]).any()):
-                        m.d.sync += st.nonfinite_in.eq(1)
-                    m.d.sync += b.eq(b + 1)
-                    with m.If(last_b):
-                        m.d.sync += [b.eq(0), g.eq(g + 1)]
-                        with m.If(last_g):
-                            m.d.sync += g.eq(0)
-                            with m.If(n == 0):
-                                m.d.sync += [st.empty.eq(1), zero_out.eq(1)]
-                                m.next = "OUT"
-                            with m.Else():
-                                m.next = "K"
+                qload_state(m, self.q, t.q_wr, b, g, last_b, last_g, st, n, zero_out, L)
             with m.State("K"):
                 m.d.comb += [op_k.eq(self.kv.valid), self.kv.ready.eq(last_g)]
                 with m.If(op_k):

@@ -13,8 +13,8 @@ from tricut.models.te import (KV_CODE_BITS, KV_SIGNIFICAND_BITS, LOG2E_BITS, NEG
                               te_out_passes, validate_params)
 
 from .ceil_int import CeilInt
-from .dequant import KVDequant, bf16_to_f32
-from .engine import TEEngine, _lane
+from .dequant import KVDequant
+from .engine import TEEngine, _lane, qload_state
 from .exp2 import Exp2
 from .fadd import FP32Add
 from .fmul import FP32Mul
@@ -288,22 +288,7 @@ class TESplitEngine(wiring.Component):
                         m.d.sync += [t.m_r[i].eq(NEG_INF), t.l_r[i].eq(0)]
                     m.next = "QLOAD"
             with m.State("QLOAD"):
-                m.d.comb += self.q.ready.eq(1)
-                qvals = [bf16_to_f32(m, self.q.payload.data[i], f"q{i}") for i in range(L)]
-                m.d.comb += [t.q_wr.data.eq(Cat(*qvals)), t.q_wr.en.eq(self.q.valid)]
-                with m.If(self.q.valid):
-                    with m.If(Cat(*[v[23:31] == 0xFF for v in qvals]).any()):
-                        m.d.sync += st.nonfinite_in.eq(1)
-                    m.d.sync += kb.eq(kb + 1)
-                    with m.If(last_kb):
-                        m.d.sync += [kb.eq(0), kg.eq(kg + 1)]
-                        with m.If(last_kg):
-                            m.d.sync += kg.eq(0)
-                            with m.If(t.n == 0):
-                                m.d.sync += [st.empty.eq(1), t.zero_out.eq(1)]
-                                m.next = "OUT"
-                            with m.Else():
-                                m.next = "K"
+                qload_state(m, self.q, t.q_wr, kb, kg, last_kb, last_kg, st, t.n, t.zero_out, L)
             with m.State("K"):
                 # the op that ends head kg of this token waits for the V array to be past it
                 v_past = ~t.v_run | ((vb == dk - 1) & (vg > kg))
