@@ -325,11 +325,6 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
 
 
 # --------------------------------------------------------------------------- utilisation
-def harmonic(n: int) -> float:
-    """``H_n = 1 + 1/2 + ... + 1/n``."""
-    return sum(1.0 / i for i in range(1, n + 1))
-
-
 def utilisation_row(engine, inputs, v1, v2, r1, r2) -> dict:
     """The figures of one engine on one kind of input from two unstalled steps of the same
     data, ``v1`` with ``n`` tokens and ``v2`` with ``n+1`` (their results ``r1``, ``r2``):
@@ -338,12 +333,14 @@ def utilisation_row(engine, inputs, v1, v2, r1, r2) -> dict:
     difference of the two steps) and over the whole ``n+1`` step, and the ``n+1`` step's
     rescale count. Split engine: ``(k_busy + v_busy) / (2 · cycles)`` (two lane arrays),
     rescales ``v_rescale / Dk`` against ``models.te.rescale_events`` (BenchError if different),
-    the i.i.d. expectation ``G·(H_n - 1)`` and the worst case ``G·(n-1)``. Serial engine:
+    the i.i.d. expectation ``G·(H_n - 1)`` and the worst case ``G·(n-1)``
+    (``models.te.expected_rescale_events``). Serial engine:
     ``mac_busy / cycles`` (one lane array, busy with K, rescale R, V or the output's N
     operations); it rescales every head on every token by design (R ops), so its rescale count
     is ``G·n`` passes of its schedule, not a measured port; ``rescale_events`` (the running
     maximum rose) is given beside it."""
-    from tricut.models.te import rescale_events, te_cycles, te_token_cycles
+    from tricut.models.te import (expected_rescale_events, rescale_events, te_cycles,
+                                  te_token_cycles)
     G, d, L = v2.G, v2.d, v2.lanes
     dk = d // L
     n1, n2 = v1.n_announced, v2.n_announced
@@ -357,10 +354,11 @@ def utilisation_row(engine, inputs, v1, v2, r1, r2) -> dict:
     ev, _ = rescale_events(v2.q_codes, v2.k_codes[:n2], v2.kv_dtype, v2.scale_bits, lanes=L,
                            engine=engine, k_scales=None if v2.k_scales is None
                            else v2.k_scales[:n2], tensor_scale_bits=v2.ts_bits)
+    iid, worst = expected_rescale_events(n2, G)
     row = dict(engine=engine, inputs=inputs, G=G, head_dim=d, lanes=L, kv_dtype=v2.kv_dtype,
                n=n2, cycles_n=r1.cycles, cycles_n1=r2.cycles, model_n=m1, model_n1=m2,
                per_token=per_tok, model_per_token=te_token_cycles(d, G, L, engine),
-               rescale_model=ev, rescale_iid=G * (harmonic(n2) - 1), rescale_worst=G * (n2 - 1))
+               rescale_model=ev, rescale_iid=iid, rescale_worst=worst)
     if engine == "split":
         busy1, busy2 = r1.k_busy + r1.v_busy, r2.k_busy + r2.v_busy
         if r2.v_rescale % dk:

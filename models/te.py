@@ -55,6 +55,7 @@ __all__ = [
     "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
     "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "te_out_passes", "rescale_events",
+    "expected_rescale_events",
     "reference_f64",
     "combine_partials", "combine_partials_f64", "exp2_max_rel_error", "validate_params",
 ]
@@ -470,6 +471,16 @@ def rescale_events(q_codes, k_codes, kv_dtype, scale_bits, *, lanes, engine="ser
             events += exp2_diff(m, mn) != ONE
         m = mn
     return int(events.sum()), events
+
+
+def expected_rescale_events(n, G):
+    """``(expected, worst)`` rescale events over ``n`` tokens: for i.i.d. continuous scores
+    token ``t`` is a new maximum with probability ``1/(t+1)``, so ``G*(H_n - 1)`` (``H_n``
+    the harmonic number, about ``ln n + 0.577``) -- an upper bound for the split engine,
+    whose integer ceiling rises less often; the worst case, a maximum rising on every token,
+    ``G*(n - 1)``."""
+    harmonic = sum(1.0 / i for i in range(1, n + 1))
+    return G * (harmonic - 1), G * max(n - 1, 0)
 
 
 def _scores(q, k, lanes, c, engine):

@@ -260,8 +260,11 @@ def test_utilisation_row_on_canned_results(tb):
     assert row["rescales"] == G * 4
 
 
-def test_harmonic(tb):
-    assert tb.harmonic(1) == 1.0 and tb.harmonic(5) == pytest.approx(137 / 60)
+def test_expected_rescale_events():
+    from tricut.models.te import expected_rescale_events
+    assert expected_rescale_events(1, 4) == (0.0, 0)
+    iid, worst = expected_rescale_events(5, 8)
+    assert iid == pytest.approx(8 * (137 / 60 - 1)) and worst == 32
 
 
 def test_utilisation_tiny_amaranth_run(tb):

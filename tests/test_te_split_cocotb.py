@@ -26,4 +26,4 @@ def test_cocotb_split_nvfp4_l32_matrix_random_rising_and_edges():
         check_split(vecs, res, check_cycles=pair == ("none", "none"))
     res = runs[("none", "none")]
     assert res[1].v_rescale == G * 4 * (d // L)
-    assert res[0].cycles == vecs[0].cycles()
+    assert res[0].cycles == vecs[0].golden().cycles

@@ -113,13 +113,6 @@ class TEVector:
                            tensor_scale_bits=self.ts_bits, partial=self.partial,
                            engine=self.engine)
 
-    def cycles(self) -> int:
-        """Unstalled cycles of this step (:func:`models.te.te_cycles`)."""
-        early = self.k_codes.shape[0] < self.n_announced
-        n = self.k_codes.shape[0] if early else self.n_announced
-        return M.te_cycles(n, self.d, self.G, self.lanes, self.partial, self.engine, early,
-                           self.kv_dtype)
-
     def desc_beats(self):
         return [pack_desc(self.n_announced, self.scale_bits, self.ts_bits, self.partial)]
 
@@ -372,13 +365,19 @@ def activity(get):
     return bits
 
 
+def engine_class(engine: str):
+    """The RTL class of an engine design (``models.te.ENGINES``): ``TEEngine`` (serial) or
+    ``TESplitEngine`` (split)."""
+    if engine == "split":
+        from tricut.rtl.te.split_engine import TESplitEngine
+        return TESplitEngine
+    from tricut.rtl.te.engine import TEEngine
+    return TEEngine
+
+
 def engine_for(v0):
     """The RTL engine for vectors like ``v0`` (its ``engine`` picks the class)."""
-    if v0.engine == "split":
-        from tricut.rtl.te.split_engine import TESplitEngine as cls
-    else:
-        from tricut.rtl.te.engine import TEEngine as cls
-    return cls(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
+    return engine_class(v0.engine)(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
 
 
 def _with_budget(plan, max_cycles):

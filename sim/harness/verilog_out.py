@@ -90,11 +90,8 @@ TE_ENGINES = TE_MODEL_ENGINES
 
 
 def _te(engine="serial", **p):
-    if engine == "split":
-        from tricut.rtl.te.split_engine import TESplitEngine
-        return TESplitEngine(**p)
-    from tricut.rtl.te.engine import TEEngine
-    return TEEngine(**p)
+    from .te import engine_class
+    return engine_class(engine)(**p)
 
 
 def _dsu_core(**p):
