@@ -55,6 +55,7 @@ __all__ = [
     "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
     "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "te_out_passes", "rescale_events",
+    "PIPE_STAGES", "PipeTiming", "te_pipe_timing",
     "expected_rescale_events",
     "reference_f64",
     "combine_partials", "combine_partials_f64", "exp2_max_rel_error", "validate_params",
@@ -87,7 +88,7 @@ HEAD_DIMS = (64, 128, 256)
 LANES = (2, 4, 8, 16, 32)
 MAX_G = 16
 #: the engine designs (see the module docstring)
-ENGINES = ("serial", "split")
+ENGINES = ("serial", "split", "pipelined")
 
 
 def validate_params(head_dim, G, lanes, kv_dtype, engine="serial"):
@@ -420,7 +421,62 @@ def te_out_passes(kv_dtype, engine="serial"):
     lanes multiply 24 x 8 bits; ``o * (1/l)`` takes three passes over ``1/l``'s 8-bit
     slices), else 1 (the serial engine's and NVFP4's lanes are full fp32 multipliers)."""
     narrow = KV_SIGNIFICAND_BITS[kv_dtype] <= 8
-    return 3 if engine == "split" and narrow else 1
+    return 3 if engine != "serial" and narrow else 1
+
+
+#: Registered stages (= latency in cycles) of the pipelined engine's arithmetic units: the K
+#: lane multipliers (8 x 8 / 8 x 4 for bf16 / E4M3 keys, 8 x 24 for NVFP4), each level of the
+#: K adder tree, the scalar ``s * c`` multiplier, the scalar subtractions, ``exp2``, the
+#: reciprocal, and the V lane multipliers (24 x 8 / fp32 for NVFP4). The adders that close a
+#: loop (the K accumulator, ``l``, ``o``) stay combinational: one fp32 add per cycle.
+PIPE_STAGES = {"k_mul": 1, "k_mul_wide": 2, "tree_add": 1, "c_mul": 2, "sub": 1, "exp2": 3,
+               "recip": 5, "v_mul": 1, "v_mul_wide": 2}
+
+
+@dataclass(frozen=True)
+class PipeTiming:
+    """Latencies of the pipelined engine (``engine="pipelined"``) for one shape, in cycles.
+
+    ``k_mul``/``v_mul``: the lane multipliers' stages; ``tree``: the K tree's levels times its
+    adders' stages; ``score_to_v``: from the K op that ends a head's token to the first cycle
+    a V op of that head may use its ``p`` and ``alpha`` (K operand registers, multiplier, tree,
+    accumulator, then the scalar unit: ``s*c``, max, subtractions, ``exp2``, ``l``);
+    ``v_start``: from a token's K op ``(Dk-1, 0)`` to its first V op, ``max(G + 1,
+    score_to_v)`` when unstalled; ``slots``: tokens the V buffer and the ``p``/``alpha``
+    registers hold, the smallest power of two with ``slots * (G+1)*Dk >= v_start + G*Dk`` (so
+    the K array never waits in an unstalled stream); ``v_update``: from a V op's issue to its
+    ``o`` update; ``out_beat``: cycles per normalised output beat (passes plus the
+    multiplier's latency); ``recip``: the wait for ``1/l`` before each head's output."""
+    k_mul: int
+    v_mul: int
+    tree: int
+    score_to_v: int
+    v_start: int
+    slots: int
+    v_update: int
+    out_beat: int
+    recip: int
+
+
+def te_pipe_timing(head_dim, G, lanes, kv_dtype="bf16") -> PipeTiming:
+    """The pipelined engine's latencies (:class:`PipeTiming`) for one shape."""
+    validate_params(head_dim, G, lanes, kv_dtype, "pipelined")
+    S = PIPE_STAGES
+    dk = head_dim // lanes
+    wide = KV_SIGNIFICAND_BITS[kv_dtype] > 8
+    k_mul = S["k_mul_wide"] if wide else S["k_mul"]
+    v_mul = S["v_mul_wide"] if wide else S["v_mul"]
+    tree = (lanes.bit_length() - 1) * S["tree_add"]
+    score_to_v = 1 + k_mul + tree + 1 + S["c_mul"] + 1 + S["sub"] + S["exp2"] + 1
+    v_start = max(G + 1, score_to_v)
+    per_tok = te_token_cycles(head_dim, G, lanes, "pipelined")
+    slots = 1
+    while slots * per_tok < v_start + G * dk:
+        slots *= 2
+    passes = te_out_passes(kv_dtype, "pipelined")
+    return PipeTiming(k_mul=k_mul, v_mul=v_mul, tree=tree, score_to_v=score_to_v,
+                      v_start=v_start, slots=slots, v_update=1 + v_mul,
+                      out_beat=passes + v_mul, recip=S["recip"])
 
 
 def te_cycles(n, head_dim, G, lanes, partial=False, engine="serial", early_end=False,
@@ -443,6 +499,12 @@ def te_cycles(n, head_dim, G, lanes, partial=False, engine="serial", early_end=F
     tail = G if partial else 0
     per_tok = te_token_cycles(head_dim, G, lanes, engine)
     computed = n > 0 and not early_end
+    if engine == "pipelined" and computed:
+        pt = te_pipe_timing(head_dim, G, lanes, kv_dtype)
+        # the last token's first K op -> its last V op's o update -> the pipelines empty
+        tail_v = (dk - 1) * G + pt.v_start + G * dk - 1 + pt.v_update + 2
+        out = G * dk + G if partial else G * (pt.recip + dk * pt.out_beat)
+        return 1 + G * dk + (n - 1) * per_tok + tail_v + out
     drain = (G - 1) * dk + 1 if engine == "split" and computed else 0
     terminator = G if early_end and n == 0 else 0
     passes = te_out_passes(kv_dtype, engine) if computed and not partial else 1
@@ -466,7 +528,7 @@ def rescale_events(q_codes, k_codes, kv_dtype, scale_bits, *, lanes, engine="ser
     m = np.full(G, NEG_INF, dtype=np.int64)
     events = np.zeros(G, dtype=np.int64)
     for t in range(s2.shape[0]):
-        mn = fmax(m, ceil_int(s2[t]) if engine == "split" else s2[t])
+        mn = fmax(m, ceil_int(s2[t]) if engine != "serial" else s2[t])
         if t:
             events += exp2_diff(m, mn) != ONE
         m = mn
@@ -490,7 +552,7 @@ def _scores(q, k, lanes, c, engine):
     L = lanes
     prod = fmul(q[None, :, :], k[:, None, :])
     beats = range(1, q.shape[-1] // L)
-    if engine == "split":
+    if engine != "serial":
         acc = tree_sum(prod[:, :, 0:L])
         for b in beats:
             acc = fadd(acc, tree_sum(prod[:, :, b * L:(b + 1) * L]))
@@ -546,7 +608,7 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     s2_all = _scores(q, k, L, c, engine)
     for t in range(n_proc):
         s2 = s2_all[t]
-        mn = fmax(m, ceil_int(s2) if engine == "split" else s2)
+        mn = fmax(m, ceil_int(s2) if engine != "serial" else s2)
         alpha = exp2_diff(m, mn)
         p = exp2_diff(s2, mn)
         l = fadd(fmul(l, alpha), p)

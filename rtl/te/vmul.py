@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .fputil import POS_INF, QNAN, fields, round_pack
+from .fputil import POS_INF, QNAN, Pipe, check_stages, fields, round_pack
 
 __all__ = ["VLaneMul"]
 
@@ -22,14 +22,22 @@ class VLaneMul(wiring.Component):
     the clock edge (when ``en``), ``y`` is valid during ``pass_ == 2`` -- the output's
     ``o * (1/l)``. The sum of the slices' products is the exact 48-bit product, rounded once,
     so three passes give the same bits as :class:`.fmul.FP32Mul`.
+
+    ``stages`` 0 (default): ``y`` as above, combinational. 1 (:attr:`CUTS` ``out``): ``y`` is
+    registered, valid one cycle later (the pipelined engine's V lanes; the three-pass result
+    is held while ``a``, ``b`` and ``pass_ == 2`` are).
     """
 
-    def __init__(self):
+    CUTS = ("out",)
+
+    def __init__(self, stages=0):
+        self.stages = check_stages("VLaneMul", stages, self.CUTS)
         super().__init__({"a": In(32), "b": In(32), "three": In(1), "pass_": In(2),
                           "en": In(1), "y": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
+        y = Pipe(m, self.stages, self.CUTS).out(self.y)
         sa, ea, fa = fields(self.a)
         sb, eb, fb = fields(self.b)
         s = sa ^ sb
@@ -61,11 +69,11 @@ class VLaneMul(wiring.Component):
         m.d.comb += [ea_s.eq(ea), eb_s.eq(eb), E.eq(ea_s + eb_s - 127 + top)]
         r = round_pack(m, s, E, Pn, 24, "vmul")
         with m.If(nan | (inf_a & zero_b) | (inf_b & zero_a)):
-            m.d.comb += self.y.eq(QNAN)
+            m.d.comb += y.eq(QNAN)
         with m.Elif(inf_a | inf_b):
-            m.d.comb += self.y.eq(Cat(Const(POS_INF, 31), s))
+            m.d.comb += y.eq(Cat(Const(POS_INF, 31), s))
         with m.Elif(zero_a | zero_b):
-            m.d.comb += self.y.eq(Cat(Const(0, 31), s))
+            m.d.comb += y.eq(Cat(Const(0, 31), s))
         with m.Else():
-            m.d.comb += self.y.eq(r)
+            m.d.comb += y.eq(r)
         return m

@@ -366,11 +366,14 @@ def activity(get):
 
 
 def engine_class(engine: str):
-    """The RTL class of an engine design (``models.te.ENGINES``): ``TEEngine`` (serial) or
-    ``TESplitEngine`` (split)."""
+    """The RTL class of an engine design (``models.te.ENGINES``): ``TEEngine`` (serial),
+    ``TESplitEngine`` (split) or ``TEPipelinedEngine`` (pipelined)."""
     if engine == "split":
         from tricut.rtl.te.split_engine import TESplitEngine
         return TESplitEngine
+    if engine == "pipelined":
+        from tricut.rtl.te.pipelined_engine import TEPipelinedEngine
+        return TEPipelinedEngine
     from tricut.rtl.te.engine import TEEngine
     return TEEngine
 
@@ -513,7 +516,7 @@ def _run_plans_verilator(v0, plans, workdir=None, *, progress=None, wave: WaveSp
     from tricut.sim.harness.cocotb_run import run_plans
 
     dut = engine_for(v0)
-    prefix = "te" if v0.engine == "serial" else "te_split"
+    prefix = "te" if v0.engine == "serial" else f"te_{v0.engine}"
     toplevel = f"{prefix}_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
     with recording(wave) as raw, _ProgressFile(progress, workdir) as prog:
         runs = run_plans(dut, toplevel, "te_engine", plans, workdir, waves=raw,
