@@ -511,7 +511,7 @@ UNIT_KINDS = (
     (r"deq", "KVDequant (`deq`, with its scale multipliers)"),
     (r"deq_k|deq_v", "KVDequant, K and V (`deq_k`, `deq_v`, with their scale multipliers)"),
 )
-#: the split engine's own names for instances both engines have
+#: the split and pipelined engines' own names for instances the serial engine has too
 SPLIT_UNIT_KINDS = (
     (r"tree\d+", "FP32Add, K array's adder tree over each beat's lanes (`tree*`)"),
     (r"mul_c|mul_l", "FP32Mul, scalar unit (`mul_c`)"),
@@ -524,7 +524,7 @@ def unit_kind(inst: str, engine: str = "serial") -> str:
     name is its own row."""
     if inst.endswith("(own logic)"):
         return TOP_KIND
-    for pat, kind in (SPLIT_UNIT_KINDS if engine == "split" else ()) + UNIT_KINDS:
+    for pat, kind in (SPLIT_UNIT_KINDS if engine != "serial" else ()) + UNIT_KINDS:
         if re.fullmatch(pat, inst):
             return kind
     return inst
@@ -683,9 +683,8 @@ def fmax_shell(head_dim, G, lanes, kv_dtype, engine="serial"):
     from amaranth.hdl import Cat, Module, Signal
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
-    from tricut.rtl.te.engine import TEEngine
-    from tricut.rtl.te.split_engine import TESplitEngine
-    cls = {"serial": TEEngine, "split": TESplitEngine}[engine]
+    from tricut.sim.harness.te import engine_class
+    cls = engine_class(engine)
 
     class Shell(wiring.Component):
         def __init__(self):

@@ -439,7 +439,7 @@ class PipeTiming:
 
     ``k_mul``/``v_mul``: the lane multipliers' stages; ``tree``: the K tree's levels times its
     adders' stages; ``score_to_v``: from the K op that ends a head's token to the first cycle
-    a V op of that head may use its ``p`` and ``alpha`` (K operand registers, multiplier, tree,
+    a V op of that head may use its ``p`` and ``alpha`` (multiplier, tree,
     accumulator, then the scalar unit: ``s*c``, max, subtractions, ``exp2``, ``l``);
     ``v_start``: from a token's K op ``(Dk-1, 0)`` to its first V op, ``max(G + 1,
     score_to_v)`` when unstalled; ``slots``: tokens the V buffer and the ``p``/``alpha``
@@ -467,7 +467,7 @@ def te_pipe_timing(head_dim, G, lanes, kv_dtype="bf16") -> PipeTiming:
     k_mul = S["k_mul_wide"] if wide else S["k_mul"]
     v_mul = S["v_mul_wide"] if wide else S["v_mul"]
     tree = (lanes.bit_length() - 1) * S["tree_add"]
-    score_to_v = 1 + k_mul + tree + 1 + S["c_mul"] + 1 + S["sub"] + S["exp2"] + 1
+    score_to_v = k_mul + tree + 1 + S["c_mul"] + 1 + S["sub"] + S["exp2"] + 1
     v_start = max(G + 1, score_to_v)
     per_tok = te_token_cycles(head_dim, G, lanes, "pipelined")
     slots = 1

@@ -14,6 +14,7 @@ import pytest
 from tricut.models import te as M
 from tricut.rtl.te.ceil_int import CeilInt
 from tricut.rtl.te.pow2scale import Pow2Scale
+from tricut.rtl.te.pipelined_engine import TEPipelinedEngine
 from tricut.rtl.te.split_engine import TESplitEngine
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
 from tricut.sim.harness.te import make_vector, rising_max_inputs, simulate_amaranth
@@ -24,8 +25,12 @@ from test_te import (EDGE_NAMES, EDGE_SUBSET, EDGE, _comb_run, _rand_bits, _rel_
 F32 = np.float32
 
 
-def split(vecs):
-    return [_with(v, engine="split") for v in vecs]
+#: the engines with two lane arrays (the same arithmetic; pipelined adds registered stages)
+TWO_ARRAY_ENGINES = ("split", "pipelined")
+
+
+def split(vecs, engine="split"):
+    return [_with(v, engine=engine) for v in vecs]
 
 
 def check_split(vecs, res, check_cycles=False):
@@ -40,7 +45,7 @@ def check_split(vecs, res, check_cycles=False):
                 dk, n = vec.d // vec.lanes, vec.n_announced
                 assert r.k_busy == r.v_busy == vec.G * dk * n, (i, r.k_busy, r.v_busy)
                 ev, _ = M.rescale_events(vec.q_codes, vec.k_codes[:n], vec.kv_dtype,
-                                         vec.scale_bits, lanes=vec.lanes, engine="split",
+                                         vec.scale_bits, lanes=vec.lanes, engine=vec.engine,
                                          k_scales=None if vec.k_scales is None
                                          else vec.k_scales[:n], tensor_scale_bits=vec.ts_bits)
                 assert r.v_rescale == ev * dk, (i, r.v_rescale, ev)
@@ -116,10 +121,12 @@ def test_narrow_fmul_equals_fmul_on_operands_it_accepts(a_bits, b_bits, stages):
         assert [g for g, _ in got] == list(M.fmul(a, b))
 
 
-def test_v_lane_multiplier_one_pass_and_three_passes_equal_fmul():
+@pytest.mark.parametrize("stages", [0, 1])
+def test_v_lane_multiplier_one_pass_and_three_passes_equal_fmul(stages):
     """``VLaneMul``: one pass == ``fmul`` for ``b`` with an 8-bit significand (``p * v``);
     three passes (high slice first, held inputs, a random wait at pass 2 as under output
-    backpressure) == ``fmul`` for any operands (``o * (1/l)``)."""
+    backpressure) == ``fmul`` for any operands (``o * (1/l)``). ``stages=1`` (the pipelined
+    engine's): the same results one cycle later."""
     from amaranth.sim import Simulator
 
     from test_te_units import binary_operands
@@ -128,8 +135,8 @@ def test_v_lane_multiplier_one_pass_and_three_passes_equal_fmul():
     rng = np.random.default_rng(11)
     a, b = binary_operands(rng, 400)
     narrow = np.where((b >> 23 & 0xFF) == 0xFF, b, b & ~np.int64(0xFFFF))
-    waits = rng.integers(0, 3, a.size)
-    dut = VLaneMul()
+    waits = rng.integers(0, 3, a.size) + stages
+    dut = VLaneMul(stages=stages)
     one, three = [], []
 
     async def tb(ctx):
@@ -138,7 +145,10 @@ def test_v_lane_multiplier_one_pass_and_three_passes_equal_fmul():
             ctx.set(dut.en, 0)
             ctx.set(dut.a, int(x))
             ctx.set(dut.b, int(y))
-            await ctx.delay(1e-9)
+            if stages:
+                await ctx.tick()
+            else:
+                await ctx.delay(1e-9)
             one.append(ctx.get(dut.y))
         for x, y, w in zip(a, b, waits):
             ctx.set(dut.a, int(x))
@@ -209,16 +219,18 @@ SHAPES = [("bf16", 1, 64, 4), ("fp8", 4, 64, 8), ("nvfp4", 4, 64, 16), ("bf16", 
           ("fp8", 8, 128, 32), ("nvfp4", 2, 128, 32), ("bf16", 3, 256, 32), ("fp8", 1, 64, 32)]
 
 
+@pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
 @pytest.mark.parametrize("kv_dtype,G,d,lanes", SHAPES, ids=[f"{s[0]}-g{s[1]}-d{s[2]}-l{s[3]}"
                                                             for s in SHAPES])
-def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(kv_dtype, G, d, lanes):
+def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(kv_dtype, G, d, lanes,
+                                                                         engine):
     """Unstalled: cycles equal ``te_cycles(engine="split")`` on both kinds of input; then the
     same steps under random idle and backpressure: still bit-exact."""
     seed = SHAPES.index((kv_dtype, G, d, lanes))
     rng = np.random.default_rng(100 + seed)
     n = 3 if G * d // lanes > 64 else 5
     vecs = split([random_vector(rng, kv_dtype, G, d, lanes, n),
-                  make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)])
+                  make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)], engine)
     res = simulate_amaranth(vecs)
     check_split(vecs, res, check_cycles=True)
     assert res[0].cycles == res[1].cycles
@@ -227,12 +239,13 @@ def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(kv_dtyp
     check_split(vecs, res)
 
 
+@pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
 @pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
-def test_split_engine_edge_cases_back_to_back(kv_dtype):
+def test_split_engine_edge_cases_back_to_back(kv_dtype, engine):
     rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])
     G, d, L = 2, 64, 16
     names = EDGE_NAMES if kv_dtype == "bf16" else EDGE_SUBSET
-    vecs = split(edge_steps(rng, kv_dtype, G, d, L, only=names))
+    vecs = split(edge_steps(rng, kv_dtype, G, d, L, only=names), engine)
     res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=7)
     check_split(vecs, res)
     st = {nm: r.status for nm, r in zip(names, res)}
@@ -251,11 +264,12 @@ def test_split_engine_edge_cases_back_to_back(kv_dtype):
         check_split(vecs, res, check_cycles=True)
 
 
+@pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
 @pytest.mark.parametrize("idle,backpressure", IDLE_BACKPRESSURE,
                          ids=[matrix_id(p) for p in IDLE_BACKPRESSURE])
-def test_split_engine_idle_backpressure_matrix(idle, backpressure):
+def test_split_engine_idle_backpressure_matrix(idle, backpressure, engine):
     rng = np.random.default_rng(7000)
-    vecs = split(matrix_steps(rng, G=2, lanes=16))
+    vecs = split(matrix_steps(rng, G=2, lanes=16), engine)
     res = simulate_amaranth(vecs, idle=idle, backpressure=backpressure, seed=11)
     check_split(vecs, res)
     formula = sum(v.golden().cycles for v in vecs[:2])
@@ -265,25 +279,75 @@ def test_split_engine_idle_backpressure_matrix(idle, backpressure):
         assert sum(r.cycles for r in res[:2]) > formula
 
 
+@pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
 @pytest.mark.parametrize("G,d,lanes", [(4, 128, 32), (8, 128, 32), (1, 64, 16)])
-def test_split_engine_lane_utilisation(G, d, lanes):
+def test_split_engine_lane_utilisation(G, d, lanes, engine):
     """Steady state: the K array is busy ``G`` of every ``G+1`` cycles per token (the stream's
     V beats take the other one), the V array the same, both together ``2G/(G+1)`` lane-array
     operations per cycle; the per-token cost is ``(G+1)*Dk`` whatever the data."""
     rng = np.random.default_rng(5000 + G)
     n = 4
     vecs = split([random_vector(rng, "bf16", G, d, lanes, n),
-                  random_vector(rng, "bf16", G, d, lanes, n + 1)])
+                  random_vector(rng, "bf16", G, d, lanes, n + 1)], engine)
     r1, r2 = simulate_amaranth(vecs)
     check_split(vecs, [r1, r2], check_cycles=True)
     dk = d // lanes
-    assert r2.cycles - r1.cycles == M.te_token_cycles(d, G, lanes, "split") == (G + 1) * dk
+    assert r2.cycles - r1.cycles == M.te_token_cycles(d, G, lanes, engine) == (G + 1) * dk
     assert r2.k_busy - r1.k_busy == r2.v_busy - r1.v_busy == G * dk
 
 
 def test_split_engine_rejects_bad_parameters():
-    with pytest.raises(ValueError, match="lanes must be one of"):
-        TESplitEngine(64, 2, 64, "bf16")
+    for cls in (TESplitEngine, TEPipelinedEngine):
+        with pytest.raises(ValueError, match="lanes must be one of"):
+            cls(64, 2, 64, "bf16")
+        with pytest.raises(ValueError, match="G must be an int"):
+            cls(64, 0, 16, "bf16")
+    with pytest.raises(ValueError, match="VLaneMul: stages must be an int in 0..1"):
+        from tricut.rtl.te.vmul import VLaneMul
+        VLaneMul(stages=2)
     with pytest.raises(ValueError, match="engine must be one of"):
         M.te_decode(np.zeros((1, 64), np.int64), np.zeros((1, 64), np.int64),
                     np.zeros((1, 64), np.int64), "bf16", 0, lanes=8, engine="fast")
+
+
+# ------------------------------------------------------------------------------ pipelined
+@pytest.mark.parametrize("kv_dtype,G,d,lanes", SHAPES, ids=[f"{s[0]}-g{s[1]}-d{s[2]}-l{s[3]}"
+                                                            for s in SHAPES])
+def test_pipelined_timing_slots_keep_the_k_array_busy(kv_dtype, G, d, lanes):
+    """``te_pipe_timing``: the score-to-V latency is the sum of the stated unit stages; the
+    token slots are the fewest (a power of two) that cover the V array's lag, so in an unstalled
+    stream the K array never waits; the pipelined engine's steady state is the split engine's."""
+    tm = M.te_pipe_timing(d, G, lanes, kv_dtype)
+    S, dk = M.PIPE_STAGES, d // lanes
+    wide = M.KV_SIGNIFICAND_BITS[kv_dtype] > 8
+    assert tm.k_mul == S["k_mul_wide" if wide else "k_mul"] and tm.tree == int(math.log2(lanes))
+    assert tm.score_to_v == 3 + tm.k_mul + tm.tree + S["c_mul"] + S["sub"] + S["exp2"]
+    per_tok = (G + 1) * dk
+    assert tm.slots * per_tok >= tm.v_start + G * dk > tm.slots // 2 * per_tok
+    assert tm.slots & (tm.slots - 1) == 0
+    for n in (1, 2, 9):
+        fill = M.te_cycles(n, d, G, lanes, engine="pipelined", kv_dtype=kv_dtype) - \
+            n * per_tok
+        assert fill == M.te_cycles(1, d, G, lanes, engine="pipelined", kv_dtype=kv_dtype) - \
+            per_tok
+
+
+def test_pipelined_engine_units_are_registered():
+    """The engine instantiates its arithmetic units with the stages ``PIPE_STAGES`` states
+    (the loop adders -- K accumulator, ``l``, ``o`` -- stay combinational)."""
+    from tricut.rtl.te.exp2 import Exp2
+    from tricut.rtl.te.fadd import FP32Add
+    from tricut.rtl.te.fmul import FP32Mul
+    from tricut.rtl.te.recip import FP32Recip
+    from tricut.rtl.te.vmul import VLaneMul
+    m = TEPipelinedEngine(64, 2, 8, "bf16").elaborate(None)
+    mods = m._named_submodules
+    S = M.PIPE_STAGES
+    want = {"k_mul0": (FP32Mul, S["k_mul"]), "tree0": (FP32Add, S["tree_add"]),
+            "mul_c": (FP32Mul, S["c_mul"]), "sub_a": (FP32Add, S["sub"]),
+            "exp_a": (Exp2, S["exp2"]), "recip": (FP32Recip, S["recip"]),
+            "v_mul0": (VLaneMul, S["v_mul"]), "k_acc": (FP32Add, 0), "add_l": (FP32Add, 0),
+            "v_add0": (FP32Add, 0)}
+    for name, (cls, stages) in want.items():
+        unit = mods[name][0]      # (submodule, source location)
+        assert isinstance(unit, cls) and unit.stages == stages, name

@@ -1,8 +1,7 @@
-"""The split TE engine's generated Verilog on Verilator (cocotb), driven by the same plans as
-the Amaranth bench (tests/test_te_split.py): RTL == bit-exact model on random, rising-maximum
-and edge-case steps under every (idle, backpressure) pair, in one build (32 lanes, so a beat
-spans two NVFP4 micro-blocks) and one cocotb test; the cycle formula and the rescale count
-without stalls."""
+"""The split and pipelined TE engines' generated Verilog on Verilator (cocotb), driven by the
+same plans as the Amaranth bench (tests/test_te_split.py): RTL == bit-exact model on random,
+rising-maximum and edge-case steps under every (idle, backpressure) pair, one build and one
+cocotb test per engine (32 lanes); the cycle formula and the rescale count without stalls."""
 
 import numpy as np
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE
@@ -26,4 +25,24 @@ def test_cocotb_split_nvfp4_l32_matrix_random_rising_and_edges():
         check_split(vecs, res, check_cycles=pair == ("none", "none"))
     res = runs[("none", "none")]
     assert res[1].v_rescale == G * 4 * (d // L)
+    assert res[0].cycles == vecs[0].golden().cycles
+
+
+def test_cocotb_pipelined_fp8_l32_matrix_random_rising_and_edges():
+    """The pipelined engine on Verilator: fp8 (24 x 8 V lanes, the output in three passes), G 2,
+    head_dim 64, 32 lanes (Dk 2: 8 token slots, the deepest V buffer of the shipped lanes)."""
+    rng = np.random.default_rng(303)
+    G, d, L = 2, 64, 32
+    vecs = split([random_vector(rng, "fp8", G, d, L, 7),
+                  make_vector(*rising_max_inputs(rng, G, d, 6), "fp8", lanes=L),
+                  random_vector(rng, "fp8", G, d, L, 3, partial=True)]
+                 + edge_steps(rng, "fp8", G, d, L,
+                              only=["mask", "bad_kv", "empty", "early", "toolong", "normal"]),
+                 "pipelined")
+    runs = simulate_verilator_matrix(vecs, seed=10)
+    assert list(runs) == IDLE_BACKPRESSURE
+    for pair, res in runs.items():
+        check_split(vecs, res, check_cycles=pair == ("none", "none"))
+    res = runs[("none", "none")]
+    assert res[1].v_rescale == G * 5 * (d // L)
     assert res[0].cycles == vecs[0].golden().cycles

@@ -27,7 +27,7 @@ def test_units_come_from_the_gpu_config():
     for gpu in (H100, load_gpu("h200")):
         u = UnitTiming.from_gpu(gpu)
         assert (u.te_engines, u.te_clock_hz, u.cdu_clock_hz, u.dsu_clock_hz, u.te_lanes,
-                u.te_engine) == (528, 1.98e9, 1.98e9, 1.2e9, 32, "split")
+                u.te_engine) == (528, 1.98e9, 1.98e9, 1.2e9, 32, "pipelined")
     # edge: 16 SMs × 4 engines at its 1.3 GHz SM clock, not H100's 528 at 1.98 GHz
     u = UnitTiming.from_gpu(EDGE)
     assert (u.te_engines, u.te_clock_hz, u.dsu_clock_hz) == (16 * 4, 1.3e9, 1.2e9)

@@ -54,9 +54,9 @@ class TEPipelinedEngine(wiring.Component):
 
     Pipelines (latencies: :func:`tricut.models.te.te_pipe_timing`):
 
-    * K: ``q`` (a synchronous read of ``qmem``) and the dequantised K beat are registered,
-      then the lane multipliers and the adder tree (registered stages), then the per-head
-      accumulator (one combinational add: ``acc[g]`` is a loop);
+    * K: ``q`` (``qmem`` at ``kg, kb``) and the dequantised K beat into the lane
+      multipliers, then the adder tree (registered stages), then the per-head accumulator
+      (one combinational add: ``acc[g]`` is a loop);
     * scalar, per head: ``s2 = acc*c`` (pipelined) -> ``m' = fmax(m, ceil_int(s2))`` (the
       ``m`` loop, one stage) -> the two subtractions and ``exp2`` (pipelined) -> ``p``,
       ``alpha`` into token slot ``t mod slots``, ``l' = pow2scale(l, alpha) + p`` (the ``l``
@@ -112,8 +112,8 @@ class TEPipelinedEngine(wiring.Component):
         (K position, also the q-load counters) and ``vcount`` (V beats of ``tok`` written);
         the V array's token ``vtok`` and position ``vb``/``vg`` (also the output counters);
         per head ``acc``, ``m``, ``l``; per (slot, head) ``p``, ``alpha``, ``p_ready``;
-        ``qmem`` (synchronous read at ``kg, kb``), ``omem`` (combinational read) and ``vbuf``
-        (``slots * Dk`` raw V beats, synchronous read)."""
+        ``qmem`` (at ``kg, kb``) and ``omem``, read combinationally, and ``vbuf`` (``slots *
+        Dk`` raw V beats, synchronous read)."""
         G, L, dk, S = self.G, self.lanes, self.dk, self.timing.slots
         dkb = (dk - 1).bit_length()
         gb = max(1, (G - 1).bit_length())
@@ -138,7 +138,7 @@ class TEPipelinedEngine(wiring.Component):
         m.submodules.qmem = qmem = Memory(shape=unsigned(W), depth=G * dk, init=[])
         m.submodules.omem = omem = Memory(shape=unsigned(W), depth=G * dk, init=[])
         m.submodules.vbuf = vbuf = Memory(shape=unsigned(raw_bits), depth=S * dk, init=[])
-        t.q_rd, t.q_wr = qmem.read_port(), qmem.write_port()
+        t.q_rd, t.q_wr = qmem.read_port(domain="comb"), qmem.write_port()
         t.o_rd, t.o_wr = omem.read_port(domain="comb"), omem.write_port()
         t.vb_rd, t.vb_wr = vbuf.read_port(), vbuf.write_port()
         k_addr = Cat(t.kb, t.kg)
@@ -158,14 +158,12 @@ class TEPipelinedEngine(wiring.Component):
         m.d.comb += [deq.codes.eq(self.kv.payload.data), deq.scale.eq(self.kv.payload.scale),
                      deq.tensor_scale.eq(t.ts)]
         t.deq_k, t.op_k = deq, Signal()
-        k_in = Signal(t.W, reset_less=True)
-        m.d.sync += k_in.eq(Cat(*[deq.values[i] for i in range(L)]))
         kbits = KV_SIGNIFICAND_BITS[self.kv_dtype]     # q is bf16: 8 bits, exact products
         level = []
         for i in range(L):
             m.submodules[f"k_mul{i}"] = mul = FP32Mul(stages=self.timing.k_mul, a_bits=8,
                                                       b_bits=kbits)
-            m.d.comb += [mul.a.eq(_lane(t.q_rd.data, i)), mul.b.eq(_lane(k_in, i))]
+            m.d.comb += [mul.a.eq(_lane(t.q_rd.data, i)), mul.b.eq(deq.values[i])]
             level.append(mul.y)
         k = 0
         while len(level) > 1:
@@ -178,7 +176,7 @@ class TEPipelinedEngine(wiring.Component):
             level = nxt
         tag = dict(valid=t.op_k, g=t.kg, first=t.kb == 0, last=t.kb == dk - 1,
                    slot=t.tok[:t.sb] if t.sb else Const(0, 1))
-        a, t.k_valids = _delay(m, "k", tag, 1 + self.timing.k_mul + self.timing.tree, t.flush)
+        a, t.k_valids = _delay(m, "k", tag, self.timing.k_mul + self.timing.tree, t.flush)
         m.submodules.k_acc = acc = FP32Add()
         m.d.comb += [acc.a.eq(t.acc_r[a.g]), acc.b.eq(level[0]), self.k_busy.eq(t.op_k)]
         with m.If(a.valid):
@@ -259,7 +257,10 @@ class TEPipelinedEngine(wiring.Component):
         t.opass, t.op_n = Signal(2), Signal()
         alpha_g = t.alpha_r[idx]
         u, t.v_valids = _delay(m, "v", dict(valid=t.op_v, g=t.vg, b=t.vb, first=v_first,
-                                            alpha=alpha_g), self.timing.v_update, t.flush)
+                                            slot=t.vtok[:t.sb] if t.sb else Const(0, 1)),
+                               self.timing.v_update, t.flush)
+        # a slot's alpha is rewritten only after the V array has left that token
+        u_alpha = t.alpha_r[Cat(u.g, u.slot) if t.sb else u.g]
         t.v_mul_y = []
         o_new = Signal(t.W)
         m.d.comb += t.o_rd.addr.eq(Mux(u.valid, Cat(u.b, u.g), Cat(t.vb, t.vg)))
@@ -277,7 +278,7 @@ class TEPipelinedEngine(wiring.Component):
             with m.Else():
                 m.d.comb += [mul.a.eq(p_in), mul.b.eq(deq.values[i])]
             m.d.comb += [scale.a.eq(Mux(u.first, 0, _lane(t.o_rd.data, i))),
-                         scale.p.eq(u.alpha), add.a.eq(scale.y), add.b.eq(mul.y),
+                         scale.p.eq(u_alpha), add.a.eq(scale.y), add.b.eq(mul.y),
                          _lane(o_new, i).eq(add.y)]
             t.v_mul_y.append(mul.y)
         m.d.comb += [t.o_wr.addr.eq(Cat(u.b, u.g)), t.o_wr.data.eq(o_new),

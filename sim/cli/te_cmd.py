@@ -362,8 +362,9 @@ def add_commands(sub) -> None:
     p.add_argument("--engine", choices=TE_ENGINES, default="serial",
                    help="serial: one lane array, exact running maximum, 3*G*Dk cycles per token "
                         "(the decode tile's engine); split: separate K and V lane arrays, "
-                        "integer running maximum, (G+1)*Dk cycles per token (default: serial; "
-                        "docs/te.md)")
+                        "integer running maximum, (G+1)*Dk cycles per token; pipelined: split's "
+                        "arithmetic and cycles per token with registered stages in its units "
+                        "(the fast model's engine) (default: serial; docs/te.md)")
     p.add_argument("--max-cycles", type=_cycles_arg, metavar="N",
                    help="stop the simulation after N cycles if the step is not done (exit 1, no "
                         "result; waves up to there are kept); also lets a run estimated at more "

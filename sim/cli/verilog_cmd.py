@@ -68,8 +68,10 @@ def add_commands(sub) -> None:
                    help="override a parameter (a Python literal of the default's type)")
     p.add_argument("--engine", choices=TE_ENGINES, default=None,
                    help="te only: the engine design, serial (rtl/te/engine.py, one lane array, "
-                        "3*G*head_dim/lanes cycles per token) or split (rtl/te/split_engine.py, "
-                        "K and V lane arrays, (G+1)*head_dim/lanes); default serial")
+                        "3*G*head_dim/lanes cycles per token), split (rtl/te/split_engine.py, "
+                        "K and V lane arrays, (G+1)*head_dim/lanes) or pipelined "
+                        "(rtl/te/pipelined_engine.py, split with registered stages); default "
+                        "serial")
     p.add_argument("--top", help="top module name, a Verilog identifier (default: the unit name); "
                                  "the file is <DIR>/<top>.v")
     p.add_argument("--area", action="store_true",

@@ -27,10 +27,10 @@ from .stacks import DEFAULT_STACK, StackProfile, get_stack
 __all__ = ["CUTS", "DEFAULT_TE_LANES", "DEFAULT_TE_ENGINE", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
 CUTS = ("te", "cdu", "dsu")
-#: the TE the fast model times: the split engine (``rtl/te/split_engine.py``) at 32 lanes per
-#: lane array, the design that keeps up with HBM (docs/te.md); tests/test_calibration.py
-#: checks its cycles against that RTL
-DEFAULT_TE_ENGINE = "split"
+#: the TE the fast model times: the pipelined engine (``rtl/te/pipelined_engine.py``) at 32
+#: lanes per lane array, the design that keeps up with HBM (docs/te.md);
+#: tests/test_calibration.py checks its cycles against that RTL
+DEFAULT_TE_ENGINE = "pipelined"
 DEFAULT_TE_LANES = 32
 if DEFAULT_TE_LANES not in TE_LANES or DEFAULT_TE_ENGINE not in TE_ENGINES:
     raise AssertionError(f"default TE {DEFAULT_TE_ENGINE}/{DEFAULT_TE_LANES} not in "
@@ -254,11 +254,11 @@ class UnitTiming:
                       kv_dtype: str = "bf16") -> float:
         """Cycles of ``jobs`` TE jobs (one request, layer and KV head each, at least one token
         each) streaming ``n`` tokens in all: ``models.te.te_cycles`` is ``fill + n ×
-        per_token``. Split engine: ``per_token = (G+1)·Dk`` (the K array's ``G`` cycles per K
-        beat, one per V beat; the V array works behind), ``fill = 2 + (2G-1)·Dk + P·G·Dk`` (q
-        load, the V array's last token, normalisation at ``P`` = 3 cycles per beat for bf16 and
-        fp8, 1 for NVFP4); serial: ``3·G·Dk`` and ``1 + 2·G·Dk``; ``Dk = head_dim/lanes``.
-        Neither depends on the data."""
+        per_token``. Split and pipelined engines: ``per_token = (G+1)·Dk`` (the K array's
+        ``G`` cycles per K beat, one per V beat; the V array works behind); ``fill``: the q
+        load, the V array's last token (pipelined: behind the pipelines' latency,
+        ``models.te.te_pipe_timing``) and the normalised output; serial: ``3·G·Dk`` and ``1 +
+        2·G·Dk``; ``Dk = head_dim/lanes``. None depends on the data."""
         from tricut.models.te import te_cycles, te_token_cycles
 
         per_token = te_token_cycles(head_dim, group, self.te_lanes, self.te_engine)
