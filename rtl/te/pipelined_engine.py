@@ -30,8 +30,9 @@ __all__ = ["TEPipelinedEngine"]
 
 def _delay(m, name, fields, cycles, flush):
     """``fields`` (name -> value) through ``cycles`` registers; ``valid`` is cleared by
-    ``flush``, the rest are reset-less. Returns the delayed fields and every stage's valid."""
-    cur, valids = dict(fields), []
+    ``flush``, the rest are reset-less. Returns the last stage's fields and every stage's
+    (``stages[i]``: delayed by ``i + 1``)."""
+    cur, stages = dict(fields), []
     for i in range(cycles):
         nxt = {}
         for key, v in cur.items():
@@ -39,8 +40,8 @@ def _delay(m, name, fields, cycles, flush):
             m.d.sync += r.eq(v & ~flush if key == "valid" else v)
             nxt[key] = r
         cur = nxt
-        valids.append(cur["valid"])
-    return SimpleNamespace(**cur), valids
+        stages.append(SimpleNamespace(**cur))
+    return SimpleNamespace(**cur), stages
 
 
 class TEPipelinedEngine(wiring.Component):
@@ -61,9 +62,11 @@ class TEPipelinedEngine(wiring.Component):
       ``m`` loop, one stage) -> the two subtractions and ``exp2`` (pipelined) -> ``p``,
       ``alpha`` into token slot ``t mod slots``, ``l' = pow2scale(l, alpha) + p`` (the ``l``
       loop, one stage);
-    * V: the V beat (a synchronous read of the V buffer, ``slots`` tokens deep), ``p`` and
-      ``alpha`` are registered, the beat is dequantised into the lane multipliers (registered
-      output), then ``o = pow2scale(o, alpha) + p*v`` (the ``o`` loop, one stage).
+    * V: the V beat (a synchronous read of the V buffer, ``slots`` tokens deep) is dequantised
+      into the lane multipliers with the slot's ``p`` (registered output), then ``o =
+      pow2scale(o, alpha) + p*v`` with the slot's ``alpha`` (the ``o`` loop, one stage).
+      ``alpha`` is kept as its exponent byte: with integer maxima it is ``2**-k``, 0, 1 or
+      NaN, all with a zero significand but NaN's quiet bit.
 
     Hazards: a V op waits for its beat and for its head's ``p`` of its token; the K op that
     ends a token's head waits until the V array has finished token ``t - slots`` (whose slot
@@ -111,7 +114,8 @@ class TEPipelinedEngine(wiring.Component):
         stream's token ``tok`` (K and V beats, counts every token written) with ``kb``/``kg``
         (K position, also the q-load counters) and ``vcount`` (V beats of ``tok`` written);
         the V array's token ``vtok`` and position ``vb``/``vg`` (also the output counters);
-        per head ``acc``, ``m``, ``l``; per (slot, head) ``p``, ``alpha``, ``p_ready``;
+        per head ``acc``, ``m``, ``l``; per (slot, head) ``p``, ``alpha`` (exponent byte),
+        ``p_ready``;
         ``qmem`` (at ``kg, kb``) and ``omem``, read combinationally, and ``vbuf`` (``slots *
         Dk`` raw V beats, synchronous read)."""
         G, L, dk, S = self.G, self.lanes, self.dk, self.timing.slots
@@ -132,7 +136,7 @@ class TEPipelinedEngine(wiring.Component):
         t.l_r = Array(Signal(32, name=f"l_{i}") for i in range(G))
         t.acc_r = Array(Signal(32, name=f"acc_{i}") for i in range(G))
         n_slot = S << gb            # index Cat(head, slot)
-        t.alpha_r = Array(Signal(32, name=f"alpha_{i}") for i in range(n_slot))
+        t.alpha_r = Array(Signal(8, name=f"alpha_e_{i}") for i in range(n_slot))
         t.p_r = Array(Signal(32, name=f"p_{i}") for i in range(n_slot))
         t.p_ready = Array(Signal(name=f"p_ready_{i}") for i in range(n_slot))
         m.submodules.qmem = qmem = Memory(shape=unsigned(W), depth=G * dk, init=[])
@@ -176,7 +180,8 @@ class TEPipelinedEngine(wiring.Component):
             level = nxt
         tag = dict(valid=t.op_k, g=t.kg, first=t.kb == 0, last=t.kb == dk - 1,
                    slot=t.tok[:t.sb] if t.sb else Const(0, 1))
-        a, t.k_valids = _delay(m, "k", tag, self.timing.k_mul + self.timing.tree, t.flush)
+        a, stages = _delay(m, "k", tag, self.timing.k_mul + self.timing.tree, t.flush)
+        t.k_valids = [x.valid for x in stages]
         m.submodules.k_acc = acc = FP32Add()
         m.d.comb += [acc.a.eq(t.acc_r[a.g]), acc.b.eq(level[0]), self.k_busy.eq(t.op_k)]
         with m.If(a.valid):
@@ -199,8 +204,9 @@ class TEPipelinedEngine(wiring.Component):
         c_arrives, _ = _delay(m, "c_load", dict(valid=t.c_load), P["c_mul"], Const(0, 1))
         with m.If(c_arrives.valid):
             m.d.sync += t.c.eq(mul_c.y)
-        s1, t.sc_valids = _delay(m, "s1", dict(valid=sc0.valid, h=sc0.h, slot=sc0.slot),
-                                 P["c_mul"], t.flush)
+        s1, stages = _delay(m, "s1", dict(valid=sc0.valid, h=sc0.h, slot=sc0.slot),
+                            P["c_mul"], t.flush)
+        t.sc_valids = [x.valid for x in stages]
         s2 = mul_c.y
         m.submodules.ceil = ceil = CeilInt()
         m.d.comb += ceil.x.eq(s2)
@@ -218,11 +224,11 @@ class TEPipelinedEngine(wiring.Component):
         neg_m = sub_in.m_new ^ 0x80000000
         m.d.comb += [sub_a.a.eq(sub_in.m_old), sub_a.b.eq(neg_m), exp_a.x.eq(sub_a.y),
                      sub_p.a.eq(sub_in.s2), sub_p.b.eq(neg_m), exp_p.x.eq(sub_p.y)]
-        s3, valids = _delay(m, "s3", dict(
+        s3, stages = _delay(m, "s3", dict(
             valid=s1.valid, h=s1.h, slot=s1.slot,
             a_one=(m_old == NEG_INF) & (m_new == NEG_INF),
             p_one=(s2 == NEG_INF) & (m_new == NEG_INF)), 1 + P["sub"] + P["exp2"], t.flush)
-        t.sc_valids += valids
+        t.sc_valids += [x.valid for x in stages]
         alpha, p = Signal(32), Signal(32)
         m.d.comb += [alpha.eq(Mux(s3.a_one, ONE, exp_a.y)), p.eq(Mux(s3.p_one, ONE, exp_p.y))]
         m.submodules.scale_l = scale_l = Pow2Scale()
@@ -231,7 +237,8 @@ class TEPipelinedEngine(wiring.Component):
                      add_l.a.eq(scale_l.y), add_l.b.eq(p)]
         idx = Cat(s3.h, s3.slot) if t.sb else s3.h
         with m.If(s3.valid):
-            m.d.sync += [t.l_r[s3.h].eq(add_l.y), t.alpha_r[idx].eq(alpha), t.p_r[idx].eq(p),
+            m.d.sync += [t.l_r[s3.h].eq(add_l.y), t.alpha_r[idx].eq(alpha[23:31]),
+                         t.p_r[idx].eq(p),
                          t.p_ready[idx].eq(1)]
 
     # ---------------------------------------------------------------- V array
@@ -246,8 +253,6 @@ class TEPipelinedEngine(wiring.Component):
         t.op_v, t.out_mode = Signal(), Signal()
         m.d.comb += t.op_v.eq(beat_in & t.p_ready[idx] & ~t.out_mode)
         v_first, v_last = t.vtok == 0, (t.vg == G - 1) & (t.vb == dk - 1)
-        p_in = Signal(32, reset_less=True)
-        m.d.sync += p_in.eq(t.p_r[idx])
         # the V beat arrives from vbuf's synchronous read, with p, one cycle after issue
         m.submodules.deq_v = deq = KVDequant(L, self.kv_dtype)
         m.d.comb += [deq.codes.as_value().eq(t.vb_rd.data[:codes_bits]),
@@ -255,12 +260,14 @@ class TEPipelinedEngine(wiring.Component):
         m.submodules.recip = recip = FP32Recip(stages=PIPE_STAGES["recip"])
         t.recip = recip
         t.opass, t.op_n = Signal(2), Signal()
-        alpha_g = t.alpha_r[idx]
-        u, t.v_valids = _delay(m, "v", dict(valid=t.op_v, g=t.vg, b=t.vb, first=v_first,
-                                            slot=t.vtok[:t.sb] if t.sb else Const(0, 1)),
-                               self.timing.v_update, t.flush)
-        # a slot's alpha is rewritten only after the V array has left that token
-        u_alpha = t.alpha_r[Cat(u.g, u.slot) if t.sb else u.g]
+        tag = dict(valid=t.op_v, g=t.vg, b=t.vb, first=v_first,
+                   slot=t.vtok[:t.sb] if t.sb else Const(0, 1))
+        u, stages = _delay(m, "v", tag, self.timing.v_update, t.flush)
+        t.v_valids, v1 = [x.valid for x in stages], stages[0]
+        # a slot's p and alpha are rewritten only after the V array has left that token
+        p_in = t.p_r[Cat(v1.g, v1.slot) if t.sb else v1.g]
+        u_alpha_e = t.alpha_r[Cat(u.g, u.slot) if t.sb else u.g]
+        u_alpha = Cat(Const(0, 22), u_alpha_e == 0xFF, u_alpha_e, Const(0, 1))
         t.v_mul_y = []
         o_new = Signal(t.W)
         m.d.comb += t.o_rd.addr.eq(Mux(u.valid, Cat(u.b, u.g), Cat(t.vb, t.vg)))
@@ -283,7 +290,7 @@ class TEPipelinedEngine(wiring.Component):
             t.v_mul_y.append(mul.y)
         m.d.comb += [t.o_wr.addr.eq(Cat(u.b, u.g)), t.o_wr.data.eq(o_new),
                      t.o_wr.en.eq(u.valid), self.v_busy.eq(t.op_v),
-                     self.v_rescale.eq(t.op_v & ~v_first & (alpha_g != ONE)),
+                     self.v_rescale.eq(u.valid & ~u.first & (u_alpha != ONE)),
                      self.mac_busy.eq(t.op_k | t.op_v | t.op_n)]
         with m.If(t.op_v):
             m.d.sync += t.vg.eq(t.vg + 1)
