@@ -1,4 +1,4 @@
-"""benchmarks/te_bandwidth.py (issue 12, serial baseline and split engine): the bandwidth
+"""benchmarks/te_bandwidth.py (issue 12, serial baseline, split and pipelined engines): the bandwidth
 table's arithmetic for both engines, the report's rows, the utilisation figures (canned step
 results, and one tiny Amaranth run), the area grouping and ratios, the nextpnr parser on canned
 input, the flags. No Yosys, no place and route."""
@@ -173,25 +173,27 @@ def split_rows(tb):
 
 
 def test_shipped_setting(tb):
-    assert tb.SHIPPED == dict(engine="split", lanes=32)
+    assert tb.SHIPPED == dict(engine="pipelined", lanes=32)
     assert tb.BASELINE_TE == dict(engine="serial", lanes=16)
     assert {r["lanes"] for r in tb.bandwidth_rows()} == {16}       # the default is the baseline
 
 
 def test_split_rows_are_te_cycles_arithmetic(tb, split_rows):
-    from tricut.models.te import te_cycles
+    from tricut.models.te import te_cycles, te_pipe_timing
     r = _row(split_rows, "llama-3-70b", "bf16", "h100-sxm5")
-    assert (r["engine"], r["lanes"], r["G"], r["head_dim"]) == ("split", 32, 8, 128)
+    assert (r["engine"], r["lanes"], r["G"], r["head_dim"]) == ("pipelined", 32, 8, 128)
     dk = 128 // 32
     assert r["cycles_per_token"] == (8 + 1) * dk == 36
-    assert r["cycles_per_token"] == te_cycles(101, 128, 8, 32, engine="split") \
-        - te_cycles(100, 128, 8, 32, engine="split")
-    # fill: q load, the V array's drain of the last token, the output (bf16: three passes)
-    job = 1 + 8 * dk + 8192 * 36 + (8 - 1) * dk + 1 + 3 * 8 * dk
-    assert r["job_cycles"] == job == te_cycles(8192, 128, 8, 32, engine="split")
+    assert r["cycles_per_token"] == te_cycles(101, 128, 8, 32, engine="pipelined") \
+        - te_cycles(100, 128, 8, 32, engine="pipelined")
+    # fill: q load, the V array's last token behind the pipelines, the output (bf16: three
+    # passes and the multipliers' latency per beat, the reciprocal's per head)
+    tm = te_pipe_timing(128, 8, 32, "bf16")
+    assert (tm.v_start, tm.v_update, tm.out_beat, tm.recip) == (15, 2, 4, 5)
+    job = 1 + 8 * dk + 8191 * 36 + (dk - 1) * 8 + 15 + 8 * dk - 1 + 2 + 2 + 8 * (5 + dk * 4)
+    assert r["job_cycles"] == job == te_cycles(8192, 128, 8, 32, engine="pipelined")
     r4 = _row(split_rows, "llama-3-70b", "nvfp4", "h100-sxm5")      # one output pass
-    assert r4["job_cycles"] == job - 2 * 8 * dk == te_cycles(8192, 128, 8, 32, engine="split",
-                                                             kv_dtype="nvfp4")
+    assert r4["job_cycles"] == te_cycles(8192, 128, 8, 32, engine="pipelined", kv_dtype="nvfp4")
     need = 3.35e12 / (4 * 132 * 1.98e9)
     assert r["ratio"] == pytest.approx(512 / 36 / need)
     assert r["ratio_job"] == pytest.approx(8192 * 512 / job / need)
@@ -273,9 +275,9 @@ def test_utilisation_tiny_amaranth_run(tb):
     from tricut.models.te import te_cycles
     rows = tb.utilisation_runs(Gs=(1,), head_dim=64, lanes=16, n=2, log=lambda *a: None)
     assert [(r["engine"], r["inputs"]) for r in rows] == [
-        ("split", "random"), ("split", "rising-max"), ("serial", "random"),
+        ("pipelined", "random"), ("pipelined", "rising-max"), ("serial", "random"),
         ("serial", "rising-max")]
-    sp = {r["inputs"]: r for r in rows if r["engine"] == "split"}
+    sp = {r["inputs"]: r for r in rows if r["engine"] == "pipelined"}
     se = {r["inputs"]: r for r in rows if r["engine"] == "serial"}
     for r in sp.values():
         assert r["per_token"] == 2 * 4 and r["cycles_n1"] == r["model_n1"]
@@ -286,7 +288,7 @@ def test_utilisation_tiny_amaranth_run(tb):
         assert r["per_token"] == 3 * 4 and r["util_steady"] == 1.0
     text = tb.utilisation_report(rows)
     assert "--only utilisation" in text and "**the same cycles**" in text
-    c2, c3 = (te_cycles(n, 64, 1, 16, engine="split", kv_dtype="bf16") for n in (2, 3))
+    c2, c3 = (te_cycles(n, 64, 1, 16, engine="pipelined", kv_dtype="bf16") for n in (2, 3))
     assert f"| 1 | rising-max | {c2} | {c3} ({c3}) | **8** | 8 | **0.500** |" in text
     assert "Before → after at equal lanes, per token: G 1: 12 → 8 cycles (1.50x)" in text
 
@@ -307,6 +309,7 @@ def test_unit_kind_knows_the_split_engine(tb):
     assert tb.unit_kind("tree30", "split").startswith("FP32Add, K array's adder tree")
     assert tb.unit_kind("v_mul3", "split").startswith("V lane multipliers")
     assert tb.unit_kind("mul_c", "split") == "FP32Mul, scalar unit (`mul_c`)"
+    assert tb.unit_kind("tree30", "pipelined") == tb.unit_kind("tree30", "split")
     assert tb.unit_kind("mystery3") == "mystery3"
 
 
@@ -358,17 +361,24 @@ def test_fmax_report_before_after(tb):
                 nextpnr_version="0.11", synth=dict(LUT4=25830))
     split = dict(base, setting=dict(tb.FMAX_SETTING_SPLIT), shell_input_bits=170, mhz=4.25,
                  synth=dict(LUT4=40000))
-    text = tb.fmax_report(base, split)
+    pipe = dict(base, setting=dict(tb.FMAX_SETTING_AFTER), shell_input_bits=162, mhz=17.0,
+                synth=dict(LUT4=9000))
+    text = tb.fmax_report(base, split, pipe)
     assert tb.FMAX_SETTING_SPLIT["engine"] == "split"
+    assert tb.FMAX_SETTING_AFTER["engine"] == "pipelined"
     assert "| before: serial (combinational units) | **3.57** | 25,830 |" in text
     assert "| after, not pipelined: split (combinational units) | **4.25** | 40,000 |" in text
-    assert "Pipelining is not done" in text and "--only fmax" in text
+    assert "| after, pipelined: pipelined (registered stages, `PIPE_STAGES`) | **17.00** |" \
+        in text
+    assert "Pipelining: 4.0x the split engine's clock (4.25 → 17.00 MHz)" in text
+    assert "--only fmax" in text
+    assert "Pipelining:" not in tb.fmax_report(base, split)
 
 
 def test_split_summary(tb):
     base = {"area": [_area(tb, "serial", 16, "nvfp4", 200_000)]}
     data = {"area": [_area(tb, "split", 16, "nvfp4", 300_000)],
-            "utilisation": [dict(engine="split", G=8, inputs="random", per_token=36,
+            "utilisation": [dict(engine="pipelined", G=8, inputs="random", per_token=36,
                                  util_steady=8 / 9, util_step=0.8, rescales=3)],
             "bandwidth": dict(rows=[dict(model="m", kv_dtype="nvfp4", gpu="h200", ratio=0.5),
                                     dict(model="m", kv_dtype="bf16", gpu="h200", ratio=2.0)])}
@@ -404,3 +414,17 @@ def test_area_path_builds_the_split_engine():
         build_unit("dsu-core", [], "split")
     with pytest.raises(ValueError, match="choose one of serial, split"):
         build_unit("te", [], "fast")
+
+
+def test_area_report_with_the_split_record(tb):
+    """After = the pipelined engine; the split engine's record beside it in the rate and ratio
+    tables, and what the pipeline registers cost at equal lanes."""
+    serial = [_area(tb, "serial", 16, "bf16", 100_000)]
+    pipe = [_area(tb, "pipelined", 16, "bf16", 22_000)]
+    record = [_area(tb, "split", 16, "bf16", 20_000)]
+    text = tb.area_report(serial, pipe, record)
+    assert "After — pipelined engine (`rtl/te/pipelined_engine.py`" in text
+    assert "| split | 16 | bf16 | 20,000 |" in text and "| pipelined | 16 | bf16 | 22,000 |" in text
+    assert "the pipelined engine gives **12.12x** (bf16)" in text
+    assert "Before pipelining (the split engine's record): 13.33x (bf16)" in text
+    assert "+10.0% cells (bf16)" in text
