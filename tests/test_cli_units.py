@@ -37,9 +37,10 @@ def test_te_run_writes_rtl_and_golden(tmp_path):
     assert int(res["cycles"]) > 0 and res["status"].sum() == 0
 
 
-def test_te_run_split_engine_at_32_lanes(tmp_path):
-    """``--engine split``: RTL == model, and the cycles are the split formula, not the serial
-    one."""
+@pytest.mark.parametrize("engine", ["split", "pipelined"])
+def test_te_run_split_engine_at_32_lanes(tmp_path, engine):
+    """``--engine split`` / ``pipelined``: RTL == model, and the cycles are that engine's
+    formula, not the serial one."""
     from tricut.models import te as M
     rng = np.random.default_rng(4)
     vec = tmp_path / "vec.npz"
@@ -48,12 +49,12 @@ def test_te_run_split_engine_at_32_lanes(tmp_path):
              v=rng.standard_normal((3, 128)).astype(np.float32))
     out = tmp_path / "res.npz"
     r = _cli("te", "run", "--in", str(vec), "--out", str(out), "--kv-dtype", "nvfp4",
-             "--lanes", "32", "--engine", "split")
+             "--lanes", "32", "--engine", engine)
     assert r.returncode == 0, r.stderr
-    assert "TE split nvfp4" in r.stdout and "RTL == model: True" in r.stdout
+    assert f"TE {engine} nvfp4" in r.stdout and "RTL == model: True" in r.stdout
     res = np.load(out)
     np.testing.assert_array_equal(res["out"].view(np.uint32), res["golden"].view(np.uint32))
-    assert int(res["cycles"]) == M.te_cycles(3, 128, 4, 32, engine="split", kv_dtype="nvfp4")
+    assert int(res["cycles"]) == M.te_cycles(3, 128, 4, 32, engine=engine, kv_dtype="nvfp4")
     assert int(res["cycles"]) < M.te_cycles(3, 128, 4, 32, engine="serial")
 
 

