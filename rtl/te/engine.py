@@ -26,6 +26,20 @@ def _lane(word, i):
     return word[32 * i:32 * (i + 1)]
 
 
+def engine_ports(lanes, kv_dtype):
+    """Every TE engine's ports: the ``desc``, ``q``, ``kv``, ``out`` streams, ``status``,
+    ``busy`` and ``mac_busy``."""
+    return {
+        "desc": In(stream.Signature(desc_layout())),
+        "q": In(stream.Signature(q_layout(lanes))),
+        "kv": In(stream.Signature(kv_layout(lanes, kv_dtype))),
+        "out": Out(stream.Signature(out_layout(lanes))),
+        "status": Out(status_layout()),
+        "busy": Out(1),
+        "mac_busy": Out(1),
+    }
+
+
 def qload_state(m, q, q_wr, b, g, last_b, last_g, status, n, zero_out, lanes):
     """Both engines' QLOAD state: take the q beats head-major into ``qmem`` at ``(g, b)``
     (bf16 -> fp32, a non-finite element sets ``nonfinite_in``); after the last one go to
@@ -84,15 +98,7 @@ class TEEngine(wiring.Component):
         self.lanes = lanes
         self.kv_dtype = kv_dtype
         self.dk = head_dim // lanes
-        super().__init__({
-            "desc": In(stream.Signature(desc_layout())),
-            "q": In(stream.Signature(q_layout(lanes))),
-            "kv": In(stream.Signature(kv_layout(lanes, kv_dtype))),
-            "out": Out(stream.Signature(out_layout(lanes))),
-            "status": Out(status_layout()),
-            "busy": Out(1),
-            "mac_busy": Out(1),
-        })
+        super().__init__(engine_ports(lanes, kv_dtype))
 
     def elaborate(self, platform):
         m = Module()

@@ -5,9 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
 
 from tricut.models.te import (KV_CODE_BITS, KV_SIGNIFICAND_BITS, LOG2E_BITS, NEG_INF,
                               PIPE_STAGES, te_out_passes, te_pipe_timing, validate_params)
@@ -19,10 +18,10 @@ from .exp2 import Exp2
 from .fadd import FP32Add
 from .fmul import FP32Mul
 from .fputil import ONE
-from .layouts import (N_BITS, desc_layout, kv_layout, kv_scale_bits, out_layout, q_layout,
-                      status_layout)
+from .layouts import N_BITS, kv_scale_bits
 from .pow2scale import Pow2Scale
 from .recip import FP32Recip
+from .split_engine import output_beat, two_array_ports
 from .vmul import VLaneMul
 
 __all__ = ["TEPipelinedEngine"]
@@ -85,18 +84,7 @@ class TEPipelinedEngine(wiring.Component):
         self.dk = head_dim // lanes
         self.timing = te_pipe_timing(head_dim, G, lanes, kv_dtype)
         self.three_pass = te_out_passes(kv_dtype, "pipelined") == 3
-        super().__init__({
-            "desc": In(stream.Signature(desc_layout())),
-            "q": In(stream.Signature(q_layout(lanes))),
-            "kv": In(stream.Signature(kv_layout(lanes, kv_dtype))),
-            "out": Out(stream.Signature(out_layout(lanes))),
-            "status": Out(status_layout()),
-            "busy": Out(1),
-            "mac_busy": Out(1),
-            "k_busy": Out(1),
-            "v_busy": Out(1),
-            "v_rescale": Out(1),
-        })
+        super().__init__(two_array_ports(lanes, kv_dtype))
 
     def elaborate(self, platform):
         m = Module()
@@ -104,7 +92,7 @@ class TEPipelinedEngine(wiring.Component):
         self._elaborate_k_array(m, t)
         self._elaborate_softmax(m, t)
         self._elaborate_v_array(m, t)
-        self._elaborate_output(m, t)
+        output_beat(m, t, self.out, self.lanes)
         self._elaborate_sequencer(m, t)
         return m
 
@@ -301,29 +289,6 @@ class TEPipelinedEngine(wiring.Component):
                 with m.If(v_last):
                     m.d.sync += [t.vb.eq(0), t.vtok.eq(t.vtok + 1)]
         t.pipes_busy = Cat(*t.k_valids, t.sc0.valid, *t.sc_valids, *t.v_valids).any()
-
-    # ---------------------------------------------------------------- output beat
-    def _elaborate_output(self, m, t):
-        """The ``out`` payload of beat ``(vg, vb)`` in OUT: ``o * (1/l)`` from the V lanes'
-        registered products, or ``o`` / ``[m, l]`` in partial mode, or zeros (``-inf`` for
-        ``m``) after an empty or early-ended context."""
-        L, g = self.lanes, t.vg
-        out_word = Signal(t.W)
-        with m.If(t.stat):
-            with m.If(t.zero_out):
-                m.d.comb += _lane(out_word, 0).eq(NEG_INF)
-            with m.Else():
-                m.d.comb += [_lane(out_word, 0).eq(t.m_r[g]), _lane(out_word, 1).eq(t.l_r[g])]
-        with m.Elif(t.zero_out):
-            m.d.comb += out_word.eq(0)
-        with m.Elif(t.partial):
-            m.d.comb += out_word.eq(t.o_rd.data)
-        with m.Else():
-            m.d.comb += out_word.eq(Cat(*t.v_mul_y))
-        t.out_nonfinite = Signal()
-        m.d.comb += t.out_nonfinite.eq(
-            ~t.stat & Cat(*[_lane(out_word, i)[23:31] == 0xFF for i in range(L)]).any())
-        m.d.comb += self.out.payload.data.as_value().eq(out_word)
 
     # ---------------------------------------------------------------- sequencer
     def _elaborate_sequencer(self, m, t):

@@ -5,27 +5,56 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from tricut.models.te import (KV_CODE_BITS, KV_SIGNIFICAND_BITS, LOG2E_BITS, NEG_INF,
                               te_out_passes, validate_params)
 
 from .ceil_int import CeilInt
 from .dequant import KVDequant
-from .engine import TEEngine, _lane, qload_state
+from .engine import TEEngine, _lane, engine_ports, qload_state
 from .exp2 import Exp2
 from .fadd import FP32Add
 from .fmul import FP32Mul
 from .fputil import ONE
-from .layouts import (N_BITS, desc_layout, kv_layout, kv_scale_bits, out_layout, q_layout,
-                      status_layout)
+from .layouts import N_BITS, kv_scale_bits
 from .pow2scale import Pow2Scale
 from .recip import FP32Recip
 from .vmul import VLaneMul
 
-__all__ = ["TESplitEngine"]
+__all__ = ["TESplitEngine", "two_array_ports", "output_beat"]
+
+
+def two_array_ports(lanes, kv_dtype):
+    """The ports of the two-array engines (split, pipelined): the serial engine's streams,
+    status and busy flags, plus ``k_busy``, ``v_busy`` and ``v_rescale``."""
+    return engine_ports(lanes, kv_dtype) | {"k_busy": Out(1), "v_busy": Out(1),
+                                            "v_rescale": Out(1)}
+
+
+def output_beat(m, t, out, lanes):
+    """The two-array engines' ``out`` payload of beat ``(t.vg, t.vb)`` in OUT: ``o * (1/l)``
+    from the V lanes (``t.v_mul_y``), or ``o`` / ``[m, l]`` in partial mode, or zeros
+    (``-inf`` for ``m``) after an empty or early-ended context; sets ``t.out_nonfinite``."""
+    g = t.vg
+    out_word = Signal(t.W)
+    with m.If(t.stat):
+        with m.If(t.zero_out):
+            m.d.comb += _lane(out_word, 0).eq(NEG_INF)
+        with m.Else():
+            m.d.comb += [_lane(out_word, 0).eq(t.m_r[g]), _lane(out_word, 1).eq(t.l_r[g])]
+    with m.Elif(t.zero_out):
+        m.d.comb += out_word.eq(0)
+    with m.Elif(t.partial):
+        m.d.comb += out_word.eq(t.o_rd.data)
+    with m.Else():
+        m.d.comb += out_word.eq(Cat(*t.v_mul_y))
+    t.out_nonfinite = Signal()
+    m.d.comb += t.out_nonfinite.eq(
+        ~t.stat & Cat(*[_lane(out_word, i)[23:31] == 0xFF for i in range(lanes)]).any())
+    m.d.comb += out.payload.data.as_value().eq(out_word)
 
 
 class TESplitEngine(wiring.Component):
@@ -59,18 +88,7 @@ class TESplitEngine(wiring.Component):
         #: V lanes of 24 x 8 bits, the output's ``o * (1/l)`` in three passes (bf16, fp8 V);
         #: NVFP4 values have full significands: fp32 multipliers, one pass
         self.three_pass = te_out_passes(kv_dtype, "split") == 3
-        super().__init__({
-            "desc": In(stream.Signature(desc_layout())),
-            "q": In(stream.Signature(q_layout(lanes))),
-            "kv": In(stream.Signature(kv_layout(lanes, kv_dtype))),
-            "out": Out(stream.Signature(out_layout(lanes))),
-            "status": Out(status_layout()),
-            "busy": Out(1),
-            "mac_busy": Out(1),
-            "k_busy": Out(1),
-            "v_busy": Out(1),
-            "v_rescale": Out(1),
-        })
+        super().__init__(two_array_ports(lanes, kv_dtype))
 
     def elaborate(self, platform):
         m = Module()
@@ -78,7 +96,7 @@ class TESplitEngine(wiring.Component):
         self._elaborate_k_array(m, t)
         self._elaborate_softmax(m, t)
         self._elaborate_v_array(m, t)
-        self._elaborate_output_beat(m, t)
+        output_beat(m, t, self.out, self.lanes)
         self._elaborate_sequencer(m, t)
         return m
 
@@ -233,28 +251,6 @@ class TESplitEngine(wiring.Component):
                 m.d.sync += [t.vg.eq(0), t.vb.eq(t.vb + 1)]
                 with m.If(t.vb == dk - 1):
                     m.d.sync += [t.vb.eq(0), t.v_run.eq(0), t.vcount.eq(0)]
-
-    # ---------------------------------------------------------------- output beat
-    def _elaborate_output_beat(self, m, t):
-        """The ``out`` payload of beat ``(vg, vb)`` in OUT: ``o * (1/l)``, or ``o`` / ``[m, l]``
-        in partial mode, or zeros (``-inf`` for ``m``) after an empty or early-ended context."""
-        L, g = self.lanes, t.vg
-        out_word = Signal(t.W)
-        with m.If(t.stat):
-            with m.If(t.zero_out):
-                m.d.comb += _lane(out_word, 0).eq(NEG_INF)
-            with m.Else():
-                m.d.comb += [_lane(out_word, 0).eq(t.m_r[g]), _lane(out_word, 1).eq(t.l_r[g])]
-        with m.Elif(t.zero_out):
-            m.d.comb += out_word.eq(0)
-        with m.Elif(t.partial):
-            m.d.comb += out_word.eq(t.o_rd.data)
-        with m.Else():
-            m.d.comb += out_word.eq(Cat(*t.v_mul_y))
-        t.out_nonfinite = Signal()
-        m.d.comb += t.out_nonfinite.eq(
-            ~t.stat & Cat(*[_lane(out_word, i)[23:31] == 0xFF for i in range(L)]).any())
-        m.d.comb += self.out.payload.data.as_value().eq(out_word)
 
     # ---------------------------------------------------------------- sequencer
     def _elaborate_sequencer(self, m, t):
