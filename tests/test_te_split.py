@@ -1,8 +1,10 @@
-"""The split TE engine (``rtl/te/split_engine.py``, ``engine="split"`` of ``models.te``): its two
-new units against the model, the model against float64, and the engine against the model bit
+"""The two-array TE engines, split (``rtl/te/split_engine.py``) and pipelined
+(``rtl/te/pipelined_engine.py``), ``engine="split"`` / ``"pipelined"`` of ``models.te``: their
+new units against the model, the model against float64, and each engine against the model bit
 for bit (Amaranth simulator) on random and rising-maximum (adversarial) inputs, every KV
 dtype, lanes 4..32, edge cases back to back, every (idle, backpressure) pair; the cycle
-formula exact on both kinds of input, the rescale count exact, lane utilisation."""
+formula exact on both kinds of input, the rescale count exact, lane utilisation; the
+pipelined engine's unit stages and token slots."""
 
 from __future__ import annotations
 
