@@ -359,3 +359,21 @@ def test_pipelined_engine_units_are_registered():
     for name, (cls, stages) in want.items():
         unit = mods[name][0]      # (submodule, source location)
         assert isinstance(unit, cls) and unit.stages == stages, name
+
+
+def test_pipelined_docs_figures():
+    """The figures docs/te.md's pipelined section quotes, from ``models.te``."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "te.md").read_text()
+    sec = doc[doc.index("## The pipelined engine"):doc.index("## Verification")]
+    assert f"({M.te_pipe_timing(128, 8, 32).score_to_v} at 32 lanes, bf16)" in sec
+    slots = {M.te_pipe_timing(128, G, 32).slots for G in range(4, 9)}
+    assert len(slots) == 1 and f"({slots.pop()} at head_dim 128, 32 lanes, G 4..8)" in sec
+    extra = [M.te_cycles(8192, 128, G, 32, engine="pipelined")
+             - M.te_cycles(8192, 128, G, 32, engine="split") for G in (4, 7, 8)]
+    assert " / ".join(map(str, extra)) + " cycles more than the split engine" in sec
+    worst = max(x / M.te_cycles(8192, 128, G, 32, engine="split")
+                for x, G in zip(extra, (4, 7, 8)))
+    quoted = float(re.search(r"under ([\d.]+) % of a job of 8,192 tokens", sec).group(1))
+    assert worst * 100 < quoted
