@@ -377,3 +377,6 @@ def test_pipelined_docs_figures():
                 for x, G in zip(extra, (4, 7, 8)))
     quoted = float(re.search(r"under ([\d.]+) % of a job of 8,192 tokens", sec).group(1))
     assert worst * 100 < quoted
+    # the stage table: "| N (`key`) |" for every key of PIPE_STAGES
+    for key, stages in M.PIPE_STAGES.items():
+        assert f"| {stages} (`{key}`) |" in sec, key
