@@ -4,14 +4,17 @@ model (``sim/harness/tile_cosim_verilator.py``), against the Amaranth simulator.
     .venv/bin/python benchmarks/tile_cosim_speed.py            # measure, print the report
     .venv/bin/python benchmarks/tile_cosim_speed.py --write    # ... and into docs/tile.md
 
-Runs (tiny-te: 2 layers, 2 KV heads, G 4, head_dim 64; lanes 16, ``--steps`` decode steps
+Runs (tiny-te: 2 layers, 2 KV heads, G 4, head_dim 64; lanes 16 unless named, ``--steps`` decode steps
 of 2-3 requests, max_ctx 32):
 
 * ``hbm-e1``: the HBM-only tile (no CDU), bf16, 1 engine, prompts 3 and 17;
 * ``hbm-e4``: the HBM-only tile, fp8, 4 engines, split-K 12, prompts 3, 17, 9;
 * ``static-e1``: the CDU in the K/V path, ``static``, bf16, 1 engine (``tests/
   test_tile_cached.py``'s STATIC with more steps);
-* ``adaptive-e4``: ``adaptive``, fp8, 4 engines, split-K 12 (its ADAPTIVE with more steps).
+* ``adaptive-e4``: ``adaptive``, fp8, 4 engines, split-K 12 (its ADAPTIVE with more steps);
+* ``hbm-e4-l4``, ``adaptive-e4-l4``: the two 4-engine runs with 4 lanes per engine instead of
+  16 (a quarter of the TE's lane logic; ~4x the cycles for the same work): how the rate
+  follows the size of the design.
 
 Per run: the Verilator build (``-O2``; Amaranth -> Verilog and Verilator + C++ timed apart;
 "cached" when the build directory existed), then ``--runs`` simulator runs (the build
@@ -60,6 +63,10 @@ def _setups(steps):
         "static-e1": Setup(**base, requests=2, prompt_lens=(3, 17), engines=1, policy="static"),
         "adaptive-e4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
                              split_tokens=12, kv_dtype="fp8", policy="adaptive"),
+        "hbm-e4-l4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
+                           split_tokens=12, kv_dtype="fp8", lanes=4),
+        "adaptive-e4-l4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
+                                split_tokens=12, kv_dtype="fp8", policy="adaptive", lanes=4),
     }
 
 
@@ -125,7 +132,7 @@ def report(rows, amaranth, steps, runs):
     for r in rows:
         s, b = r["setup"], r["build"]
         tile = (f"{'CDU ' + s.policy if s.policy else 'HBM only'}, {s.kv_dtype}, "
-                f"{s.engines} engine{'s' * (s.engines > 1)}"
+                f"{s.engines} engine{'s' * (s.engines > 1)}, {s.lanes} lanes"
                 + (f", split-K {s.split_tokens}" if s.split_tokens else ""))
         bt = f"{b.verilog_s:.1f} + {b.build_s:.1f}" + (" (an earlier build)" if b.cached else "")
         lines.append(f"| `{r['name']}` | {tile} | {r['cycles']:,} ({r['tile_cycles']:,} + "
