@@ -50,7 +50,8 @@ class TEPipelinedEngine(wiring.Component):
     arithmetic units (:data:`tricut.models.te.PIPE_STAGES`).
 
     Parameters, streams, status flags and activity outputs are those of
-    :class:`.split_engine.TESplitEngine`.
+    :class:`.split_engine.TESplitEngine` (``v_rescale`` is high at the rescaling ``o`` update,
+    ``v_update`` cycles after the V op's issue; the counts are the same).
 
     Pipelines (latencies: :func:`tricut.models.te.te_pipe_timing`):
 
