@@ -42,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: see tile_cosim_verilator
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: idle BLAS threads off the cores
 
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 

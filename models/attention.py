@@ -37,6 +37,8 @@ from typing import Callable
 
 import numpy as np
 
+from .matmul import matmul
+
 __all__ = ["AttentionFn", "decode_attention", "prefill_attention", "softmax"]
 
 #: ``(q, k, v, scale) -> out``; see the module docstring for shapes.
@@ -80,9 +82,9 @@ def decode_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) 
     n, kv_heads = _check_kv(num_heads, head_dim, k, v)
     g = num_heads // kv_heads
     qg = q.reshape(kv_heads, g, head_dim)                  # [KVH, G, D]
-    s = (qg @ k.transpose(1, 2, 0)) * _F32(scale)          # [KVH, G, n]
+    s = matmul(qg, k.transpose(1, 2, 0)) * _F32(scale)     # [KVH, G, n]
     p = softmax(s, axis=-1)
-    out = p @ v.transpose(1, 0, 2)                          # [KVH, G, D]
+    out = matmul(p, v.transpose(1, 0, 2))                  # [KVH, G, D]
     return out.reshape(num_heads, head_dim)
 
 
@@ -103,9 +105,9 @@ def prefill_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float)
         raise ValueError(f"{t} queries but only {n} keys")
     g = num_heads // kv_heads
     qg = q.reshape(t, kv_heads, g, head_dim).transpose(1, 2, 0, 3)   # [KVH, G, T, D]
-    s = (qg @ k.transpose(1, 2, 0)[:, None]) * _F32(scale)           # [KVH, G, T, n]
+    s = matmul(qg, k.transpose(1, 2, 0)[:, None]) * _F32(scale)      # [KVH, G, T, n]
     visible = np.arange(n)[None, :] <= (n - t + np.arange(t))[:, None]  # [T, n]
     s = np.where(visible, s, _F32(-np.inf))
     p = softmax(s, axis=-1)
-    out = p @ v.transpose(1, 0, 2)[:, None]                           # [KVH, G, T, D]
+    out = matmul(p, v.transpose(1, 0, 2)[:, None])                   # [KVH, G, T, D]
     return out.transpose(2, 0, 1, 3).reshape(t, num_heads, head_dim)

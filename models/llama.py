@@ -3,7 +3,9 @@
 Pure numpy, float32 arithmetic in Hugging Face ``transformers``' order (RMSNorm in float32,
 RoPE with HF's ``rotate_half`` convention, eager attention with a float32 softmax), so its
 logits agree with ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` run in float32 to ~1e-6
-relative. See ``docs/decode-step.md``.
+relative. Every matrix product is :func:`~tricut.models.matmul.matmul` (float64 sums of the
+exact products, rounded once; no BLAS), so a step's bits do not depend on the BLAS thread
+count, the processor or the process that runs it. See ``docs/decode-step.md``.
 
 * :class:`LlamaWeights` — weights in HF's ``[out_features, in_features]`` layout;
   :meth:`LlamaWeights.random` makes deterministic random ones from a seed;
@@ -29,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .attention import AttentionFn, decode_attention, prefill_attention
+from .matmul import matmul
 from .paged_kv import DEFAULT_BLOCK_SIZE, PagedKVCache
 from .sampling import GREEDY, SamplingParams, sample
 
@@ -166,7 +169,7 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 def swiglu(x: np.ndarray, lw: LayerWeights) -> np.ndarray:
     """``down(silu(gate(x)) * up(x))``."""
-    return (silu(x @ lw.w_gate.T) * (x @ lw.w_up.T)) @ lw.w_down.T
+    return matmul(silu(matmul(x, lw.w_gate.T)) * matmul(x, lw.w_up.T), lw.w_down.T)
 
 
 def rope_inv_freq(head_dim: int, theta: float) -> np.ndarray:
@@ -197,9 +200,9 @@ def _qkv(x: np.ndarray, lw: LayerWeights, cfg, positions) -> tuple[np.ndarray, .
     """Projections of normed hidden states ``x`` [T, hidden] -> q [T,H,D], k/v [T,KVH,D],
     RoPE applied to q and k."""
     t, d = x.shape[0], cfg.head_dim
-    q = x @ lw.wq.T
-    k = x @ lw.wk.T
-    v = x @ lw.wv.T
+    q = matmul(x, lw.wq.T)
+    k = matmul(x, lw.wk.T)
+    v = matmul(x, lw.wv.T)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
     q = q.reshape(t, cfg.num_heads, d)
@@ -269,11 +272,11 @@ def prefill(weights: LlamaWeights, cache: PagedKVCache, request_id, tokens: Sequ
         cache.write(li, request_id, start, k, v)
         kh, vh = cache.gather(li, request_id)
         attn = np.asarray(prefill_attention_fn(q, kh, vh, scale), dtype=_F32)
-        x = x + attn.reshape(tok.size, -1) @ lw.wo.T
+        x = x + matmul(attn.reshape(tok.size, -1), lw.wo.T)
         x = x + swiglu(rms_norm(x, lw.post_norm, cfg.rms_norm_eps), lw)
     if not all_logits:
         x = x[-1:]
-    logits = rms_norm(x, weights.final_norm, cfg.rms_norm_eps) @ weights.lm_head.T
+    logits = matmul(rms_norm(x, weights.final_norm, cfg.rms_norm_eps), weights.lm_head.T)
     return logits if all_logits else logits[0]
 
 
@@ -334,9 +337,9 @@ def decode_step_layers(weights: LlamaWeights, cache: PagedKVCache, batch: Sequen
             raise ValueError(f"layer {li}: the attention sent back must be {list(shape)}, got "
                              f"{None if attn is None else list(np.shape(attn))}")
         attn = np.asarray(attn, dtype=_F32)
-        x = x + attn.reshape(b, -1) @ lw.wo.T
+        x = x + matmul(attn.reshape(b, -1), lw.wo.T)
         x = x + swiglu(rms_norm(x, lw.post_norm, cfg.rms_norm_eps), lw)
-    return rms_norm(x, weights.final_norm, cfg.rms_norm_eps) @ weights.lm_head.T
+    return matmul(rms_norm(x, weights.final_norm, cfg.rms_norm_eps), weights.lm_head.T)
 
 
 def decode_step(weights: LlamaWeights, cache: PagedKVCache, batch: Sequence[tuple], *,

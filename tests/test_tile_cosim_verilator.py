@@ -148,6 +148,23 @@ def test_amaranth_and_verilator_runs_are_identical(capsys, monkeypatch):
           f"{len(verilator.tile.txns)} CDU decisions")
 
 
+def test_a_bench_with_other_blas_threads_agrees_with_the_golden(monkeypatch):
+    """The parent's golden step with two BLAS threads, the bench's recomputation (its own
+    process, ``OPENBLAS_NUM_THREADS``) with one and with two: both runs bit-exact, identical
+    (the golden decode step calls no BLAS, ``models/matmul.py``)."""
+    from threadpoolctl import threadpool_limits
+    s = dataclasses.replace(STATIC, prompt_lens=(3, 2), steps=1, seed=4)
+    with threadpool_limits(limits=2, user_api="blas"):
+        golden = C.golden_run(s)
+    runs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)
+        t = V.run(s, golden=golden, opt=OPT)[0]
+        assert C.compare(golden, t) == [] and not t.problems, threads
+        runs.append(t)
+    _assert_same(*runs)
+
+
 def test_a_flipped_hbm_bit_behind_an_l2_fill_is_reported():
     """Request 0's K of token 1 (layer 0, KV head 0) reaches the TE from an L2 frame under
     ``static``: one flipped bit in the image the simulator loads is caught."""
