@@ -1,6 +1,7 @@
 """`tricut te run` and `tricut verilog` from the command line."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,8 @@ def _cli(*args):
 
 
 def test_te_run_writes_rtl_and_golden(tmp_path):
+    """No ``--engine``: the shipped engine, pipelined (its name in the line, its cycles)."""
+    from tricut.models import te as M
     rng = np.random.default_rng(3)
     vec = tmp_path / "vec.npz"
     np.savez(vec, q=rng.standard_normal((1, 64)).astype(np.float32),
@@ -24,7 +27,9 @@ def test_te_run_writes_rtl_and_golden(tmp_path):
     r = _cli("te", "run", "--in", str(vec), "--out", str(out), "--kv-dtype", "fp8", "--lanes", "16")
     assert r.returncode == 0, r.stderr
     assert "RTL == model: True" in r.stdout
+    assert r.stdout.startswith("TE pipelined fp8 G=1 d=64 n=3 lanes=16 "), r.stdout
     res = np.load(out)
+    assert int(res["cycles"]) == M.te_cycles(3, 64, 1, 16, engine="pipelined", kv_dtype="fp8")
     assert set(res.files) >= {"out", "golden", "q_used", "k_used", "v_used", "cycles", "status"}
     assert res["out"].shape == (1, 64) and res["out"].dtype == np.float32
     np.testing.assert_array_equal(res["out"].view(np.uint32), res["golden"].view(np.uint32))
@@ -37,10 +42,10 @@ def test_te_run_writes_rtl_and_golden(tmp_path):
     assert int(res["cycles"]) > 0 and res["status"].sum() == 0
 
 
-@pytest.mark.parametrize("engine", ["split", "pipelined"])
-def test_te_run_split_engine_at_32_lanes(tmp_path, engine):
-    """``--engine split`` / ``pipelined``: RTL == model, and the cycles are that engine's
-    formula, not the serial one."""
+@pytest.mark.parametrize("engine", ["serial", "split", "pipelined"])
+def test_te_run_each_engine_at_32_lanes(tmp_path, engine):
+    """``--engine serial`` / ``split`` / ``pipelined``: RTL == model, and the cycles are that
+    engine's formula (the two-array engines' below the serial one's)."""
     from tricut.models import te as M
     rng = np.random.default_rng(4)
     vec = tmp_path / "vec.npz"
@@ -55,7 +60,8 @@ def test_te_run_split_engine_at_32_lanes(tmp_path, engine):
     res = np.load(out)
     np.testing.assert_array_equal(res["out"].view(np.uint32), res["golden"].view(np.uint32))
     assert int(res["cycles"]) == M.te_cycles(3, 128, 4, 32, engine=engine, kv_dtype="nvfp4")
-    assert int(res["cycles"]) < M.te_cycles(3, 128, 4, 32, engine="serial")
+    if engine != "serial":
+        assert int(res["cycles"]) < M.te_cycles(3, 128, 4, 32, engine="serial")
 
 
 @pytest.mark.parametrize("arrays,needle", [
@@ -87,6 +93,26 @@ def test_verilog_dsu_core_lint_clean(tmp_path):
     r = _cli("verilog", "dsu-core", "-o", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "clean" in r.stdout and (tmp_path / "dsu_core.v").read_text().startswith("/*")
+
+
+def test_verilog_te_default_is_the_pipelined_engine(tmp_path):
+    """``tricut verilog te`` without ``--engine`` writes the shipped engine: the same file as
+    ``--engine pipelined``, not the split or serial engine's."""
+    small = ["-p", "head_dim=64", "-p", "G=1", "-p", "lanes=2"]
+    text = {}
+    for engine in (None, "pipelined", "split", "serial"):
+        d = tmp_path / str(engine)
+        r = _cli("verilog", "te", "-o", str(d), *small, "--json",
+                 *(["--engine", engine] if engine else []))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert json.loads(r.stdout)["params"]["engine"] == (engine or "pipelined")
+        text[engine] = (d / "te.v").read_text()
+    assert text[None] == text["pipelined"]
+    assert text[None] != text["split"] and text[None] != text["serial"]
+    # the pipelined engine's Exp2 has registered stages (a clock port), the split engine's not
+    exp_a_ports = {e: re.search(r"^module \\te\.exp_a \(([^)]*)\);", t, re.M).group(1)
+                   for e, t in text.items()}
+    assert "clk" in exp_a_ports[None] and "clk" not in exp_a_ports["split"]
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -362,11 +362,12 @@ def test_pipelined_engine_units_are_registered():
 
 
 def test_pipelined_docs_figures():
-    """The figures docs/te.md's pipelined section quotes, from ``models.te``."""
+    """The figures docs/te.md quotes for the pipelined engine (the TE: its block diagram to
+    its cycles, the page's opening sections), from ``models.te``."""
     import re
     from pathlib import Path
     doc = (Path(__file__).resolve().parent.parent / "docs" / "te.md").read_text()
-    sec = doc[doc.index("## The pipelined engine"):doc.index("## Verification")]
+    sec = doc[doc.index("## Block diagram"):doc.index("## Verification")]
     assert f"({M.te_pipe_timing(128, 8, 32).score_to_v} at 32 lanes, bf16)" in sec
     slots = {M.te_pipe_timing(128, G, 32).slots for G in range(4, 9)}
     assert len(slots) == 1 and f"({slots.pop()} at head_dim 128, 32 lanes, G 4..8)" in sec

@@ -24,7 +24,12 @@ from tricut.sim.harness.waves import (WaveError, add_wave_arguments, atomic_outp
 
 from .errors import InputError, one_line_argparse
 
-__all__ = ["add_commands", "path_arg"]
+__all__ = ["add_commands", "path_arg", "DEFAULT_ENGINE"]
+
+#: the engine ``tricut te run`` and ``tricut verilog te`` use without ``--engine``: the shipped
+#: design (``rtl/te/pipelined_engine.py``, the one the fast model times); the library functions
+#: (``sim.harness.te``, ``models.te``) keep their own defaults
+DEFAULT_ENGINE = "pipelined"
 
 #: what the engine takes (docs/te.md; models.te.validate_params, rtl/te/layouts.N_BITS)
 HEAD_DIMS = (64, 128, 256)
@@ -359,12 +364,13 @@ def add_commands(sub) -> None:
                    help="simulator (default: amaranth; verilator builds the design first, ~35 s)")
     p.add_argument("--lanes", type=int, choices=TE_LANES, default=8,
                    help="multiplier lanes per lane array (default: 8)")
-    p.add_argument("--engine", choices=TE_ENGINES, default="serial",
-                   help="serial: one lane array, exact running maximum, 3*G*Dk cycles per token "
-                        "(the decode tile's engine); split: separate K and V lane arrays, "
-                        "integer running maximum, (G+1)*Dk cycles per token; pipelined: split's "
-                        "arithmetic and cycles per token with registered stages in its units "
-                        "(the fast model's engine) (default: serial; docs/te.md)")
+    p.add_argument("--engine", choices=TE_ENGINES, default=DEFAULT_ENGINE,
+                   help="the engine design (default: pipelined, the shipped engine and the one "
+                        "the fast model times: separate K and V lane arrays, integer running "
+                        "maximum, (G+1)*Dk cycles per token, registered stages in its units). "
+                        "Earlier designs: split, the same arithmetic and cycles per token with "
+                        "combinational units; serial, one lane array, exact running maximum, "
+                        "3*G*Dk cycles per token (the decode tile's engine). docs/te.md")
     p.add_argument("--max-cycles", type=_cycles_arg, metavar="N",
                    help="stop the simulation after N cycles if the step is not done (exit 1, no "
                         "result; waves up to there are kept); also lets a run estimated at more "

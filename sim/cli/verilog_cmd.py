@@ -16,7 +16,7 @@ from ..harness.verilog_out import (LINT_WAIVERS, TE_ENGINES, UNITS, area, build_
                                    check_top, lint, write_verilog)
 from ..harness.waves import WaveError, check_output_dir
 from .errors import InputError, one_line_argparse
-from .te_cmd import path_arg
+from .te_cmd import DEFAULT_ENGINE, path_arg
 
 __all__ = ["add_commands"]
 
@@ -29,7 +29,10 @@ def cmd_verilog(args) -> int:
         raise InputError(str(e)) from None
     if (out_dir / f"{top}.v").is_dir():
         raise InputError(f"-o {out_dir}: {top}.v in it is a directory")
-    component, params = build_unit(args.unit, args.param or [], args.engine)
+    engine = args.engine
+    if engine is None and args.unit == "te":
+        engine = DEFAULT_ENGINE
+    component, params = build_unit(args.unit, args.param or [], engine)
     path = write_verilog(component, top, out_dir)
     clean, messages = lint(path, top)
     report = {"unit": args.unit, "params": params, "verilog": str(path), "lint_clean": clean,
@@ -67,11 +70,11 @@ def add_commands(sub) -> None:
     p.add_argument("-p", "--param", action="append", metavar="NAME=VALUE",
                    help="override a parameter (a Python literal of the default's type)")
     p.add_argument("--engine", choices=TE_ENGINES, default=None,
-                   help="te only: the engine design, serial (rtl/te/engine.py, one lane array, "
-                        "3*G*head_dim/lanes cycles per token), split (rtl/te/split_engine.py, "
-                        "K and V lane arrays, (G+1)*head_dim/lanes) or pipelined "
-                        "(rtl/te/pipelined_engine.py, split with registered stages); default "
-                        "serial")
+                   help="te only: the engine design; default pipelined, the shipped engine "
+                        "(rtl/te/pipelined_engine.py: K and V lane arrays, (G+1)*head_dim/lanes "
+                        "cycles per token, registered stages). Earlier designs: split "
+                        "(rtl/te/split_engine.py, the same with combinational units) and serial "
+                        "(rtl/te/engine.py, one lane array, 3*G*head_dim/lanes cycles per token)")
     p.add_argument("--top", help="top module name, a Verilog identifier (default: the unit name); "
                                  "the file is <DIR>/<top>.v")
     p.add_argument("--area", action="store_true",
