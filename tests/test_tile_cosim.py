@@ -25,6 +25,7 @@ from tricut.models.attention import decode_attention
 from tricut.models.config import load_model
 from tricut.models.llama import (LlamaWeights, _qkv, decode_step, decode_step_layers, prefill,
                                  rms_norm, swiglu)
+from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
 from tricut.sim.fast.tile_timing import TileConfig, predict_step
@@ -52,9 +53,9 @@ def _old_decode_step(weights, cache, batch, attention_fn=decode_attention):
             cache.write(li, rid, int(positions[i]), k[i:i + 1], v[i:i + 1])
             kh, vh = cache.gather(li, rid)
             attn[i] = attention_fn(q[i], kh, vh, scale)
-        x = x + attn.reshape(b, -1) @ lw.wo.T
+        x = x + matmul(attn.reshape(b, -1), lw.wo.T)
         x = x + swiglu(rms_norm(x, lw.post_norm, cfg.rms_norm_eps), lw)
-    return rms_norm(x, weights.final_norm, cfg.rms_norm_eps) @ weights.lm_head.T
+    return matmul(rms_norm(x, weights.final_norm, cfg.rms_norm_eps), weights.lm_head.T)
 
 
 def test_decode_step_via_the_generator_equals_the_former_loop():

@@ -41,7 +41,9 @@ class DecodeTile(CheckedComponent):
     Parameters: those of :class:`~.cached_attention_tile.CachedAttentionTile` (``max_slots``
     is also the sequencer's round buffer and the DSU's ``n_slots``), and ``dsu_cores``
     (0..4): the cluster's cores; 0 leaves the DSU out (the sequencer's ``round`` and
-    ``descriptor`` are then ports). ``dsu_mem_bytes``: each core's local memory.
+    ``descriptor`` are then ports). ``dsu_mem_bytes``: each core's local memory;
+    ``dsu_intake_depth``: the arbiter's intake FIFO; ``dsu_firmware``: the words the cores'
+    memories hold at reset (default none: firmware loads through ``host``).
 
     Ports: with the DSU, the cluster's ``host`` (firmware load, MMIO), ``run``, ``stall``,
     ``intake``, ``intake_end``, ``outcomes``, ``moves``, ``degraded``, ``trap`` and its
@@ -60,7 +62,8 @@ class DecodeTile(CheckedComponent):
     @staticmethod
     def _check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads, split_tokens,
                widths, slot_bits, max_ctx, num_requests, max_beats, max_outstanding,
-               scale_bits, cdu, max_slots, dsu_cores, dsu_mem_bytes):
+               scale_bits, cdu, max_slots, dsu_cores, dsu_mem_bytes, dsu_intake_depth,
+               dsu_firmware):
         if isinstance(dsu_cores, bool) or not isinstance(dsu_cores, int) or \
                 not 0 <= dsu_cores <= MAX_HARTS:
             raise ValueError(f"dsu_cores must be an integer in 0..{MAX_HARTS}, not {dsu_cores!r}")
@@ -74,7 +77,8 @@ class DecodeTile(CheckedComponent):
     def __init__(self, engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
                  num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
-                 max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000):
+                 max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000, dsu_intake_depth=4,
+                 dsu_firmware=()):
         self.tile = t = CachedAttentionTile(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                             num_kv_heads, split_tokens, widths, slot_bits,
                                             max_ctx, num_requests, max_beats, max_outstanding,
@@ -85,7 +89,8 @@ class DecodeTile(CheckedComponent):
         self.dsu_cores = dsu_cores
         if dsu_cores:
             self.cluster = c = DsuCluster(n_cores=dsu_cores, n_slots=max_slots,
-                                          mem_bytes=dsu_mem_bytes)
+                                          intake_depth=dsu_intake_depth,
+                                          mem_bytes=dsu_mem_bytes, firmware=dsu_firmware)
             self.link = DsuLink(num_layers, max_slots, slot_bits)
             members = {name: c.signature.members[name] for name in _DSU_PORTS}
             members.update({"dsu_round": Out(24), "dsu_round_busy": Out(1),

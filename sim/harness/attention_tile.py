@@ -148,7 +148,7 @@ class AttentionTop(Elaboratable):
         from tricut.rtl.tile.behavioural.hbm import HbmModel
         from tricut.rtl.tile.sequencer import StepSequencer
         p = self.p = _params(params)
-        self.tile = AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+        self.tile = self.dut = AttentionTile(**{k: p[k] for k in _TILE_KEYS})
         r = self.tile.streamer.reader
         self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
                                  p["split_tokens"], self.tile.w, p["slot_bits"])

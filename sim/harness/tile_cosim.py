@@ -717,22 +717,40 @@ class CosimTop(AttentionTop):
     hbm_write_open = True
 
 
+def decode_tile(p):
+    """The shipped :class:`~tricut.rtl.tile.decode_tile.DecodeTile` of a run's parameters
+    (:meth:`_Run.params`): the cached attention path, with ``p["dsu"]`` the DSU cluster
+    (its firmware in the cores' memories) and the DSU link in front."""
+    from tricut.rtl.tile.decode_tile import DecodeTile
+    from tricut.sim.harness.attention_tile import _TILE_KEYS
+    d = p.get("dsu")
+    dsu = dict(dsu_cores=d["cores"], dsu_mem_bytes=d["mem_bytes"],
+               dsu_intake_depth=d["intake_depth"], dsu_firmware=d["firmware"]) if d else \
+        dict(dsu_cores=0)
+    return DecodeTile(**{k: p[k] for k in _TILE_KEYS}, cdu=p["cdu"], max_slots=p["max_slots"],
+                      **dsu)
+
+
+def attention_tile(p):
+    """The HBM-only attention path of a run's parameters (:meth:`_Run.params`)."""
+    from tricut.rtl.tile.attention_tile import AttentionTile
+    from tricut.sim.harness.attention_tile import _TILE_KEYS
+    return AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+
+
 class CachedCosimTop(Elaboratable):
-    """Simulation top of the cached tile: StepSequencer -> CachedAttentionTile (CDU, L2 fill
-    engine, new-token writer, unit streamer, TE array) <-> the behavioural HBM (reads and the
-    writer's write-through) and L2 data array."""
+    """Simulation top of the cached tile: the shipped
+    :class:`~tricut.rtl.tile.decode_tile.DecodeTile` without the DSU (``dut``: step sequencer
+    -> CDU, L2 fill engine, new-token writer, unit streamer, TE array) <-> the behavioural HBM
+    (reads and the writer's write-through) and L2 data array; the testbench drives the
+    DecodeTile's ports."""
 
     def __init__(self, image, p, l2_latency=2):
         from tricut.rtl.tile.behavioural.hbm import HbmModel
         from tricut.rtl.tile.behavioural.l2 import L2Data
-        from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
-        from tricut.rtl.tile.sequencer import StepSequencer
-        from tricut.sim.harness.attention_tile import _TILE_KEYS
         self.p = p
-        self.tile = t = CachedAttentionTile(**{k: p[k] for k in _TILE_KEYS}, cdu=p["cdu"],
-                                            max_slots=p["max_slots"])
-        self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
-                                 p["split_tokens"], t.w, p["slot_bits"])
+        self.dut = decode_tile(dict(p, dsu=None))
+        self.tile, self.seq = t, _ = self.dut.tile, self.dut.seq
         self.hbm = HbmModel(image, data_bits=t.data_bits, latency=p["latency"],
                             max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                             id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
@@ -744,17 +762,15 @@ class CachedCosimTop(Elaboratable):
         from amaranth.hdl import Module
         from amaranth.lib import wiring
         m = Module()
-        t = self.tile
-        m.submodules.seq, m.submodules.tile = self.seq, t
-        m.submodules.hbm, m.submodules.l2 = self.hbm, self.l2
-        wiring.connect(m, self.seq.job, t.job)
-        wiring.connect(m, self.seq.step, t.step)
-        wiring.connect(m, t.hbm_req, self.hbm.req)
-        wiring.connect(m, self.hbm.resp, t.hbm_resp)
-        wiring.connect(m, t.hbm_write, self.hbm.write)
-        wiring.connect(m, t.l2_read, self.l2.read)
-        wiring.connect(m, self.l2.data, t.l2_data)
-        wiring.connect(m, t.l2_write, self.l2.write)
+        dut = self.dut
+        m.submodules.dut, m.submodules.hbm, m.submodules.l2 = dut, self.hbm, self.l2
+        wiring.connect(m, dut.hbm_req, self.hbm.req)
+        wiring.connect(m, self.hbm.resp, dut.hbm_resp)
+        wiring.connect(m, dut.hbm_write, self.hbm.write)
+        wiring.connect(m, dut.l2_read, self.l2.read)
+        wiring.connect(m, self.l2.data, dut.l2_data)
+        wiring.connect(m, dut.l2_write, self.l2.write)
+        m.d.comb += dut.reg_addr.eq(0)
         return m
 
 
@@ -773,7 +789,9 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         image[corrupt[0]] ^= 1 << corrupt[1]
     cached = s.policy is not None
     top = CachedCosimTop(image, p) if cached else CosimTop(image, p)
-    tile, seq, hbm = top.tile, top.seq, top.hbm
+    tile, hbm = top.tile, top.hbm
+    dut = top.dut                   # the design whose ports the bench drives
+    rounds_in = dut if cached else top.seq
     cfg, G, H = run.cfg, run.cfg.group_size, run.cfg.num_kv_heads
     rl, wl = round_layout(p["max_slots"]), hbm_write_layout(hbm.addr_bits, hbm.data_bits)
     ql = q_write_layout(tile.streamer.slot_bits, tile.streamer.hb, index_bits(tile.qbeats),
@@ -804,11 +822,11 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
                 continue
             for h, beats in enumerate(run.token_beats(lay.layer, d.request, pos)):
                 for b, w in enumerate(beats):
-                    await send(ctx, tile.newkv_write,
+                    await send(ctx, dut.newkv_write,
                                pack(nl, dict(request=d.request, kv_head=h, beat=b, data=w,
                                              pos=pos)))
         if cached:
-            ctx.set(tile.layer, lay.layer)
+            ctx.set(dut.layer, lay.layer)
 
     async def tick(ctx):
         await ctx.tick()
@@ -830,31 +848,31 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
             for h in range(H):
                 qc = F.bf16_encode(lay.q[i, h * G:(h + 1) * G])
                 for b, w in enumerate(pack_q_beats(qc, s.lanes)):
-                    await send(ctx, tile.q_write, pack(ql, dict(slot=d.slot, kv_head=h, beat=b,
+                    await send(ctx, dut.q_write, pack(ql, dict(slot=d.slot, kv_head=h, beat=b,
                                                                 data=w)))
-        ctx.set(tile.go, 1)
+        ctx.set(dut.go, 1)
         t_go = clock[0]
         await tick(ctx)
-        ctx.set(tile.go, 0)
-        while not ctx.get(tile.done):
+        ctx.set(dut.go, 0)
+        while not ctx.get(dut.done):
             await tick(ctx)
             if clock[0] - t_go > max_layer_cycles:
                 raise TimeoutError(f"round {ri} layer {lay.layer}: tile not done after "
                                    f"{max_layer_cycles} cycles")
         res.layer_cycles[(ri, lay.layer)] = clock[0] - t_go
-        if ctx.get(tile.err) or ctx.get(tile.te_status):
-            res.problems.append(f"round {ri} layer {lay.layer}: HBM err {ctx.get(tile.err)}, "
-                                f"TE status {ctx.get(tile.te_status):#x}")
-        if cached and ctx.get(tile.misorder):
+        if ctx.get(dut.err) or ctx.get(dut.te_status):
+            res.problems.append(f"round {ri} layer {lay.layer}: HBM err {ctx.get(dut.err)}, "
+                                f"TE status {ctx.get(dut.te_status):#x}")
+        if cached and ctx.get(dut.misorder):
             res.problems.append(f"round {ri} layer {lay.layer}: misorder (a CDU ready entry or "
                                 f"a job not the one expected)")
         attn = np.zeros(lay.q.shape, dtype=np.int64)
         for i, d in enumerate(descs):
             for h in range(H):
                 for b in range(tile.qbeats):
-                    ctx.set(tile.out_addr, tile.streamer.qbuf_addr(d.slot, h, b))
+                    ctx.set(dut.out_addr, tile.streamer.qbuf_addr(d.slot, h, b))
                     await tick(ctx)
-                    row = unpack_out_beat(ctx.get(tile.out_data), s.lanes)[0]
+                    row = unpack_out_beat(ctx.get(dut.out_data), s.lanes)[0]
                     g, c = divmod(b * s.lanes, cfg.head_dim)
                     attn[i, h * G + g, c:c + s.lanes] = row
             key = (ri, lay.layer, d.request)
@@ -865,18 +883,18 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         return t_go, M.b2f(attn)
 
     async def bench(ctx):
-        ctx.set(tile.tensor_scale, ts_bits)
+        ctx.set(dut.tensor_scale, ts_bits)
         if cached:
-            ctx.set(tile.config, fe_config(s.policy, "full", s.distance))
+            ctx.set(dut.config, fe_config(s.policy, "full", s.distance))
         for ri, descs in enumerate(run.rounds):
             # with a CDU every round is sent as the last one known ("end"): the DSU issues a
             # round only after the previous one completed, so the CDU's prefetch walk must
             # not wait for the next step's descriptor (it would wait forever)
             last = cached or ri == len(run.rounds) - 1
-            await send(ctx, seq.round, pack(rl, dict(step=descs[0].step, count=len(descs),
+            await send(ctx, rounds_in.round, pack(rl, dict(step=descs[0].step, count=len(descs),
                                                      end=int(last))))
             for d in descs:
-                await send(ctx, seq.descriptor, pack(DESCRIPTOR_LAYOUT, dataclasses.asdict(d)))
+                await send(ctx, rounds_in.descriptor, pack(DESCRIPTOR_LAYOUT, dataclasses.asdict(d)))
             steps = decode_step_layers(run.weights, run.cache, run.batch(descs))
             lay, first = next(steps), None
             while True:
@@ -885,8 +903,8 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
                 res.step_cycles[ri] = clock[0] - first
                 if res.stopped:
                     if cached:
-                        res.cdu_counters = _fields(tile.cdu_counters.shape(),
-                                                   ctx.get(tile.cdu_counters.as_value()))
+                        res.cdu_counters = _fields(dut.cdu_counters.shape(),
+                                                   ctx.get(dut.cdu_counters.as_value()))
                     return
                 try:
                     lay = steps.send(attn)
@@ -895,11 +913,11 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
                     break
         if cached:                      # the CDU's trailing decisions, then its counters
             for _ in range(max_layer_cycles):
-                if ctx.get(tile.cdu_idle):
+                if ctx.get(dut.cdu_idle):
                     break
                 await tick(ctx)
-            res.cdu_counters = _fields(tile.cdu_counters.shape(),
-                                       ctx.get(tile.cdu_counters.as_value()))
+            res.cdu_counters = _fields(dut.cdu_counters.shape(),
+                                       ctx.get(dut.cdu_counters.as_value()))
 
     sim = Simulator(top)
     sim.add_clock(1e-9)

@@ -210,29 +210,31 @@ class CosimVerilatorTop(wiring.Component):
     :class:`HbmRwModel`. ``p``: :meth:`tricut.sim.harness.tile_cosim._Run.params`."""
 
     def __init__(self, p, cached):
-        from tricut.rtl.tile.attention_tile import AttentionTile
         from tricut.rtl.tile.sequencer import StepSequencer
-        from tricut.sim.harness.attention_tile import _TILE_KEYS
+        from tricut.sim.harness.tile_cosim import attention_tile, decode_tile
         self.p, self.cached = p, cached
+        self.dsu = p.get("dsu")
         if cached:
             from tricut.rtl.tile.behavioural.l2 import L2Data
-            from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
-            self.tile = t = CachedAttentionTile(**{k: p[k] for k in _TILE_KEYS}, cdu=p["cdu"],
-                                                max_slots=p["max_slots"])
+            #: the design under test: the shipped DecodeTile (DSU cluster and link with
+            #: ``dsu``), the host's ports all on it
+            self.dut = dt = decode_tile(p)
+            self.tile, self.seq = t, s = dt.tile, dt.seq
+            if self.dsu:
+                self.cluster, self.link = dt.cluster, dt.link
             st = t.streamer
             self.l2 = L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=2,
                              max_outstanding=2, tag_bits=1)
             id_bits, data_bits = t.id_bits, t.data_bits
         else:
-            self.tile = t = AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+            self.dut = t = self.tile = attention_tile(p)
             r = t.streamer.reader
             id_bits, data_bits = r.id_bits, r.data_bits
-        self.seq = s = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
-                                     p["split_tokens"], t.w, p["slot_bits"])
+            self.seq = s = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
+                                         p["split_tokens"], t.w, p["slot_bits"])
         self.hbm = HbmRwModel(_image_depth(p), data_bits=data_bits, latency=p["latency"],
                               max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                               id_bits=id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
-        self.dsu = p.get("dsu")
         ports = {"clk": In(1)}
         if self.dsu:
             ports.update(self._dsu_ports(p, s))
@@ -273,10 +275,11 @@ class CosimVerilatorTop(wiring.Component):
         from tricut.rtl.dsu.layouts import INTAKE_LAYOUT, OUTCOME_LAYOUT
         from tricut.rtl.tile.dsu_link import DsuLink
         d = self.dsu
-        self.cluster = DsuCluster(n_cores=d["cores"], n_slots=p["max_slots"],
-                                  intake_depth=d["intake_depth"], mem_bytes=d["mem_bytes"],
-                                  firmware=d["firmware"])
-        self.link = DsuLink(p["num_layers"], p["max_slots"], p["slot_bits"])
+        if not self.cached:             # the HBM-only tile: cluster and link beside it
+            self.cluster = DsuCluster(n_cores=d["cores"], n_slots=p["max_slots"],
+                                      intake_depth=d["intake_depth"], mem_bytes=d["mem_bytes"],
+                                      firmware=d["firmware"])
+            self.link = DsuLink(p["num_layers"], p["max_slots"], p["slot_bits"])
         entry = self.hbm.addr_bits + 8
         return {"intake": In(stream.Signature(INTAKE_LAYOUT)), "intake_end": In(1),
                 "hbm_faults": In(FAULT_SLOTS * entry), "hbm_lost": In(FAULT_SLOTS * entry),
@@ -291,27 +294,32 @@ class CosimVerilatorTop(wiring.Component):
 
     def _elaborate_dsu(self, m):
         cl, ln, seq, t = self.cluster, self.link, self.seq, self.tile
-        m.submodules.cluster, m.submodules.link = cl, ln
-        wiring.connect(m, wiring.flipped(self.intake), cl.intake)
-        wiring.connect(m, ln.round, seq.round)
-        wiring.connect(m, cl.descriptors, seq.descriptor)
-        wiring.connect(m, ln.completions, cl.completions)
+        if self.cached:                 # inside the DecodeTile: driven through its ports
+            host = self.dut
+        else:
+            host = cl
+            m.submodules.cluster, m.submodules.link = cl, ln
+            wiring.connect(m, ln.round, seq.round)
+            wiring.connect(m, cl.descriptors, seq.descriptor)
+            wiring.connect(m, ln.completions, cl.completions)
+            m.d.comb += [ln.issued.eq(cl.issued), ln.issued_count.eq(cl.issued_count),
+                         ln.dsu_round.eq(cl.round),
+                         ln.desc_seen.eq(seq.descriptor.valid & seq.descriptor.ready),
+                         ln.desc_slot.eq(seq.descriptor.payload.slot),
+                         ln.layer_go.eq(t.go), ln.layer_done.eq(t.done),
+                         ln.fail_slots.eq(t.fail_slots)]
+        wiring.connect(m, wiring.flipped(self.intake), host.intake)
         d = seq.descriptor
-        m.d.comb += [cl.intake_end.eq(self.intake_end), cl.run.eq(1), cl.stall.eq(0),
-                     cl.host.valid.eq(0), cl.outcomes.ready.eq(1), cl.moves.ready.eq(1),
-                     ln.issued.eq(cl.issued), ln.issued_count.eq(cl.issued_count),
-                     ln.dsu_round.eq(cl.round),
-                     ln.desc_seen.eq(d.valid & d.ready), ln.desc_slot.eq(d.payload.slot),
-                     ln.layer_go.eq(t.go), ln.layer_done.eq(t.done),
-                     ln.fail_slots.eq(t.fail_slots),
-                     self.trap.eq(cl.trap), self.degraded.eq(cl.degraded),
+        m.d.comb += [host.intake_end.eq(self.intake_end), host.run.eq(1), host.stall.eq(0),
+                     host.host.valid.eq(0), host.outcomes.ready.eq(1), host.moves.ready.eq(1),
+                     self.trap.eq(host.trap), self.degraded.eq(host.degraded),
                      self.comp_rounds.eq(ln.rounds), self.failed.eq(ln.failed),
                      self.aborts.eq(ln.aborts)]
         m.d.sync += self.cycle.eq(self.cycle + 1)
         m.d.comb += [self.hbm.fault_in.eq(self.hbm_faults), self.hbm.lost_in.eq(self.hbm_lost)]
         with m.If(ln.round_abort):
             m.d.sync += self.abort_cycle.eq(self.cycle)
-        r, c, o = seq.round, ln.completions, cl.outcomes
+        r, c, o = seq.round, ln.completions, host.outcomes
         with m.If(r.valid & r.ready):
             m.d.sync += [self.round_count.eq(self.round_count + 1), self.round_last.eq(r.payload)]
         with m.If(d.valid & d.ready):
@@ -330,47 +338,49 @@ class CosimVerilatorTop(wiring.Component):
         # then evaluates in its input-combinational region at every eval (both clock edges)
         m.domains.sync = ClockDomain("sync", reset_less=True)
         m.d.comb += ClockSignal("sync").eq(self.clk)
-        seq, t, hbm = self.seq, self.tile, self.hbm
-        if self.dsu:
-            # a round the DSU timed out: the link aborts it, and the sequencer, the tile and
-            # the HBM model's responder drop theirs (the next round starts from reset state)
-            abort = ResetInserter(self.link.round_abort)
+        seq, t, dut, hbm = self.seq, self.tile, self.dut, self.hbm
+        # a round the DSU timed out: the link aborts it, and the sequencer, the tile and the
+        # memory models' responders drop theirs (the next round starts from reset state)
+        abort = ResetInserter(self.link.round_abort) if self.dsu else (lambda x: x)
+        if self.cached:
+            m.submodules.dut = dut
+        else:
             m.submodules.seq, m.submodules.tile = abort(seq), abort(t)
-            m.submodules.hbm = abort(hbm)
+            wiring.connect(m, seq.job, t.job)
+            m.d.comb += seq.step.ready.eq(1)
+        m.submodules.hbm = abort(hbm)
+        if self.dsu:
             self._elaborate_dsu(m)
         else:
-            m.submodules.seq, m.submodules.tile, m.submodules.hbm = seq, t, hbm
-            wiring.connect(m, wiring.flipped(self.round), seq.round)
-            wiring.connect(m, wiring.flipped(self.descriptor), seq.descriptor)
-        self._player(m, "q", t.q_write)
-        self._player(m, "kv", t.newkv_write if self.cached else hbm.write)
+            wiring.connect(m, wiring.flipped(self.round), (dut if self.cached else seq).round)
+            wiring.connect(m, wiring.flipped(self.descriptor),
+                           (dut if self.cached else seq).descriptor)
+        self._player(m, "q", dut.q_write)
+        self._player(m, "kv", dut.newkv_write if self.cached else hbm.write)
         self._reader(m)
-        wiring.connect(m, seq.job, t.job)
-        wiring.connect(m, t.hbm_req, hbm.req)
-        wiring.connect(m, hbm.resp, t.hbm_resp)
+        wiring.connect(m, dut.hbm_req, hbm.req)
+        wiring.connect(m, hbm.resp, dut.hbm_resp)
         for beats, st in ((self.hbm_read_beats, hbm.resp), (self.hbm_write_beats, hbm.write)):
             with m.If(st.valid & st.ready):     # what the HBM model served
                 m.d.sync += beats.eq(beats + 1)
-        m.d.comb += [t.go.eq(self.go), self.done.eq(t.done), self.out_data.eq(t.out_data),
-                     t.tensor_scale.eq(self.tensor_scale), self.err.eq(t.err),
-                     self.te_status.eq(t.te_status)]
+        m.d.comb += [dut.go.eq(self.go), self.done.eq(dut.done), self.out_data.eq(dut.out_data),
+                     dut.tensor_scale.eq(self.tensor_scale), self.err.eq(dut.err),
+                     self.te_status.eq(dut.te_status)]
         if self.cached:
             l2 = self.l2
-            m.submodules.l2 = ResetInserter(self.link.round_abort)(l2) if self.dsu else l2
-            wiring.connect(m, seq.step, t.step)
-            wiring.connect(m, t.hbm_write, hbm.write)
-            wiring.connect(m, t.l2_read, l2.read)
-            wiring.connect(m, l2.data, t.l2_data)
-            wiring.connect(m, t.l2_write, l2.write)
-            m.d.comb += [t.layer.eq(self.layer), t.config.eq(self.config),
-                         self.misorder.eq(t.misorder), self.cdu_idle.eq(t.cdu_idle),
-                         self.cdu_counters.eq(t.cdu_counters), t.reg_addr.eq(0)]
+            m.submodules.l2 = abort(l2)
+            wiring.connect(m, dut.hbm_write, hbm.write)
+            wiring.connect(m, dut.l2_read, l2.read)
+            wiring.connect(m, l2.data, dut.l2_data)
+            wiring.connect(m, dut.l2_write, l2.write)
+            m.d.comb += [dut.layer.eq(self.layer), dut.config.eq(self.config),
+                         self.misorder.eq(dut.misorder), self.cdu_idle.eq(dut.cdu_idle),
+                         self.cdu_counters.eq(dut.cdu_counters)]
+            m.d.comb += dut.reg_addr.eq(0)
             x = t.cdu.txn
             with m.If(x.valid & x.ready):
                 m.d.sync += [self.txn_count.eq(self.txn_count + 1),
                              self.txn_last.eq(x.payload)]
-        else:
-            m.d.comb += seq.step.ready.eq(1)
         return m
 
     def _stage(self, m, name, width, raddr, rdata, we=0, waddr=0, wdata=0):
@@ -412,7 +422,7 @@ class CosimVerilatorTop(wiring.Component):
         ``rd_capture[i]`` at the edge after, so the bench, back between edges when
         ``rd_idle`` rose, reads every word but the last from ``rd_capture`` and the last
         from ``out_data`` (what the bench's reads saw, at the same cycles)."""
-        t = self.tile
+        t = self.dut
         aw, dw = len(t.out_addr), len(t.out_data)
         issued, index = Signal(32, name="rd_issued"), Signal(32, name="rd_index")
         addr, last = Signal(aw, name="rd_addr"), Signal(aw, name="rd_last")

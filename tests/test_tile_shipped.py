@@ -1,0 +1,58 @@
+"""The cached tile the co-simulations run is the tile that ships.
+
+Both simulation tops of a cached run (``CachedCosimTop`` in Amaranth, ``CosimVerilatorTop``
+on Verilator) instantiate the :class:`~tricut.rtl.tile.decode_tile.DecodeTile` object that
+``tricut verilog tile`` writes, and add only the behavioural HBM and L2 models and the host
+port: the design under test inside each top generates the same Verilog as the command line
+for the same parameters; with ``--dsu`` the top's DecodeTile carries the DSU cluster and
+link (their firmware in the cores' memories) and no second copy of them exists in the top.
+"""
+
+from __future__ import annotations
+
+from amaranth.back import verilog
+
+from tricut.rtl.tile.decode_tile import DecodeTile
+from tricut.sim.harness import tile_cosim as C
+from tricut.sim.harness import tile_cosim_verilator as V
+from tricut.sim.harness.attention_tile import _TILE_KEYS
+
+from conftest import run_cli
+
+SETUP = C.Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=16, split_tokens=3,
+                max_ctx=32, policy="static", cdu_sets=4, cdu_ways=2)
+
+
+def _cli_verilog(p, tmp_path, capsys, dsu_cores=0):
+    argv = ["verilog", "tile", "-o", str(tmp_path), "--top", "tile"]
+    for k in _TILE_KEYS + ("max_slots",):
+        argv += ["-p", f"{k}={p[k]!r}"]
+    argv += ["-p", f"cdu_sets={p['cdu']['sets']}", "-p", f"cdu_ways={p['cdu']['ways']}",
+             "-p", f"dsu_cores={dsu_cores}"]
+    code, cap = run_cli(argv, capsys)
+    assert code == 0, cap.err
+    return (tmp_path / "tile.v").read_text()
+
+
+def test_both_cosim_tops_simulate_the_verilog_that_ships(tmp_path, capsys):
+    run = C._Run(SETUP)
+    p = run.params()
+    shipped = _cli_verilog(p, tmp_path, capsys)
+    amaranth_top = C.CachedCosimTop(run.image()[0], p)
+    verilator_top = V.CosimVerilatorTop(p, cached=True)
+    for top in (amaranth_top, verilator_top):
+        assert isinstance(top.dut, DecodeTile) and top.dut.dsu_cores == 0
+        assert (top.tile, top.seq) == (top.dut.tile, top.dut.seq)
+        assert verilog.convert(top.dut, name="tile", emit_src=False) == shipped
+
+
+def test_the_dsu_top_runs_the_decode_tiles_own_cluster_and_link():
+    s = C.Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=1, max_ctx=32,
+                policy="static", dsu=True)
+    p = C._Run(s).params()
+    top = V.CosimVerilatorTop(p, cached=True)
+    dt = top.dut
+    assert isinstance(dt, DecodeTile) and dt.dsu_cores == p["dsu"]["cores"]
+    assert (top.cluster, top.link) == (dt.cluster, dt.link)
+    assert dt.cluster.firmware == p["dsu"]["firmware"] and dt.cluster.firmware
+    assert "round_abort" in dt.signature.members
