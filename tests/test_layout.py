@@ -74,10 +74,13 @@ def test_installed_package_reads_no_test_files(room):
     assert not bad, f"the package names the test tree: {', '.join(bad)}"
 
 
-def test_no_rtl_function_is_longer_than_150_lines():
-    """Long elaborates are split by pipeline stage (docs: one unit per file, stages as methods)."""
-    long = []
-    for f in _sources("rtl"):
+@pytest.mark.parametrize("room", ["rtl", "sim/harness"])
+def test_no_function_is_longer_than_150_lines(room):
+    """Long elaborates are split by pipeline stage (docs: one unit per file, stages as methods),
+    long benches by phase."""
+    long, files = [], _sources(room)
+    assert files, f"no Python files under {room}/"
+    for f in files:
         for node in ast.walk(ast.parse(f.read_text(), str(f))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1

@@ -95,6 +95,22 @@ class _Adapter:
         return self.end.sample(ctx.get(self.port.ready))
 
 
+def _end_state(ctx, dut, back_end_only):
+    """The CDU's flags, counters and counter registers at the end of a :func:`run_rtl`."""
+    from tricut.rtl.cdu.core import COUNTERS
+    if back_end_only:
+        bad = ctx.get(dut.bad_desc)
+    else:
+        bad = ctx.get(dut.bad_step) | ctx.get(dut.bad_demand) | ctx.get(dut.overflow)
+    c = ctx.get(dut.counters)
+    regs = []
+    for a in range(len(COUNTERS)):
+        ctx.set(dut.reg_addr, a)
+        regs.append(ctx.get(dut.reg_data))
+    return {"idle": ctx.get(dut.idle), "bad_resp": ctx.get(dut.bad_resp), "bad_desc": bad,
+            "counters": {k: getattr(c, k) for k in COUNTERS}, "regs": regs}
+
+
 def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12, err=None,
             timeout=20000, bad_resp_at=None, front=None, idle=None, backpressure=None,
             faults=None, wave=None):
@@ -125,7 +141,6 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
     bench's first cycle, kept to its window)."""
     from amaranth.sim import Simulator
 
-    from tricut.rtl.cdu.core import COUNTERS
     from tricut.rtl.cdu.layouts import (PATTERN, demand_layout, desc_layout, fe_config_layout,
                                         step_layout)
     from tricut.rtl.cdu.top import CDU, CDUBackEnd
@@ -224,21 +239,7 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
         left = drained(ends)
         _require(not left, "CDU bench not drained: " + "; ".join(left))
         out["cycles"] = now
-        out["idle"] = ctx.get(dut.idle)
-        out["bad_resp"] = ctx.get(dut.bad_resp)
-        if front is None:
-            out["bad_desc"] = ctx.get(dut.bad_desc)
-        else:
-            out["bad_desc"] = ctx.get(dut.bad_step) | ctx.get(dut.bad_demand) | \
-                ctx.get(dut.overflow)
-        c = ctx.get(dut.counters)
-        out["counters"] = {k: getattr(c, k) for k in COUNTERS}
-        regs = []
-        for a in range(len(COUNTERS)):
-            ctx.set(dut.reg_addr, a)
-            regs.append(ctx.get(dut.reg_data))
-        out["regs"] = regs
-        out["errors_injected"] = hbm.errors
+        out.update(_end_state(ctx, dut, front is None), errors_injected=hbm.errors)
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)

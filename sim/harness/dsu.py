@@ -1176,6 +1176,24 @@ def _estimate(golden_batches, counts, params, step_faults, hang, watchdog_limit,
     return int(cycles)
 
 
+def _check_requests(requests):
+    """At most :data:`MAX_REQUESTS`, every field in its hardware range, ids unique."""
+    if len(requests) > MAX_REQUESTS:
+        raise ValueError(f"{len(requests):,} requests: at most {MAX_REQUESTS:,} (request ids "
+                         f"are 16 bits)")
+    for r in requests:
+        for name, (lo, hi) in REQUEST_LIMITS.items():
+            value = getattr(r, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
+                raise ValueError(f"request {r.id}: {name} must be an integer in {lo}..{hi - 1:,} "
+                                 f"(the hardware's field), not {value!r}")
+    ids = set()
+    for r in requests:
+        if r.id in ids:
+            raise ValueError(f"request id {r.id} appears twice: request ids must be unique")
+        ids.add(r.id)
+
+
 def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="verilator",
              n_slots=8, max_batch=None, latency_batch=None, kv_capacity_tokens=1 << 20,
              long_context_tokens=4096, max_retries=2, watchdog_limit=200,
@@ -1228,20 +1246,7 @@ def plan_dsu(requests, profile="throughput-opt", cores=1, faults=None, sim="veri
             raise ValueError("sessions must be a list of models.dsu.Session")
         check_session_fields(sessions, park_policy)
         requests = requests + [x.first for x in sessions]
-    if len(requests) > MAX_REQUESTS:
-        raise ValueError(f"{len(requests):,} requests: at most {MAX_REQUESTS:,} (request ids "
-                         f"are 16 bits)")
-    for r in requests:
-        for name, (lo, hi) in REQUEST_LIMITS.items():
-            value = getattr(r, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value < hi:
-                raise ValueError(f"request {r.id}: {name} must be an integer in {lo}..{hi - 1:,} "
-                                 f"(the hardware's field), not {value!r}")
-    ids = set()
-    for r in requests:
-        if r.id in ids:
-            raise ValueError(f"request id {r.id} appears twice: request ids must be unique")
-        ids.add(r.id)
+    _check_requests(requests)
     params = DsuParams(profile=profile, n_slots=n_slots,
                        max_batch=max_batch or n_slots,
                        latency_batch=latency_batch or max(1, n_slots // 4),

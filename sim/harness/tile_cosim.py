@@ -60,7 +60,7 @@ from tricut.sim.harness.cdu import describe, fe_config, txn_tuple
 from tricut.sim.harness.te import make_vector
 
 __all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "CachedCosimTop",
-           "check_setup", "compare_cdu",
+           "check_setup", "compare_cdu", "decode_tile", "attention_tile", "txn_fields",
            "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
            "compare", "compare_dsu", "dsu_schedule", "tile_config", "predict_cached_dsu_rounds",
            "cdu_fault_retries", "watchdog_limit", "simulate", "ENGINES",
@@ -805,11 +805,7 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         t = tile.cdu.txn
         async for _, _, v, r, word in ctx.tick().sample(t.valid, t.ready, t.payload.as_value()):
             if v and r:
-                f = _fields(t.payload.shape(), word)
-                vic = f["victim"]
-                res.txns.append((f["kind"], f["req"], f["layer"], f["block"], f["result"],
-                                 f["victim_valid"], vic["req"], vic["layer"], vic["block"],
-                                 f["hbm"]))
+                res.txns.append(txn_fields(t.payload.shape(), word))
 
     async def new_kv(ctx, descs, lay):
         """The new token's K/V: into HBM directly (no CDU), or into the tile's new-K/V buffer
@@ -936,6 +932,16 @@ def _fields(layout, word):
         v = (int(word) >> f.offset) & ((1 << f.width) - 1)
         out[name] = _fields(f.shape, v) if isinstance(f.shape, data.StructLayout) else v
     return out
+
+
+def txn_fields(layout, word):
+    """A CDU ``txn`` payload int -> the tuple :func:`~tricut.sim.harness.cdu.txn_tuple`
+    gives a model decision (kind, req, layer, block, result, victim valid, victim req,
+    layer, block, hbm)."""
+    f = _fields(layout, word)
+    vic = f["victim"]
+    return (f["kind"], f["req"], f["layer"], f["block"], f["result"], f["victim_valid"],
+            vic["req"], vic["layer"], vic["block"], f["hbm"])
 
 
 def compare(golden: RunResult, tile: RunResult, skip=frozenset()) -> list:

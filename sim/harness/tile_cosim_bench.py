@@ -42,7 +42,7 @@ from tricut.rtl.tile.behavioural.layouts import hbm_write_layout
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
 from tricut.sim.harness.cdu import fe_config
 from tricut.sim.harness.dsu import REASONS
-from tricut.sim.harness.tile_cosim import RunResult, Setup, _fields, _Run
+from tricut.sim.harness.tile_cosim import RunResult, Setup, _fields, _Run, txn_fields
 from tricut.sim.harness.tile_cosim_verilator import CLOCK_NS, CosimVerilatorTop
 
 __all__ = ["CosimBench", "Hang", "Aborted"]
@@ -129,11 +129,7 @@ class CosimBench:
         cnt, last, shape = self.dut.txn_count, self.dut.txn_last, self.top.txn_payload
         while True:
             await cnt.value_change
-            f = _fields(shape, int(last.value))
-            vic = f["victim"]
-            self.res.txns.append((f["kind"], f["req"], f["layer"], f["block"], f["result"],
-                                  f["victim_valid"], vic["req"], vic["layer"], vic["block"],
-                                  f["hbm"]))
+            self.res.txns.append(txn_fields(shape, int(last.value)))
 
     # ---- host traffic ----------------------------------------------------------------------
     def _cell(self, k, i):
