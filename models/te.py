@@ -54,7 +54,7 @@ __all__ = [
     "STATUS_BITS", "KV_CODE_BITS", "KV_SIGNIFICAND_BITS", "ENGINES",
     "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
-    "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "te_out_passes", "rescale_events",
+    "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "te_serial_phases", "te_out_passes", "rescale_events",
     "PIPE_STAGES", "PipeTiming", "te_pipe_timing",
     "expected_rescale_events",
     "reference_f64",
@@ -414,6 +414,16 @@ def te_token_cycles(head_dim, G, lanes, engine="serial"):
     Neither depends on the data: the split engine's rescale is fused into its V operation."""
     dk = head_dim // lanes
     return 3 * G * dk if engine == "serial" else (G + 1) * dk
+
+
+def te_serial_phases(n, head_dim, G, lanes, partial=False):
+    """``(I, O)`` of one serial-engine job, unstalled: ``I`` cycles from the descriptor to
+    the last K/V beat inclusive (``1 + G*Dk`` for the descriptor and q, then ``n`` tokens of
+    :func:`te_token_cycles`), ``O`` output beats (``G*Dk``, ``+ G`` in partial mode);
+    :func:`te_cycles` is ``I + O``. The tile's array and timing models build on these."""
+    dk = head_dim // lanes
+    return 1 + G * dk + n * te_token_cycles(head_dim, G, lanes, "serial"), \
+        G * dk + (G if partial else 0)
 
 
 def te_out_passes(kv_dtype, engine="serial"):

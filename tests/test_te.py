@@ -11,6 +11,7 @@ Long contexts: set ``TRICUT_TE_LONG_N`` (default 20 tokens, crossing a 16-token 
 from __future__ import annotations
 
 import gc
+import itertools
 import math
 import os
 import warnings
@@ -587,3 +588,14 @@ def test_verilog_lint_clean_with_documented_waivers(tmp_path, engine):
     r = subprocess.run([str(exe), "--lint-only", "-Wall", "--top-module", "te", str(src)],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "%Warning-" in r.stderr
+
+
+def test_serial_phases_are_the_serial_cycle_formula_split_in_two():
+    """``te_serial_phases`` (the tile's array and timing models build on it) adds up to
+    ``te_cycles`` for the serial engine; its input phase is the descriptor, q and n tokens."""
+    for d, G, lanes, n, partial in itertools.product((64, 128), (1, 4, 8), (4, 16), (0, 1, 7),
+                                                     (False, True)):
+        i, o = M.te_serial_phases(n, d, G, lanes, partial)
+        dk = d // lanes
+        assert i + o == M.te_cycles(n, d, G, lanes, partial=partial, engine="serial")
+        assert i == 1 + G * dk + 3 * n * G * dk and o == G * dk + (G if partial else 0)

@@ -7,7 +7,7 @@ from amaranth.lib import stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, MAX_G
+from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, MAX_G, te_serial_phases
 from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.te.engine import TEEngine
@@ -26,11 +26,9 @@ MAX_KV_FIFO_DEPTH = 4096
 
 
 def _phases(n, head_dim, G, lanes, partial):
-    """``(I, O)`` of one job on one engine, unstalled: ``I`` cycles from the job beat to the
-    last ``kv`` beat inclusive (``1 + G*Dk + 3*n*G*Dk``), ``O`` output beats
-    (``G*Dk``, ``+ G`` in partial mode)."""
-    q = G * (head_dim // lanes)
-    return 1 + q + 3 * n * q, q + (G if partial else 0)
+    """``(I, O)`` of one job on one engine, unstalled (:func:`tricut.models.te.te_serial_phases`:
+    ``I = 1 + G*Dk + 3*n*G*Dk`` to the last ``kv`` beat, ``O = G*Dk (+ G)`` output beats)."""
+    return te_serial_phases(n, head_dim, G, lanes, partial)
 
 
 def te_array_schedule(jobs, head_dim, G, lanes, engines):

@@ -49,6 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tricut.models.tile import split_parts
+from tricut.models.te import te_serial_phases
 
 __all__ = ["TileConfig", "layer_jobs", "predict_layer", "predict_step", "predict_dsu_round",
            "predict_dsu_timeout", "STATUS_TAIL", "DSU_ROUND_EXTRA", "DSU_TIMEOUT_EXTRA"]
@@ -120,8 +121,7 @@ def predict_layer(cfg: TileConfig, seq_lens) -> int:
     take = 0
     jobs = layer_jobs(cfg, seq_lens)
     for k, (n, partial) in enumerate(jobs):
-        i_k = 1 + q + 3 * n * q
-        o_k = q + (cfg.G if partial else 0)
+        i_k, o_k = te_serial_phases(n, cfg.head_dim, cfg.G, cfg.lanes, partial)
         s_k = take + 1 if k < E else max(take + 1, f[k - E] + 1)
         x_k = max(0, take + cfg.first_beat(n) - (s_k + 1 + q)) if n else 0
         f_k = (s_k + i_k + x_k if k == 0 else max(s_k + i_k + x_k, f[-1] + 1)) + o_k - 1
