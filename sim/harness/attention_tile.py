@@ -39,7 +39,7 @@ from tricut.rtl.tile.attention_layouts import (index_bits, kv_addr, kv_image_wor
                                                kv_word_bits, q_write_layout)
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
 
-__all__ = ["DEFAULTS", "KV", "AttentionTop", "make_kv", "kv_image", "make_q", "make_qs",
+__all__ = ["DEFAULTS", "KV", "AttentionTop", "attention_tile", "make_kv", "kv_image", "make_q", "make_qs",
            "expected", "run", "check", "simulate", "LayerResult", "BlockRead",
            "expected_block_words", "run_block_reads"]
 
@@ -140,15 +140,20 @@ def expected(q, kv: KV, request, layer, head, seq_len, params=None, scale_bits=N
     return M.combine_partials([(r.out, r.m, r.l) for r in rs])
 
 
+def attention_tile(p):
+    """The HBM-only attention path of a run's parameters (``_TILE_KEYS`` of ``p``)."""
+    from tricut.rtl.tile.attention_tile import AttentionTile
+    return AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+
+
 class AttentionTop(Elaboratable):
     """Simulation top: StepSequencer -> AttentionTile <-> HbmModel (see the module docs)."""
 
     def __init__(self, image, params=None):
-        from tricut.rtl.tile.attention_tile import AttentionTile
         from tricut.rtl.tile.behavioural.hbm import HbmModel
         from tricut.rtl.tile.sequencer import StepSequencer
         p = self.p = _params(params)
-        self.tile = self.dut = AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+        self.tile = self.dut = attention_tile(p)
         r = self.tile.streamer.reader
         self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
                                  p["split_tokens"], self.tile.w, p["slot_bits"])

@@ -60,7 +60,7 @@ from tricut.sim.harness.cdu import describe, fe_config, txn_tuple
 from tricut.sim.harness.te import make_vector
 
 __all__ = ["Setup", "SetupError", "CosimError", "Report", "RunResult", "CosimTop", "CachedCosimTop",
-           "check_setup", "compare_cdu", "decode_tile", "attention_tile", "txn_fields",
+           "check_setup", "compare_cdu", "decode_tile", "txn_fields",
            "prompt_lengths", "schedule", "te_golden_attention", "golden_run", "cosim_run",
            "compare", "compare_dsu", "dsu_schedule", "tile_config", "predict_cached_dsu_rounds",
            "cdu_fault_retries", "watchdog_limit", "simulate", "ENGINES",
@@ -731,13 +731,6 @@ def decode_tile(p):
                       **dsu)
 
 
-def attention_tile(p):
-    """The HBM-only attention path of a run's parameters (:meth:`_Run.params`)."""
-    from tricut.rtl.tile.attention_tile import AttentionTile
-    from tricut.sim.harness.attention_tile import _TILE_KEYS
-    return AttentionTile(**{k: p[k] for k in _TILE_KEYS})
-
-
 class CachedCosimTop(Elaboratable):
     """Simulation top of the cached tile: the shipped
     :class:`~tricut.rtl.tile.decode_tile.DecodeTile` without the DSU (``dut``: step sequencer
@@ -750,7 +743,8 @@ class CachedCosimTop(Elaboratable):
         from tricut.rtl.tile.behavioural.l2 import L2Data
         self.p = p
         self.dut = decode_tile(dict(p, dsu=None))
-        self.tile, self.seq = t, _ = self.dut.tile, self.dut.seq
+        self.tile = t = self.dut.tile
+        self.seq = self.dut.seq
         self.hbm = HbmModel(image, data_bits=t.data_bits, latency=p["latency"],
                             max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                             id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])

@@ -212,7 +212,8 @@ class CosimVerilatorTop(wiring.Component):
 
     def __init__(self, p, cached):
         from tricut.rtl.tile.sequencer import StepSequencer
-        from tricut.sim.harness.tile_cosim import attention_tile, decode_tile
+        from tricut.sim.harness.attention_tile import attention_tile
+        from tricut.sim.harness.tile_cosim import decode_tile
         self.p, self.cached = p, cached
         self.dsu = p.get("dsu")
         if cached:
