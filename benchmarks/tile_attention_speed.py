@@ -3,7 +3,7 @@ boundaries (``sim/harness/attention_tile_verilator.py``), and what Llama-3-8B's 
 shape costs it.
 
     .venv/bin/python benchmarks/tile_attention_speed.py            # measure, print the report
-    .venv/bin/python benchmarks/tile_attention_speed.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_attention_speed.py --write    # ... and into docs/tile/figures.md
 
 (a) The small configuration of ``tests/test_tile_attention_verilator.py`` (bf16, head_dim
 64, G 2, 2 engines, split-K 6, reordering HBM, two rounds of two slots): tile cycles per
@@ -22,7 +22,7 @@ the K/V image, the simulator process: start-up and ``$readmemh``, the bench's q 
 ``go`` -> ``done``, the output reads; the golden).
 
 ``--write`` replaces the text between ``<!-- tile:attention-speed:begin -->`` and
-``<!-- tile:attention-speed:end -->`` in docs/tile.md.
+``<!-- tile:attention-speed:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import numpy as np
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:attention-speed:begin -->", "<!-- tile:attention-speed:end -->"
 SCRIPT = "benchmarks/tile_attention_speed.py"
 
@@ -215,7 +215,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement (median)")
     ap.add_argument("--engines", type=int, default=8, help="TE engines for (b)")
-    ap.add_argument("--write", action="store_true", help="write the report into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the report into docs/tile/figures.md")
     args = ap.parse_args(argv)
     cmd = ".venv/bin/python benchmarks/tile_attention_speed.py" + \
         (f" --runs {args.runs}" if args.runs != 3 else "") + \

@@ -4,13 +4,13 @@ policy (``sim/harness/tile_cosim.py`` with a ``policy``; the setups of
 (``tricut tile run --sim verilator``; the same cycles as Amaranth's simulator).
 
     .venv/bin/python benchmarks/tile_cached.py            # run, print the table
-    .venv/bin/python benchmarks/tile_cached.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_cached.py --write    # ... and into docs/tile/figures.md
 
 Each run is checked as the tests check it (attention outputs bit-exact with the TE golden,
 tokens equal, every CDU decision equal to the CDU golden model's); the table gives the CDU's
 counters and the tile's cycles per step (first ``go`` to last ``done``, the host's K/V, q and
 output traffic between layers included). ``--write`` replaces the text between
-``<!-- tile:cached:begin -->`` and ``<!-- tile:cached:end -->`` in docs/tile.md.
+``<!-- tile:cached:begin -->`` and ``<!-- tile:cached:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:cached:begin -->", "<!-- tile:cached:end -->"
 SCRIPT = "benchmarks/tile_cached.py"
 
@@ -66,7 +66,7 @@ def report(rows, cmd):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write the table into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/tile/figures.md")
     args = ap.parse_args(argv)
     text = report(run_all(), ".venv/bin/python benchmarks/tile_cached.py")
     print(text)

@@ -5,7 +5,7 @@ the cached tile), on whole decode steps co-simulated with the golden decode step
 (``sim/harness/tile_cosim.py``).
 
     .venv/bin/python benchmarks/tile_calibration.py            # run, print the table
-    .venv/bin/python benchmarks/tile_calibration.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_calibration.py --write    # ... and into docs/tile/figures.md
 
 Runs (tiny-te; each checked bit-exact against the golden first, the cached ones also with the
 CDU's decisions equal to its golden model's): the HBM-only tile with 1, 2 and 4 engines, with
@@ -17,7 +17,7 @@ gets the CDU golden model's decisions (``cdu_decisions``), run one step at a tim
 tile's CDU sees them. A step's tile cycles are the sum of its layers' (``go`` to ``done``); the
 host's K/V, q and output traffic between layers is the harness's, not the tile's, and is left
 out. ``--write`` replaces the text between ``<!-- tile:calibration:begin -->`` and
-``<!-- tile:calibration:end -->`` in docs/tile.md.
+``<!-- tile:calibration:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:calibration:begin -->", "<!-- tile:calibration:end -->"
 SCRIPT = "benchmarks/tile_calibration.py"
 
@@ -130,7 +130,7 @@ def report(results, cmd):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write the table into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/tile/figures.md")
     args = ap.parse_args(argv)
     results = [(s, measure(s)) for s in setups() + cached_setups()]
     text = report(results, ".venv/bin/python benchmarks/tile_calibration.py")

@@ -2,7 +2,7 @@
 model (``sim/harness/tile_cosim_verilator.py``), against the Amaranth simulator.
 
     .venv/bin/python benchmarks/tile_cosim_speed.py            # measure, print the report
-    .venv/bin/python benchmarks/tile_cosim_speed.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_cosim_speed.py --write    # ... and into docs/tile/figures.md
 
 Runs (tiny-te: 2 layers, 2 KV heads, G 4, head_dim 64; lanes 16 unless named, ``--steps`` decode steps
 of 2-3 requests, max_ctx 32):
@@ -28,7 +28,7 @@ which the tests show is cycle-identical) over its wall time, once each (the Amar
 simulator runs ~100 cycles/s).
 
 ``--write`` replaces the text between ``<!-- tile:cosim-speed:begin -->`` and
-``<!-- tile:cosim-speed:end -->`` in docs/tile.md.
+``<!-- tile:cosim-speed:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: idle BLA
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:cosim-speed:begin -->", "<!-- tile:cosim-speed:end -->"
 SCRIPT = "benchmarks/tile_cosim_speed.py"
 OPT = "-O2"

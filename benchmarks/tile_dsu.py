@@ -3,7 +3,7 @@ cores run the scheduler firmware, the slot arbiter issues each round's descripto
 sequencer, the tile's completions go back to it, failed steps are rolled back and run again.
 
     .venv/bin/python benchmarks/tile_dsu.py            # run, print the table
-    .venv/bin/python benchmarks/tile_dsu.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_dsu.py --write    # ... and into docs/tile/figures.md
 
 Every run: 4 requests of different prompt lengths, 8 decode steps each, at most 3 per round
 (so the batches change), ``tiny-te``, on Verilator. Each is checked as ``simulate`` checks it:
@@ -17,7 +17,7 @@ first-descriptor cycle, the CDU's fill retries included). The run
 whose fault outlasts the retries must
 report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles
 are from a round's first descriptor to its last completion. ``--write`` replaces the text
-between ``<!-- tile:dsu:begin -->`` and ``<!-- tile:dsu:end -->`` in docs/tile.md.
+between ``<!-- tile:dsu:begin -->`` and ``<!-- tile:dsu:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:dsu:begin -->", "<!-- tile:dsu:end -->"
 SCRIPT = "benchmarks/tile_dsu.py"
 
@@ -134,7 +134,7 @@ def report(rows, cmd):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write the table into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/tile/figures.md")
     ap.add_argument("--only", action="append", metavar="LABEL",
                     help="run only the run with this label (repeatable)")
     args = ap.parse_args(argv)

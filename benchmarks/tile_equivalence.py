@@ -7,7 +7,7 @@ fp8, NVFP4) x every CDU policy (none: the HBM-only tile; ``disabled``, ``static`
 DSU model's schedule, computed up front).
 
     .venv/bin/python benchmarks/tile_equivalence.py            # run, print the table
-    .venv/bin/python benchmarks/tile_equivalence.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_equivalence.py --write    # ... and into docs/tile/figures.md
     .venv/bin/python benchmarks/tile_equivalence.py --dtypes fp8 --policies none,adaptive
 
 Every run: 4 requests of different prompt lengths (5, 17, 9 and 30 tokens), 8 decode steps,
@@ -19,7 +19,7 @@ equal to the DSU model's and, with a CDU policy, every CDU decision and counter 
 CDU golden model's. The script exits 1 if any run does not
 pass (``--corrupt ADDR,BIT`` flips one bit of every run's initial HBM image, to see it fail).
 ``--write`` replaces the text between ``<!-- tile:equivalence:begin -->`` and
-``<!-- tile:equivalence:end -->`` in docs/tile.md.
+``<!-- tile:equivalence:end -->`` in docs/tile/figures.md.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:equivalence:begin -->", "<!-- tile:equivalence:end -->"
 SCRIPT = "benchmarks/tile_equivalence.py"
 DTYPES = ("bf16", "fp8", "nvfp4")
@@ -191,7 +191,7 @@ def parse_args(argv):
     ap.add_argument("--corrupt", type=_csv(int), default=None, metavar="ADDR,BIT",
                     help="flip bit BIT of HBM word ADDR in every run's initial image (the "
                          "golden keeps it): the runs must then fail")
-    ap.add_argument("--write", action="store_true", help="write the table into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/tile/figures.md")
     args = ap.parse_args(argv)
     if args.corrupt is not None and len(args.corrupt) != 2:
         ap.error("--corrupt takes ADDR,BIT")

@@ -7,7 +7,7 @@ most 2^22 HBM words, ``rtl/tile/kv_streamer.py``: at this shape requests x layer
 <= 32768, so 4 requests of up to 4K tokens on two layers, or 8 on one.)
 
     .venv/bin/python benchmarks/tile_real_layer.py            # run, print the tables
-    .venv/bin/python benchmarks/tile_real_layer.py --write    # ... and into docs/tile.md
+    .venv/bin/python benchmarks/tile_real_layer.py --write    # ... and into docs/tile/figures.md
 
 A run passes when its report is ``ok`` (every attention output bit-exact, every token equal;
 with a CDU policy every CDU decision and counter equal to the CDU golden model's); the script
@@ -17,7 +17,7 @@ golden run (prefill, the TE golden attention, the rest of the golden decode step
 Verilator run (the parent's image, the simulator's start-up and ``$readmemh``, the bench's
 prefill, the golden decode step between layers, the host traffic stepped by Python, and
 ``go`` to ``done`` in Verilator alone). ``--write`` replaces the text between
-``<!-- tile:real-layer:begin -->`` and ``<!-- tile:real-layer:end -->`` in docs/tile.md.
+``<!-- tile:real-layer:begin -->`` and ``<!-- tile:real-layer:end -->`` in docs/tile/figures.md.
 
 HBM bytes served are the HBM model's own counts (its ``resp`` and ``write`` transfers, beats
 of the HBM word width): K/V reads (with the CDU: its fills and the streamer's bypass reads)
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
-DOC = ROOT / "docs" / "tile.md"
+DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:real-layer:begin -->", "<!-- tile:real-layer:end -->"
 SCRIPT = "benchmarks/tile_real_layer.py"
 MODEL = "llama-3-8b-attn1"
@@ -277,7 +277,7 @@ def parse_args(argv):
     ap.add_argument("--corrupt", type=_csv(int), default=None, metavar="ADDR,BIT",
                     help="flip bit BIT of HBM word ADDR of the initial image (the golden keeps "
                          "it): the run must then fail")
-    ap.add_argument("--write", action="store_true", help="write the tables into docs/tile.md")
+    ap.add_argument("--write", action="store_true", help="write the tables into docs/tile/figures.md")
     args = ap.parse_args(argv)
     if args.corrupt is not None and len(args.corrupt) != 2:
         ap.error("--corrupt takes ADDR,BIT")

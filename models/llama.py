@@ -14,7 +14,7 @@ count, the processor or the process that runs it. See ``docs/decode-step.md``.
   :class:`~tricut.models.paged_kv.PagedKVCache`.
 * :func:`decode_step` — one token for each request of a batch, each at its own position;
   :func:`decode_step_layers` — the same step as a generator that hands each layer's attention
-  to its caller (how a co-simulation plays the attention hardware, ``docs/tile.md``).
+  to its caller (how a co-simulation plays the attention hardware, ``docs/tile/cosim.md``).
 * :func:`generate` — prefill several prompts, then decode them as one batch.
 
 Attention is a parameter (``attention_fn`` / ``prefill_attention_fn``, see

@@ -1,6 +1,6 @@
 """Golden model of the decode tile's step sequencer: one DSU round -> CDU step beats + TE jobs.
 
-Plain and naive on purpose (``docs/tile.md``, the RTL is ``rtl/tile/sequencer.py``). One DSU
+Plain and naive on purpose (``docs/tile/sequencer.md``, the RTL is ``rtl/tile/sequencer.py``). One DSU
 round (its :class:`~tricut.models.dsu.Descriptor` list, in the arbiter's slot order) is one
 decode step. The sequencer turns it into
 
@@ -30,12 +30,15 @@ from dataclasses import dataclass
 
 from .cdu import HINT_OF_RESIDENCY
 
-__all__ = ["TILE_LANES", "Job", "split_parts", "sequence"]
+__all__ = ["TILE_LANES", "TILE_ENGINES", "Job", "split_parts", "sequence"]
 
-#: TE lanes the decode tile takes: its HBM K/V word carries one 8-bit NVFP4 block scale per
-#: beat (``rtl/tile/attention_layouts.kv_word_bits``), so at most 16 lanes (one micro-block);
-#: the standalone TE also takes 32 (``models.te.LANES``)
-TILE_LANES = (2, 4, 8, 16)
+#: TE lanes the decode tile takes, those of the standalone TE (``models.te.LANES``): its HBM
+#: K/V word carries every NVFP4 block scale its elements need
+#: (``rtl/tile/attention_layouts.kv_word_bits``: one 8-bit code per 16 lanes)
+TILE_LANES = (2, 4, 8, 16, 32)
+#: TE engine designs the decode tile runs (``models.te.ENGINES``), the shipped one first; the
+#: split engine (the pipelined one without its pipeline registers) is the TE's alone
+TILE_ENGINES = ("pipelined", "serial")
 
 
 @dataclass(frozen=True)

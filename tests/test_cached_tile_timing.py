@@ -1,5 +1,5 @@
 """The cached tile's fast model (``sim/fast/cached_tile_timing.py``) against the tile on
-Verilator (docs/tile.md, "Integration calibration"): every layer's cycles (``go`` to
+Verilator (docs/tile/timing.md, "Integration calibration"): every layer's cycles (``go`` to
 ``done``) predicted exactly from the configuration and the CDU golden model's decisions, on
 a ``static`` run (L2 fills, prefetches, new-token writes waiting for fills, a second pass
 re-reading HBM with one engine) and the same steps under ``disabled`` (every block a bypass
@@ -64,7 +64,8 @@ def test_model_predicts_every_layer_exactly(runs, policy):
 def test_model_fails_with_a_wrong_configuration(runs):
     s, measured = runs["static"]
     cal = _calibration()
-    for wrong in (dict(latency=s.latency + 1), dict(engines=2), dict(max_beats=8)):
+    for wrong in (dict(latency=s.latency + 1), dict(engines=2), dict(max_beats=8),
+                  dict(engine="serial")):
         assert cal.predict_cached(dataclasses.replace(s, **wrong)) != measured, wrong
 
 

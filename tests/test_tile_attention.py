@@ -1,5 +1,5 @@
 """Attention path of the decode tile (``rtl/tile/attention_tile.py``, ``kv_streamer.py``;
-docs/tile.md): step sequencer jobs -> KV streamer (K/V from the behavioural HBM) -> TE array
+docs/tile/attention-path.md): step sequencer jobs -> KV streamer (K/V from the behavioural HBM) -> TE array
 (+ split-K combine) -> output buffer, one layer at a time, in Amaranth's simulator.
 
 Every output of every (round, layer, slot, kv_head) equals the golden (``te_decode`` over
@@ -27,7 +27,7 @@ from tricut.sim.harness.attention_tile import (DEFAULTS, BlockRead, expected_blo
                                                run_block_reads, simulate)
 from tricut.sim.harness.sequencer import SeqRound
 
-#: cycles per layer (``go`` to ``done``) of each run below, as measured; docs/tile.md quotes
+#: cycles per layer (``go`` to ``done``) of each run below, as measured; docs/tile/attention-path.md quotes
 #: them, and a change in the path's timing shows up here
 CYCLES = {
     "split": [1069, 1069],

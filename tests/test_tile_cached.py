@@ -1,5 +1,5 @@
 """Whole decode steps through the decode tile's attention path with the CDU in the K/V path
-(``rtl/tile/cached_attention_tile.py``, ``rtl/tile/unit_streamer.py``; docs/tile.md, "Attention
+(``rtl/tile/cached_attention_tile.py``, ``rtl/tile/unit_streamer.py``; docs/tile/cdu-path.md, "Attention
 path with the CDU in the K/V path"), co-simulated with the golden decode step in Amaranth's
 simulator (``sim/harness/tile_cosim.py`` with a ``policy``, ``tricut tile run --policy``).
 
@@ -126,6 +126,7 @@ def test_unit_streamer_bad_parameters(kw, needle):
     (dict(cdu=dict(mshrs=0)), "mshrs"),
     (dict(max_slots=9), "max_slots must be an integer in 1..4"),
     (dict(max_ctx=24), "max_ctx must be a multiple of 16"),
+    (dict(engine="split"), r"engine must be one of \('pipelined', 'serial'\), got 'split'"),
 ])
 def test_cached_tile_bad_parameters(kw, needle):
     with warnings.catch_warnings():
@@ -144,6 +145,9 @@ BAD = [
     (["--policy", "static", "--distance", "300"], "--distance"),
     (["--policy", "static", "--distance", "-1"], "--distance"),
     (["--policy", "static", "--long-context", "0"], "--long-context"),
+    (["--policy", "static", "--engine", "split"], "invalid choice"),
+    (["--engine", "pipelined"], "--engine: pipelined: the HBM-only attention path"),
+    (["--policy", "static", "--lanes", "64"], "--lanes"),
 ]
 
 

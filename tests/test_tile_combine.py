@@ -1,4 +1,4 @@
-"""Split-K combine unit of the decode tile (``rtl/tile/combine.py``, docs/tile.md).
+"""Split-K combine unit of the decode tile (``rtl/tile/combine.py``, docs/tile/combine.md).
 
 RTL == ``models.te.combine_partials`` bit for bit on partial results made by the golden TE
 model itself (``te_decode(..., partial=True)`` on K slices of a random context), K = 0..4,

@@ -1,5 +1,5 @@
 """Whole decode steps through the decode tile's RTL attention path, co-simulated with the golden
-decode step (``sim/harness/tile_cosim.py``, ``tricut tile run``; docs/tile.md, "Co-simulation
+decode step (``sim/harness/tile_cosim.py``, ``tricut tile run``; docs/tile/cosim.md, "Co-simulation
 with the golden decode step").
 
 * the refactor: ``decode_step`` (now a driver of ``decode_step_layers``) gives the logits of

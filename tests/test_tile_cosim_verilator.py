@@ -1,6 +1,6 @@
 """Whole decode steps with the tile's attention on Verilator (``tricut tile run --sim
 verilator``; ``sim/harness/tile_cosim_verilator.py``, bench ``sim/harness/benches/
-tile_cosim.py``; docs/tile.md, "Co-simulation on Verilator").
+tile_cosim.py``; docs/tile/cosim.md, "Co-simulation on Verilator").
 
 * equivalence with the golden decode step on Verilator, one run per CDU policy (the setups
   of ``tests/test_tile_cached.py``): ``static`` (bf16, 1 engine), ``adaptive`` (fp8, 4

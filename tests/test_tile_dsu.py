@@ -1,4 +1,4 @@
-"""The DSU cluster in front of the decode tile (``rtl/tile/dsu_link.py``; docs/tile.md, "The DSU
+"""The DSU cluster in front of the decode tile (``rtl/tile/dsu_link.py``; docs/tile/dsu.md, "The DSU
 cluster in the loop").
 
 * :class:`DsuLink` alone (Amaranth simulator) against a Python reference on seeded random

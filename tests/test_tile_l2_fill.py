@@ -1,4 +1,4 @@
-"""L2 fill engine and new-token writer of the decode tile (``rtl/tile/l2_fill.py``; docs/tile.md,
+"""L2 fill engine and new-token writer of the decode tile (``rtl/tile/l2_fill.py``; docs/tile/l2-fill.md,
 "L2 fill engine and new-token writer") in Amaranth's simulator with the behavioural HBM and L2
 data array, driven as the CDU drives them (``sim/harness/l2_fill.py``).
 
@@ -31,7 +31,7 @@ from tricut.sim.harness.l2_fill import (DEFAULTS, Mismatch, Op, Reference, fill_
                                         random_ops, simulate)
 
 #: back-to-back fills of 256 words (H 2, 2*Dk 8), HBM latency 20, 16-beat bursts, no idle:
-#: cycle each hbm_resp is taken (hbm_req accepted on cycles 0, 104, 360, ...); docs/tile.md
+#: cycle each hbm_resp is taken (hbm_req accepted on cycles 0, 104, 360, ...); docs/tile/l2-fill.md
 #: quotes them: latency + max_beats + 2 + 256 to the first, then one fill per 256 cycles
 FILL_RESP_CYCLES = [294, 550, 806, 1062]
 

@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""Behavioural memory models of the decode tile (``rtl/tile/behavioural/``, docs/tile.md).
+"""Behavioural memory models of the decode tile (``rtl/tile/behavioural/``, docs/tile/memory.md).
 
 HBM (``HbmModel``) and the L2 data array (``L2Data``) in Amaranth's simulator, checked two
 ways: cycle by cycle against the Python reference of ``sim/harness/memory.py`` (``ready`` and

@@ -1,4 +1,4 @@
-"""Step sequencer of the decode tile (``rtl/tile/sequencer.py``, docs/tile.md).
+"""Step sequencer of the decode tile (``rtl/tile/sequencer.py``, docs/tile/sequencer.md).
 
 Golden ``models.tile.sequence`` checked by hand on a split context and against the CDU's own
 vocabulary (``sim/harness/cdu.step_beats`` of the same StepDesc, the (request, layer) unit

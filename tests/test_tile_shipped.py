@@ -25,7 +25,7 @@ SETUP = C.Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=16, sp
 
 def _cli_verilog(p, tmp_path, capsys, dsu_cores=0):
     argv = ["verilog", "tile", "-o", str(tmp_path), "--top", "tile"]
-    for k in _TILE_KEYS + ("max_slots",):
+    for k in _TILE_KEYS + ("max_slots", "engine"):
         argv += ["-p", f"{k}={p[k]!r}"]
     argv += ["-p", f"cdu_sets={p['cdu']['sets']}", "-p", f"cdu_ways={p['cdu']['ways']}",
              "-p", f"dsu_cores={dsu_cores}"]

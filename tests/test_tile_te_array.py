@@ -1,4 +1,4 @@
-"""TE array of the decode tile (``rtl/tile/te_array.py``, docs/tile.md).
+"""TE array of the decode tile (``rtl/tile/te_array.py``, docs/tile/te-array.md).
 
 Each job's ``out`` beats == ``models.te.te_decode`` on that job's inputs bit for bit (tag on
 top) and its status word == the model's, whatever engine ran it; jobs leave in job order
@@ -62,7 +62,9 @@ def check_unstalled(jobs, res, engines):
     (dict(engines=True), "engines must be an int in 1..16, got True"),
     (dict(head_dim=96), "head_dim must be one of (64, 128, 256), got 96"),
     (dict(G=0), "G must be an int in 1..16, got 0"),
-    (dict(lanes=3), "lanes must be one of (2, 4, 8, 16), got 3"),
+    (dict(lanes=3), "lanes must be one of (2, 4, 8, 16, 32), got 3"),
+    (dict(engine="fast"), "engine must be one of ('serial', 'split', 'pipelined'), got 'fast'"),
+    (dict(engine=None), "engine must be one of ('serial', 'split', 'pipelined'), got None"),
     (dict(kv_dtype="fp16"), "kv_dtype must be one of ('bf16', 'fp8', 'nvfp4'), got 'fp16'"),
     (dict(tag_bits=0), "tag_bits must be an int in 1..32, got 0"),
     (dict(tag_bits=33), "tag_bits must be an int in 1..32, got 33"),

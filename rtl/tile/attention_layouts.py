@@ -3,7 +3,8 @@ declared once for RTL, harnesses and tests: the KV image in HBM, the job tag, th
 block-read interface and the HBM port payloads.
 
 **KV image in HBM** (one word = one TE ``kv`` beat without ``last``: ``lanes`` element codes
-then the 8-bit E4M3 block scale, :func:`kv_word_bits` bits). The K/V of one
+then the E4M3 block scales of the 16-element micro-blocks it covers, 8 bits each and at least
+one, :func:`kv_word_bits` bits). The K/V of one
 ``(request, layer, kv_head)`` are contiguous, ``max_ctx`` tokens of ``2*Dk`` words each, in
 the TE's order: token ``t``'s ``Dk`` K beats then its ``Dk`` V beats::
 
@@ -46,6 +47,7 @@ from amaranth.hdl import unsigned
 from amaranth.lib import data
 
 from tricut.models.te import KV_CODE_BITS
+from tricut.rtl.te.layouts import kv_scale_bits
 
 __all__ = ["BLOCK_TOKENS", "kv_word_bits", "kv_data_bits", "kv_addr", "kv_region_words",
            "kv_image_words", "index_bits", "count_bits", "tag_layout", "block_req_layout",
@@ -68,8 +70,9 @@ def count_bits(n):
 
 
 def kv_word_bits(lanes, kv_dtype):
-    """Bits of one TE ``kv`` beat without ``last``: ``lanes`` codes and the 8-bit scale."""
-    return lanes * KV_CODE_BITS[kv_dtype] + 8
+    """Bits of one TE ``kv`` beat without ``last``: ``lanes`` codes and the block scales
+    (:func:`tricut.rtl.te.layouts.kv_scale_bits`)."""
+    return lanes * KV_CODE_BITS[kv_dtype] + kv_scale_bits(lanes)
 
 
 def kv_data_bits(lanes, kv_dtype):

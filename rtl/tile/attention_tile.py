@@ -80,7 +80,7 @@ class AttentionTile(CheckedComponent):
                                    max_outstanding, scale_bits)
         st = self.streamer
         self.H, self.qbeats, self.lanes = num_kv_heads, st.qbeats, lanes
-        self.array = TEArray(engines, head_dim, G, lanes, kv_dtype, st.tag.size)
+        self.array = TEArray(engines, head_dim, G, lanes, kv_dtype, st.tag.size, engine="serial")
         self.combine = (CombineUnit(head_dim, G, lanes, combine_parts(split_tokens, max_ctx))
                         if split_tokens else None)
         self.out_words = (1 << slot_bits) * num_kv_heads * st.qbeats

@@ -9,6 +9,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tricut.models.tile import TILE_ENGINES
 from tricut.rtl.cdu.layouts import Widths, fe_config_layout, step_layout
 from tricut.rtl.cdu.top import CDU
 
@@ -38,7 +39,8 @@ class CachedAttentionTile(AttentionTile):
     Parameters: those of :class:`~.attention_tile.AttentionTile`, ``max_ctx`` a multiple of
     16, plus ``cdu`` (a dict of :class:`~tricut.rtl.cdu.top.CDU` parameters: ``sets``,
     ``ways``, ``mshrs``, ``rq_depth``, ``max_retries``; defaults :data:`CDU_DEFAULTS`) and
-    ``max_slots`` (the CDU front end's slot table).
+    ``max_slots`` (the CDU front end's slot table) and ``engine`` (the TE array's engine
+    design, :data:`tricut.models.tile.TILE_ENGINES`: the shipped ``"pipelined"`` by default).
 
     Ports: those of the attention tile (``job``, ``q_write``, ``go``, ``done``,
     ``out_addr``/``out_data``, ``hbm_req``/``hbm_resp``, ``tensor_scale``, ``err``,
@@ -64,8 +66,10 @@ class CachedAttentionTile(AttentionTile):
     @staticmethod
     def _check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads, split_tokens,
                widths, slot_bits, max_ctx, num_requests, max_beats, max_outstanding,
-               scale_bits, cdu, max_slots):
+               scale_bits, cdu, max_slots, engine):
         from tricut.rtl.cdu.core import check_params
+        if not isinstance(engine, str) or engine not in TILE_ENGINES:
+            raise ValueError(f"engine must be one of {TILE_ENGINES}, got {engine!r}")
         c = dict(CDU_DEFAULTS)
         if cdu is not None:
             if not isinstance(cdu, dict) or set(cdu) - set(CDU_DEFAULTS):
@@ -85,8 +89,9 @@ class CachedAttentionTile(AttentionTile):
     def __init__(self, engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
                  num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
-                 max_slots=4):
+                 max_slots=4, engine="pipelined"):
         self.w = w = widths or Widths()
+        self.engine = engine
         c = dict(CDU_DEFAULTS)
         c.update(cdu or {})
         self.cdu_params = c
@@ -97,7 +102,8 @@ class CachedAttentionTile(AttentionTile):
                                      c["sets"], c["ways"])
         st = self.streamer
         self.H, self.qbeats, self.lanes = num_kv_heads, st.qbeats, lanes
-        self.array = TEArray(engines, head_dim, G, lanes, kv_dtype, st.tag.size, routed_kv=True)
+        self.array = TEArray(engines, head_dim, G, lanes, kv_dtype, st.tag.size, routed_kv=True,
+                             engine=engine)
         self.combine = (CombineUnit(head_dim, G, lanes, combine_parts(split_tokens, max_ctx))
                         if split_tokens else None)
         self.out_words = (1 << slot_bits) * num_kv_heads * st.qbeats

@@ -43,7 +43,8 @@ class DecodeTile(CheckedComponent):
     (0..4): the cluster's cores; 0 leaves the DSU out (the sequencer's ``round`` and
     ``descriptor`` are then ports). ``dsu_mem_bytes``: each core's local memory;
     ``dsu_intake_depth``: the arbiter's intake FIFO; ``dsu_firmware``: the words the cores'
-    memories hold at reset (default none: firmware loads through ``host``).
+    memories hold at reset (default none: firmware loads through ``host``); ``engine``: the
+    TE array's engine design (default the shipped ``"pipelined"``).
 
     Ports: with the DSU, the cluster's ``host`` (firmware load, MMIO), ``run``, ``stall``,
     ``intake``, ``intake_end``, ``outcomes``, ``moves``, ``degraded``, ``trap`` and its
@@ -63,14 +64,14 @@ class DecodeTile(CheckedComponent):
     def _check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads, split_tokens,
                widths, slot_bits, max_ctx, num_requests, max_beats, max_outstanding,
                scale_bits, cdu, max_slots, dsu_cores, dsu_mem_bytes, dsu_intake_depth,
-               dsu_firmware):
+               dsu_firmware, engine):
         if isinstance(dsu_cores, bool) or not isinstance(dsu_cores, int) or \
                 not 0 <= dsu_cores <= MAX_HARTS:
             raise ValueError(f"dsu_cores must be an integer in 0..{MAX_HARTS}, not {dsu_cores!r}")
         w = CachedAttentionTile.check(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                       num_kv_heads, split_tokens, widths, slot_bits, max_ctx,
                                       num_requests, max_beats, max_outstanding, scale_bits, cdu,
-                                      max_slots)
+                                      max_slots, engine)
         StepSequencer.check(num_layers, num_kv_heads, max_slots, split_tokens, widths, slot_bits)
         return w
 
@@ -78,11 +79,11 @@ class DecodeTile(CheckedComponent):
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
                  num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
                  max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000, dsu_intake_depth=4,
-                 dsu_firmware=()):
+                 dsu_firmware=(), engine="pipelined"):
         self.tile = t = CachedAttentionTile(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                             num_kv_heads, split_tokens, widths, slot_bits,
                                             max_ctx, num_requests, max_beats, max_outstanding,
-                                            scale_bits, cdu, max_slots)
+                                            scale_bits, cdu, max_slots, engine)
         self.w = t.w
         self.seq = s = StepSequencer(num_layers, num_kv_heads, max_slots, split_tokens, t.w,
                                      slot_bits)

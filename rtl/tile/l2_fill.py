@@ -11,7 +11,7 @@ of every kv head, **token-major**: beat ``(t*H + h)*2*Dk + w`` is word ``w`` (``
 then ``Dk`` V words) of token ``t`` of the block, kv head ``h`` (:func:`frame_beat`);
 ``block_beats = 16 * H * 2*Dk``.
 
-Docs: docs/tile.md, section "L2 fill engine and new-token writer".
+Docs: docs/tile/l2-fill.md, section "L2 fill engine and new-token writer".
 """
 
 from __future__ import annotations

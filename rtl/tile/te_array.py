@@ -7,22 +7,26 @@ from amaranth.lib import stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, MAX_G, te_serial_phases
+from tricut.models.te import ENGINES, HEAD_DIMS, KV_CODE_BITS, MAX_G, te_serial_phases
 from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.te.engine import TEEngine
+from tricut.rtl.te.pipelined_engine import TEPipelinedEngine
+from tricut.rtl.te.split_engine import TESplitEngine
 from tricut.rtl.te.layouts import kv_layout, q_layout
 
 from .array_layouts import (MAX_TAG_BITS, array_job_layout, engine_bits, routed_kv_layout,
                             tagged_out_layout, tagged_status_layout)
 
-__all__ = ["TEArray", "MAX_ENGINES", "MAX_KV_FIFO_DEPTH", "te_array_schedule", "te_array_cycles",
+__all__ = ["TEArray", "ENGINE_DESIGNS", "MAX_ENGINES", "MAX_KV_FIFO_DEPTH", "te_array_schedule", "te_array_cycles",
            "te_array_routed_schedule", "te_array_routed_cycles"]
 
 #: the most engines one array holds
 MAX_ENGINES = 16
 #: the deepest per-engine K/V FIFO of a routed array
 MAX_KV_FIFO_DEPTH = 4096
+#: the TE engine design of each ``engine`` value (:data:`tricut.models.te.ENGINES`)
+ENGINE_DESIGNS = {"serial": TEEngine, "split": TESplitEngine, "pipelined": TEPipelinedEngine}
 
 
 def _phases(n, head_dim, G, lanes, partial):
@@ -120,15 +124,15 @@ def te_array_routed_cycles(J, n, head_dim, G, lanes, engines, partial=False):
 
 
 class TEArray(CheckedComponent):
-    """``engines`` :class:`~tricut.rtl.te.engine.TEEngine` instances fed from one serial job
-    stream, with one tagged output stream in job order.
+    """``engines`` TE engines of one design fed from one serial job stream, with one tagged
+    output stream in job order.
 
     Parameters
     ----------
     engines : int, 1..16
     head_dim : {64, 128, 256}
     G : int, 1..16
-    lanes : {2, 4, 8, 16}
+    lanes : {2, 4, 8, 16, 32}
     kv_dtype : {"bf16", "fp8", "nvfp4"}
         As for the TE engine: an array is built for one K/V format (it sets the ``kv``
         payload width).
@@ -141,6 +145,11 @@ class TEArray(CheckedComponent):
     kv_fifo_depth : int, 1..4096, or None
         Routed mode: beats in each engine's K/V FIFO (default ``None``: ``2 * 2*Dk``, two
         tokens). Unused in serial mode.
+    engine : {"pipelined", "split", "serial"}
+        The TE design of every engine (:data:`ENGINE_DESIGNS`): the shipped
+        :class:`~tricut.rtl.te.pipelined_engine.TEPipelinedEngine` by default. All take the
+        same streams and payloads; they differ in cycles and arithmetic
+        (:func:`tricut.models.te.te_decode` with the same ``engine``).
 
     Streams (``amaranth.lib.stream``; payloads in :mod:`tricut.rtl.tile.array_layouts`):
 
@@ -163,9 +172,10 @@ class TEArray(CheckedComponent):
     combine downstream folds parts in the same order whatever the timing.
 
     While job ``k+1`` receives its Q/K/V, engine ``k`` emits its output: the overlap a serial
-    input stream allows. Each engine takes its K/V at its compute rate (one beat every ``G``
-    or ``2G`` cycles), so the input phases of successive jobs never overlap. Unstalled cycle
-    counts: :func:`te_array_schedule`, :func:`te_array_cycles`.
+    input stream allows. Each engine takes its K/V at its compute rate (serial engine: one
+    beat every ``G`` or ``2G`` cycles), so the input phases of successive jobs never overlap.
+    Unstalled cycle counts of serial engines: :func:`te_array_schedule`,
+    :func:`te_array_cycles`.
 
     **Routed K/V** (``routed_kv=True``): ``job`` and ``q`` are dispatched exactly as above,
     but after a job's ``q`` beats the dispatcher goes straight back to the next ``job`` beat.
@@ -203,7 +213,10 @@ class TEArray(CheckedComponent):
     """
 
     @staticmethod
-    def _check(engines, head_dim, G, lanes, kv_dtype, tag_bits, routed_kv, kv_fifo_depth):
+    def _check(engines, head_dim, G, lanes, kv_dtype, tag_bits, routed_kv, kv_fifo_depth,
+               engine):
+        if not isinstance(engine, str) or engine not in ENGINE_DESIGNS:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
         if not isinstance(engines, int) or isinstance(engines, bool) or \
                 not 1 <= engines <= MAX_ENGINES:
             raise ValueError(f"engines must be an int in 1..{MAX_ENGINES}, got {engines!r}")
@@ -227,8 +240,9 @@ class TEArray(CheckedComponent):
                              f"got {kv_fifo_depth!r}")
 
     def __init__(self, engines=2, head_dim=128, G=4, lanes=8, kv_dtype="bf16", tag_bits=16,
-                 routed_kv=False, kv_fifo_depth=None):
+                 routed_kv=False, kv_fifo_depth=None, engine="pipelined"):
         self.engines, self.head_dim, self.G, self.lanes = engines, head_dim, G, lanes
+        self.engine = engine
         self.kv_dtype, self.tag_bits = kv_dtype, tag_bits
         self.dk = head_dim // lanes
         self.routed_kv = routed_kv
@@ -251,8 +265,8 @@ class TEArray(CheckedComponent):
         qbeats = self.G * self.dk
         engs = []
         for i in range(E):
-            eng = TEEngine(head_dim=self.head_dim, G=self.G, lanes=self.lanes,
-                           kv_dtype=self.kv_dtype)
+            eng = ENGINE_DESIGNS[self.engine](head_dim=self.head_dim, G=self.G,
+                                              lanes=self.lanes, kv_dtype=self.kv_dtype)
             m.submodules[f"te{i}"] = eng
             engs.append(eng)
 

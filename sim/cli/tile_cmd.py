@@ -1,6 +1,6 @@
 """`tricut tile run`: whole decode steps of a model whose attention runs on the decode tile's RTL
 (attention path, Amaranth's simulator or Verilator), co-simulated with the golden decode step
-(``sim/harness/tile_cosim.py``, ``docs/tile.md``).
+(``sim/harness/tile_cosim.py``, ``docs/tile/cosim.md``).
 
 Exit status: 0 when every attention output is bit-exact with the golden TE model and the tokens
 are the golden decode step's, 1 on a difference (one ``tricut: error:`` line naming the first),
@@ -15,7 +15,7 @@ import sys
 
 from tricut.models.dsu import PROFILES
 from tricut.models.te import KV_CODE_BITS
-from tricut.models.tile import TILE_LANES as LANES
+from tricut.models.tile import TILE_ENGINES, TILE_LANES as LANES
 
 from .errors import InputError, one_line_argparse, positive_int_list
 
@@ -24,7 +24,7 @@ __all__ = ["add_commands", "cmd_tile_run"]
 #: harness parameter -> the flag that sets it
 _FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--prompt-lens",
           "max_prompt": "--max-prompt", "steps": "--steps", "kv_dtype": "--kv-dtype",
-          "engines": "--engines", "lanes": "--lanes", "split_tokens": "--split-tokens",
+          "engines": "--engines", "engine": "--engine", "lanes": "--lanes", "split_tokens": "--split-tokens",
           "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile",
           "policy": "--policy", "cdu_sets": "--cdu-sets", "cdu_ways": "--cdu-ways",
           "distance": "--distance", "long_context": "--long-context", "dsu": "--dsu",
@@ -76,7 +76,8 @@ def _setup(args):
     n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
     s = Setup(model=args.model, requests=n, prompt_lens=lens,
               max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
-              engines=args.engines, lanes=args.lanes, split_tokens=args.split_tokens,
+              engines=args.engines, engine=args.engine, lanes=args.lanes,
+              split_tokens=args.split_tokens,
               max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
               seed=args.seed, policy=None if args.policy == "none" else args.policy,
               cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
@@ -103,7 +104,7 @@ def _text(rep, sim="amaranth"):
            if s.policy else "no CDU (K/V from HBM)")
     lines = [f"tile run: {s.model}, {s.requests} requests (prompts "
              f"{', '.join(map(str, rep.prompt_lens))}), {s.steps} steps each, {s.kv_dtype} K/V, "
-             f"{eng}, {s.lanes} lanes, {split}, {cdu}; {_SIM_NAMES[sim]}",
+             f"{eng} ({s.te_engine()}), {s.lanes} lanes, {split}, {cdu}; {_SIM_NAMES[sim]}",
              f"DSU rounds ({s.profile}): " + "  ".join(
                  f"{i}:[{','.join(map(str, r))}]" for i, r in enumerate(rep.rounds))]
     for r, toks in t.tokens.items():
@@ -148,7 +149,7 @@ def _json(rep, sim="amaranth"):
                                              "profile", "seed", "policy", "cdu_sets",
                                              "cdu_ways", "distance", "long_context", "dsu",
                                              "dsu_cores", "max_retries", "faults", "hang",
-                                             "watchdog")},
+                                             "watchdog")} | {"engine": s.te_engine()},
         "failed_steps": [list(x) for x in t.failed], "aborted_rounds": t.aborted,
         "outcomes": {str(r): {"status": o.status, "tokens": o.tokens, "reason": o.reason}
                      for r, o in t.outcomes.items()},
@@ -190,7 +191,7 @@ def cmd_tile_run(args) -> int:
 def add_commands(sub) -> None:
     tile = one_line_argparse(sub.add_parser(
         "tile", help="run decode steps through the decode tile's RTL attention path",
-        description="Decode tile (docs/tile.md)."), with_command=True)
+        description="Decode tile (docs/tile/index.md)."), with_command=True)
     tile_sub = tile.add_subparsers(dest="tile_command", metavar="SUBCOMMAND", required=True)
     p = one_line_argparse(tile_sub.add_parser(
         "run", help="decode steps with the tile's RTL as the attention, checked against the "
@@ -204,7 +205,7 @@ def add_commands(sub) -> None:
                     "the tokens per request and the cycles per step and layer. Exit status 0: "
                     "every attention output bit-exact with the TE golden and the same tokens; "
                     "1: a difference (one error line naming the first); 2: bad input. "
-                    "docs/tile.md, 'Co-simulation with the golden decode step'."),
+                    "docs/tile/cosim.md, 'Co-simulation with the golden decode step'."),
         with_command=True)
     p.add_argument("--model", default="tiny-te",
                    help="model id or .toml; its head_dim must be one the TE takes (64, 128, "
@@ -225,6 +226,10 @@ def add_commands(sub) -> None:
                         f"(default: %(default)s)")
     p.add_argument("--engines", type=_int_arg(), default=1, metavar="E",
                    help="TE engines of the tile's array, 1..16 (default: %(default)s)")
+    p.add_argument("--engine", choices=TILE_ENGINES, default=None,
+                   help="the TE engine design of the tile's array (docs/te.md). Default: the "
+                        "shipped pipelined engine with a --policy; the HBM-only path "
+                        "(--policy none) has the serial engine only.")
     p.add_argument("--lanes", type=_int_arg(), default=16, metavar="L",
                    help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
                         f"(default: %(default)s)")

@@ -2,7 +2,7 @@
 new-token writer, unit streamer, routed TE array): cycles per layer (``go`` to ``done``, as
 ``RunResult.layer_cycles``) for a whole run, from the tile's configuration and the CDU's
 decisions (the golden CDU model's transactions, in order), for the integration calibration
-(docs/tile.md, "Integration calibration"; ``benchmarks/tile_calibration.py``).
+(docs/tile/timing.md, "Integration calibration"; ``benchmarks/tile_calibration.py``).
 
 The HBM-only tile's model (:mod:`.tile_timing`) is a closed recurrence because its only
 shared resource is one serial job stream. The cached tile has four agents that meet on
@@ -85,12 +85,21 @@ covered word sent when its engine's FIFO has room), a bypass entry or a later pa
 stepping over the ``E`` job slots per token, eight reads in flight); the entry is popped
 after the block; one cycle between blocks and at the pass's end.
 
-**Routed TE array** (``TEArray(routed_kv=True)``, ``TEEngine``): per engine a FIFO of
-``2*2*Dk`` words; a job is dispatched when its engine is idle; the engine takes its ``G*Dk``
-q beats, then per token ``Dk`` K words (``G`` cycles each, every cycle needing the word) and
-``Dk`` V words (``2G`` cycles each, the word needed every second cycle), then its ``G*Dk``
-(``+G`` for a split part) output beats when its job is the oldest not yet out (a job's last
-beat not before 3 cycles after the previous job's: the status register). A split part's
+**Routed TE array** (``TEArray(routed_kv=True)``, ``engine`` of the config): per engine a
+FIFO of ``2*2*Dk`` words; a job is dispatched when its engine is idle; the engine takes its
+``G*Dk`` q beats, then its tokens, then its ``G*Dk`` (``+G`` for a split part) output beats
+when its job is the oldest not yet out (a job's last beat not before 3 cycles after the
+previous job's: the status register). The serial engine (``TEEngine``) takes per token ``Dk``
+K words (``G`` cycles each, every cycle needing the word) and ``Dk`` V words (``2G`` cycles
+each, the word needed every second cycle); its output beats are ready one a cycle. The
+pipelined engine (``TEPipelinedEngine``, latencies :func:`tricut.models.te.te_pipe_timing`)
+takes per token ``Dk`` K words (``G`` cycles each; the last one held while its V array is
+``slots`` tokens behind) and then ``Dk`` V words, one a cycle, into its V buffer; the V array
+works behind, op ``(b, g)`` once its beat is in and head ``g``'s ``p`` is out of the scalar
+unit, ``score_to_v`` cycles after the K op that ended the head; after the last V op its
+pipelines empty (``v_update`` cycles and one), and each normalised output beat is ready
+``out_beat`` cycles (``+ recip`` at a head's first) after the previous one was taken, partial
+beats at once. A split part's
 beats go to the combine unit (``rtl/tile/combine.py``): a split's first part is preceded by
 the combine unit's job beat (a cycle with no ``out`` beat), taken only when the unit is idle;
 after its final part's last beat (cycle ``f``) the unit folds the last head (``Dk`` cycles)
@@ -114,6 +123,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from tricut.models.te import te_pipe_timing
 from tricut.models.tile import split_parts
 
 from .tile_timing import STATUS_TAIL, TileConfig
@@ -136,6 +146,10 @@ class CachedTileConfig(TileConfig):
     rq_depth: int = 4
     fill_depth: int = 4
     max_retries: int = 2
+    #: the TE array's engine design and the K/V format (the pipelined engine's latencies
+    #: depend on it)
+    engine: str = "pipelined"
+    kv_dtype: str = "bf16"
 
     @property
     def block_beats(self):
@@ -443,6 +457,95 @@ class _Engine:
     def edge(self):
         self.level += self.push - self.pop
         self.push = self.pop = 0
+
+
+class _PipelinedEngine(_Engine):
+    """One ``TEPipelinedEngine`` behind its routed K/V FIFO (``rtl/te/pipelined_engine.py``):
+    after the q beats, per token ``Dk`` K words (``G`` cycles each, every cycle needing the
+    word; the last one held while the V array is ``slots`` tokens behind) then ``Dk`` V words
+    into the V buffer (one a cycle, when in the FIFO); the V array works behind, op ``(b, g)``
+    of a token when its beat is in and head ``g``'s ``p`` is out of the scalar unit
+    (``score_to_v`` cycles after the K op that ended the head); after the last V op the
+    pipelines empty (``v_update`` cycles), then the output: per normalised beat the V lanes'
+    passes and latency (``out_beat`` cycles, ``+ recip`` at each head's first), held until the
+    arbiter takes it; partial beats at once."""
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.tm = te_pipe_timing(cfg.head_dim, cfg.G, cfg.lanes, cfg.kv_dtype)
+
+    def dispatch(self, job):
+        super().dispatch(job)
+        self.tok = self.kb = self.kg = self.vcount = 0
+        self.vtok = self.vb = self.vg = 0
+        self.p_at = {}                  # (token, head) -> first cycle its p is ready
+        self.last_v = -(1 << 30)
+        self.ocyc = 0
+
+    def tick(self, t, out_grant):
+        st, avail = self.state, self.level > 0
+        G, dk, tm = self.G, self.dk, self.tm
+        if st == "out":
+            return self._out(t, out_grant)
+        # the V array, from the registered state
+        vtok = self.vtok
+        beat_in = vtok != self.tok or self.vb < self.vcount
+        if beat_in and self.p_at.get((self.vtok, self.vg), 1 << 60) <= t:
+            self.last_v = t
+            self.vg += 1
+            if self.vg == G:
+                self.vg, self.vb = 0, self.vb + 1
+                if self.vb == dk:
+                    self.vb, self.vtok = 0, self.vtok + 1
+        if st == "q":
+            self.cnt += 1
+            if self.cnt == self.q:
+                self.state, self.cnt = ("k" if self.n else "out"), 0
+        elif st == "k":
+            last_kb = self.kb == dk - 1
+            if avail and not (last_kb and self.tok - vtok >= tm.slots):
+                if last_kb:
+                    self.p_at[(self.tok, self.kg)] = t + tm.score_to_v
+                self.kg += 1
+                if self.kg == G:
+                    self.pop, self.kg = 1, 0
+                    self.kb += 1
+                    if self.kb == dk:
+                        self.kb, self.state = 0, "v"
+        elif st == "v":
+            if avail:
+                self.pop = 1
+                self.vcount += 1
+                if self.vcount == dk:
+                    self.vcount, self.tok = 0, self.tok + 1
+                    self.state = "vwait" if self.tok == self.n else "k"
+        elif st == "vwait":
+            if vtok == self.tok and self.last_v < t - tm.v_update:
+                self.state, self.cnt, self.ocyc = "out", 0, 0
+        return False
+
+    def _out(self, t, grant):
+        """OUT: ``ocyc`` counts a normalised beat's cycles; partial beats are valid at once."""
+        tm = self.tm
+        if self.job.partial:
+            valid = True
+        else:
+            ready_at = (tm.recip if self.cnt % self.dk == 0 else 0) + tm.out_beat - 1
+            valid = self.ocyc == ready_at
+        if not valid:
+            self.ocyc += 1
+            return False
+        if not grant:
+            return False
+        self.cnt, self.ocyc = self.cnt + 1, 0
+        if self.cnt == self.outs():
+            self.state, self.free_at = "idle", t + 1
+            return True
+        return False
+
+
+#: the timing model of each TE engine design the tile takes
+_ENGINE_MODELS = {"serial": _Engine, "pipelined": _PipelinedEngine}
 
 
 # --------------------------------------------------------------------------- unit streamer
@@ -761,7 +864,10 @@ class _Tile:
     def __init__(self, cfg, decisions, retries=None):
         self.cfg = cfg
         self.hbm = _Hbm(cfg.latency, cfg.hbm_outstanding)
-        self.engines = [_Engine(cfg) for _ in range(cfg.engines)]
+        if cfg.engine not in _ENGINE_MODELS:
+            raise ValueError(f"the cached tile's timing model has the engines "
+                             f"{', '.join(_ENGINE_MODELS)}, not {cfg.engine!r}")
+        self.engines = [_ENGINE_MODELS[cfg.engine](cfg) for _ in range(cfg.engines)]
         self.filler = _Filler(cfg, self.hbm)
         self.writer = _Writer(cfg)
         self.streamer = _Streamer(cfg, self.hbm, self.engines)

@@ -1,6 +1,6 @@
 """The fast model of the decode tile's attention path: cycles per layer and per step of the
 tile's configuration (engines, lanes, HBM latency and burst, the CDU's decisions), from the
-mechanisms of the RTL, for the integration calibration (docs/tile.md, "Integration
+mechanisms of the RTL, for the integration calibration (docs/tile/timing.md, "Integration
 calibration"; ``benchmarks/tile_calibration.py``).
 
 **HBM-only tile** (``AttentionTile``: KV streamer, TE array in serial mode). The streamer takes

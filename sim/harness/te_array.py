@@ -242,11 +242,14 @@ def run_plan_amaranth(plan, dut):
 
 
 def make_array(jobs, engines, tag_bits=16, routed_kv=False, kv_fifo_depth=None):
+    """A serial-engine array for ``jobs`` (their outputs are the serial engine's golden, their
+    cycles :func:`~tricut.rtl.tile.te_array.te_array_schedule`'s); the pipelined engine is
+    checked inside the tile (``tests/test_tile_cached.py``, ``tests/test_cached_tile_timing.py``)."""
     from tricut.rtl.tile.te_array import TEArray
     v0 = jobs[0].vec
     return TEArray(engines=engines, head_dim=v0.d, G=v0.G, lanes=v0.lanes,
                    kv_dtype=v0.kv_dtype, tag_bits=tag_bits, routed_kv=routed_kv,
-                   kv_fifo_depth=kv_fifo_depth)
+                   kv_fifo_depth=kv_fifo_depth, engine="serial")
 
 
 def _jobs_of(run):

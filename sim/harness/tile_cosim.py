@@ -1,6 +1,6 @@
 """Co-simulation of the decode tile's attention path with the golden decode step: whole decode
 steps of a model whose attention runs on the tile's RTL, against the same steps with the
-bit-exact TE golden as the attention (``docs/tile.md``, "Co-simulation with the golden decode
+bit-exact TE golden as the attention (``docs/tile/cosim.md``, "Co-simulation with the golden decode
 step").
 
 The golden model plays the SMs (everything but attention: projections, RoPE, the MLP, the
@@ -48,7 +48,7 @@ from tricut.models.cdu import (HINT_OF_RESIDENCY, POLICIES, CDUCore, FrontEnd, S
 from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.llama import LlamaWeights, decode_step, decode_step_layers, prefill
 from tricut.models.paged_kv import PagedKVCache
-from tricut.models.tile import TILE_LANES, split_parts
+from tricut.models.tile import TILE_ENGINES, TILE_LANES, split_parts
 from tricut.rtl.cdu.layouts import Widths
 from tricut.rtl.te.layouts import pack_kv_beats, pack_q_beats, unpack_out_beat
 from tricut.rtl.tile.attention_layouts import (kv_addr, kv_image_words, kv_word_bits,
@@ -110,6 +110,9 @@ class Setup:
     kv_dtype: str = "bf16"
     engines: int = 2
     lanes: int = 16
+    #: the TE array's engine design (``models.te.ENGINES``); None: the shipped ``pipelined``
+    #: with a CDU policy, ``serial`` for the HBM-only attention path (its only engine)
+    engine: str | None = None
     split_tokens: int = 0
     max_ctx: int = 64
     max_batch: int | None = None
@@ -151,6 +154,12 @@ class Setup:
 
     def slot_bits(self):
         return max(1, (self.requests - 1).bit_length())
+
+    def te_engine(self):
+        """The TE engine design the run simulates (``engine`` with its default applied)."""
+        if self.engine is not None:
+            return self.engine
+        return "serial" if self.policy is None else "pipelined"
 
     def lens(self):
         return list(self.prompt_lens) if self.prompt_lens is not None else \
@@ -196,6 +205,12 @@ def check_setup(s: Setup):
         raise SetupError("engines", f"must be in {ENGINES[0]}..{ENGINES[1]}, got {s.engines!r}")
     if lanes not in TILE_LANES:
         raise SetupError("lanes", f"must be one of {', '.join(map(str, TILE_LANES))}, got {lanes!r}")
+    if s.engine is not None and s.engine not in TILE_ENGINES:
+        raise SetupError("engine", f"must be one of {', '.join(TILE_ENGINES)}, got {s.engine!r}")
+    if s.policy is None and s.te_engine() != "serial":
+        raise SetupError("engine", f"{s.engine}: the HBM-only attention path (no CDU policy) "
+                                   f"has the serial engine only; give a CDU policy "
+                                   f"(disabled, static, adaptive) or the serial engine")
     if not _int(s.max_ctx) or not 2 <= s.max_ctx <= 4096:
         raise SetupError("max_ctx", f"must be in 2..4096, got {s.max_ctx!r}")
     if not _int(s.split_tokens) or not 0 <= s.split_tokens <= s.max_ctx:
@@ -255,7 +270,8 @@ def tile_config(s: Setup):
     if s.policy is None:
         return TileConfig(**common)
     return CachedTileConfig(**common, max_outstanding=s.max_outstanding,
-                            hbm_outstanding=s.max_outstanding)
+                            hbm_outstanding=s.max_outstanding, engine=s.te_engine(),
+                            kv_dtype=s.kv_dtype)
 
 
 def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
@@ -413,9 +429,10 @@ def schedule(s: Setup):
     return rounds
 
 
-def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, record=None):
+def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, record=None,
+                        engine="serial"):
     """An ``attention_fn`` for :func:`tricut.models.llama.decode_step`: per KV head
-    ``models.te.te_decode`` of its group's q (bf16) over the K/V history quantised as the TE
+    ``models.te.te_decode`` (the arithmetic of ``engine``) of its group's q (bf16) over the K/V history quantised as the TE
     takes it (:func:`tricut.sim.harness.te.make_vector`; NVFP4 with ``tensor_scale``), or,
     when ``split_tokens`` splits the context (``models.tile.split_parts``),
     ``models.te.combine_partials`` of the partial runs of its parts, as the tile computes it.
@@ -435,7 +452,8 @@ def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, reco
                                vec.scale_bits, lanes=lanes, partial=parts > 1,
                                k_scales=None if vec.k_scales is None else vec.k_scales[lo:hi],
                                v_scales=None if vec.v_scales is None else vec.v_scales[lo:hi],
-                               tensor_scale_bits=vec.ts_bits) for lo, hi in bounds]
+                               tensor_scale_bits=vec.ts_bits, engine=engine)
+                   for lo, hi in bounds]
             flags = [name for r in res for name, on in r.status.items() if on]
             if flags:
                 raise CosimError(f"golden TE status {flags} (KV head {h}, {n} tokens)")
@@ -553,7 +571,7 @@ class _Run:
                     slot_bits=s.slot_bits(), max_ctx=s.max_ctx, num_requests=s.requests,
                     max_beats=s.max_beats, max_outstanding=s.max_outstanding,
                     max_slots=n_slots, latency=s.latency, reorder=False, hbm_seed=1,
-                    hbm_outstanding=s.max_outstanding,
+                    hbm_outstanding=s.max_outstanding, engine=s.te_engine(),
                     cdu=dict(sets=s.cdu_sets, ways=s.cdu_ways), **self.dsu_cluster_params())
 
     def dsu_cluster_params(self):
@@ -695,7 +713,8 @@ def golden_run(s: Setup) -> RunResult:
     res = RunResult(run.tokens)
     for ri, descs in enumerate(run.rounds):
         calls = []
-        fn = te_golden_attention(s.kv_dtype, s.lanes, s.split_tokens, run.ts, record=calls)
+        fn = te_golden_attention(s.kv_dtype, s.lanes, s.split_tokens, run.ts, record=calls,
+                                 engine=s.te_engine())
         logits = decode_step(run.weights, run.cache, run.batch(descs), attention_fn=fn)
         for li in range(L):
             for i, d in enumerate(descs):
@@ -728,7 +747,7 @@ def decode_tile(p):
                dsu_intake_depth=d["intake_depth"], dsu_firmware=d["firmware"]) if d else \
         dict(dsu_cores=0)
     return DecodeTile(**{k: p[k] for k in _TILE_KEYS}, cdu=p["cdu"], max_slots=p["max_slots"],
-                      **dsu)
+                      engine=p["engine"], **dsu)
 
 
 class CachedCosimTop(Elaboratable):

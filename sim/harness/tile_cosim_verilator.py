@@ -1,5 +1,5 @@
 """Co-simulation of whole decode steps with the tile's attention on Verilator (``tricut tile run
---sim verilator``; ``docs/tile.md``, "Co-simulation on Verilator").
+--sim verilator``; ``docs/tile/cosim.md``, "Co-simulation on Verilator").
 
 The same run as :func:`tricut.sim.harness.tile_cosim.cosim_run` (same :class:`Setup`, same
 :class:`RunResult`, cycle for cycle), with the RTL in a Verilator build driven by a cocotb
