@@ -1,6 +1,6 @@
 """Integration calibration of the decode tile: the tile's measured cycles per layer and per
 step against the fast model's prediction for the same configuration
-(``sim/fast/tile_timing.py`` for the HBM-only tile, ``sim/fast/cached_tile_timing.py`` for
+(``models/tile_timing.py`` for the HBM-only tile, ``models/cached_tile_timing.py`` for
 the cached tile), on whole decode steps co-simulated with the golden decode step
 (``sim/harness/tile_cosim.py``).
 
@@ -72,7 +72,7 @@ def predict_cached(s):
     rounds (the DSU model's schedule) and the CDU golden model's decisions on them."""
     from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
     from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
-    from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_run
+    from tricut.models.cached_tile_timing import cdu_decisions, predict_run
     from tricut.sim.harness.tile_cosim import schedule, tile_config
     cfg = tile_config(s)
     rounds = schedule(s)
@@ -87,7 +87,7 @@ def predict_cached(s):
 
 def measure(s):
     """``[(round, seq_lens, [measured per layer], [predicted per layer])]`` of one run."""
-    from tricut.sim.fast.tile_timing import predict_step
+    from tricut.models.tile_timing import predict_step
     from tricut.sim.harness import tile_cosim as C
     rep = C.simulate(s, sim="amaranth" if s.policy is None else "verilator")
     if not rep.ok:

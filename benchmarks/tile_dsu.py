@@ -11,8 +11,8 @@ the rounds, the failed steps and the outcomes equal to the DSU model's run with 
 every attention output of a completed step bit-exact with the golden decode step on the same
 rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU policy, every
 CDU decision equal to the CDU golden model's; the fast model's cycles per round against the
-measured (HBM-only: ``sim/fast/tile_timing.predict_dsu_round``, ``predict_dsu_timeout`` for a
-timed-out round; cached: ``sim/fast/cached_tile_timing.predict_dsu_run`` from each round's
+measured (HBM-only: ``models/tile_timing.predict_dsu_round``, ``predict_dsu_timeout`` for a
+timed-out round; cached: ``models/cached_tile_timing.predict_dsu_run`` from each round's
 first-descriptor cycle, the CDU's fill retries included). The run
 whose fault outlasts the retries must
 report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles
@@ -81,7 +81,7 @@ def _predicted(s, t):
     """The fast model against the measured rounds: HBM-only ``predict_dsu_round`` (a round
     the DSU timed out: ``predict_dsu_timeout``); cached ``predict_cached_dsu_rounds`` from
     each round's first-descriptor cycle (the firmware's time between rounds is an input)."""
-    from tricut.sim.fast.tile_timing import predict_dsu_round, predict_dsu_timeout
+    from tricut.models.tile_timing import predict_dsu_round, predict_dsu_timeout
     from tricut.sim.harness.tile_cosim import (predict_cached_dsu_rounds, tile_config,
                                                watchdog_limit)
     if s.policy is not None:

@@ -1,5 +1,5 @@
 """The cached tile's fast model with the DSU cluster in the loop
-(``sim/fast/cached_tile_timing.predict_dsu_run``) against the tile on Verilator: each round's
+(``models/cached_tile_timing.predict_dsu_run``) against the tile on Verilator: each round's
 cycles, from its first descriptor to its last completion, predicted from the configuration,
 the CDU golden model's decisions on the run's rounds and each round's first-descriptor cycle
 (the DSU firmware's time between rounds is an input, not modelled).

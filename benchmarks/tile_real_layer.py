@@ -114,8 +114,8 @@ def hbm_bytes(s, cfg, rounds, data_bits):
 
 
 def predicted_cycles(s, cfg, rounds):
-    """The fast model's layer cycles of the HBM-only tile (``sim/fast/tile_timing.py``)."""
-    from tricut.sim.fast.tile_timing import predict_step
+    """The fast model's layer cycles of the HBM-only tile (``models/tile_timing.py``)."""
+    from tricut.models.tile_timing import predict_step
     from tricut.sim.harness.tile_cosim import tile_config
     tc = tile_config(s)
     return {(ri, li): c for ri, descs in enumerate(rounds)
@@ -244,7 +244,7 @@ def report(results, args, cmd):
             "the CDU its fills and bypass reads; writes: each step's new token); on the "
             "HBM-only tile they equal the count from the jobs the sequencer issued (each job's "
             "tokens read once, `2*Dk` words per token and KV head). The fast model's cycles are "
-            "`sim/fast/tile_timing.py`'s for the HBM-only tile.")
+            "`models/tile_timing.py`'s for the HBM-only tile.")
     return head + "\n\n" + tables(results) + "\n" + note + "\n"
 
 

@@ -1,5 +1,5 @@
 """The cached tile's fast model with the DSU cluster in the loop
-(``sim/fast/cached_tile_timing.predict_dsu_run``): every round's cycles (first descriptor to
+(``models/cached_tile_timing.predict_dsu_run``): every round's cycles (first descriptor to
 last completion) and every layer's predicted exactly from the configuration, the CDU golden
 model's decisions and each round's first-descriptor cycle, on a real Verilator run (CDU
 ``static``, the configuration ``tests/test_tile_dsu.py`` builds); a wrong configuration or

@@ -28,7 +28,7 @@ from tricut.models.llama import (LlamaWeights, _qkv, decode_step, decode_step_la
 from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
-from tricut.sim.fast.tile_timing import TileConfig, predict_step
+from tricut.models.tile_timing import TileConfig, predict_step
 from tricut.sim.harness import tile_cosim as C
 
 from conftest import assert_one_line_error, run_cli
@@ -158,7 +158,7 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
         t.step_cycles[ri] > sum(t.layer_cycles[(ri, li)] for li in range(2)) for ri in range(3))
     for ri in range(3):
         assert f"step {ri}: {t.step_cycles[ri]} cycles" in cap.out
-    # the fast model of the HBM-only tile (sim/fast/tile_timing.py) gives every layer's cycles
+    # the fast model of the HBM-only tile (models/tile_timing.py) gives every layer's cycles
     cfg_t = TileConfig(engines=EQUIV.engines, head_dim=cfg.head_dim, G=cfg.group_size,
                        lanes=EQUIV.lanes, num_kv_heads=cfg.num_kv_heads,
                        num_layers=cfg.num_layers, split_tokens=EQUIV.split_tokens,

@@ -191,7 +191,7 @@ BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
 
 def predicted_rounds(s, rounds):
     """The fast model's cycles of every DSU round (``predict_dsu_round``)."""
-    from tricut.sim.fast.tile_timing import predict_dsu_round
+    from tricut.models.tile_timing import predict_dsu_round
     from tricut.sim.harness.tile_cosim import tile_config
     return {ri: predict_dsu_round(tile_config(s), [d["slot"] for d in r],
                                   [d["seq_len"] for d in r]) for ri, r in enumerate(rounds)}
@@ -403,7 +403,7 @@ def test_dsu_loop_lost_read_times_out_and_reruns():
     """A read that is never answered: the DSU's slot watchdogs time the round out, the tile
     aborts it, the DSU runs it again; tokens as without the fault, cycles as the fast model
     says (timed-out rounds too)."""
-    from tricut.sim.fast.tile_timing import predict_dsu_timeout
+    from tricut.models.tile_timing import predict_dsu_timeout
     from tricut.sim.harness.tile_cosim import watchdog_limit
     s = Setup(**BASE, hang=(0, 0, 1, 0, 2))
     rep = simulate(s, sim="verilator")

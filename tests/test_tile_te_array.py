@@ -27,13 +27,14 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 
 from tricut.models import te as M
+from tricut.models.tile_timing import (te_array_cycles, te_array_routed_cycles,
+                                       te_array_routed_schedule, te_array_schedule)
 from tricut.rtl.te.layouts import desc_layout, out_layout, status_layout
 from tricut.rtl.te.layouts import kv_layout
 from tricut.rtl.tile.array_layouts import (array_job_layout, engine_bits, pack_job,
                                            pack_routed_kv, routed_kv_layout, split_tag,
                                            tagged_out_layout, tagged_status_layout, tag_word)
-from tricut.rtl.tile.te_array import (TEArray, te_array_cycles, te_array_routed_cycles,
-                                      te_array_routed_schedule, te_array_schedule)
+from tricut.rtl.tile.te_array import TEArray
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, NotDrained, matrix_id
 from tricut.sim.harness.te_array import (JobOut, check_results, plan_json, random_job,
                                          routed_kv_beats, simulate_amaranth,

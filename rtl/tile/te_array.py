@@ -7,7 +7,7 @@ from amaranth.lib import stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.te import ENGINES, HEAD_DIMS, KV_CODE_BITS, MAX_G, te_serial_phases
+from tricut.models.te import ENGINES, HEAD_DIMS, KV_CODE_BITS, MAX_G
 from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.te.engine import TEEngine
@@ -18,8 +18,7 @@ from tricut.rtl.te.layouts import kv_layout, q_layout
 from .array_layouts import (MAX_TAG_BITS, array_job_layout, engine_bits, routed_kv_layout,
                             tagged_out_layout, tagged_status_layout)
 
-__all__ = ["TEArray", "ENGINE_DESIGNS", "MAX_ENGINES", "MAX_KV_FIFO_DEPTH", "te_array_schedule", "te_array_cycles",
-           "te_array_routed_schedule", "te_array_routed_cycles"]
+__all__ = ["TEArray", "ENGINE_DESIGNS", "MAX_ENGINES", "MAX_KV_FIFO_DEPTH"]
 
 #: the most engines one array holds
 MAX_ENGINES = 16
@@ -27,100 +26,6 @@ MAX_ENGINES = 16
 MAX_KV_FIFO_DEPTH = 4096
 #: the TE engine design of each ``engine`` value (:data:`tricut.models.te.ENGINES`)
 ENGINE_DESIGNS = {"serial": TEEngine, "split": TESplitEngine, "pipelined": TEPipelinedEngine}
-
-
-def _phases(n, head_dim, G, lanes, partial):
-    """``(I, O)`` of one job on one engine, unstalled (:func:`tricut.models.te.te_serial_phases`:
-    ``I = 1 + G*Dk + 3*n*G*Dk`` to the last ``kv`` beat, ``O = G*Dk (+ G)`` output beats)."""
-    return te_serial_phases(n, head_dim, G, lanes, partial)
-
-
-def te_array_schedule(jobs, head_dim, G, lanes, engines):
-    """Exact cycles of a job list on an unstalled array (every input beat offered as soon as
-    it can be taken, ``out`` and ``status`` always ready); ``jobs`` is a list of
-    ``(n, partial)`` with exactly ``n`` tokens of K/V each (no early end, no too-long stream).
-
-    Returns ``[(s_k, f_k)]``: the cycle job ``k``'s ``job`` beat transfers and the cycle its
-    last ``out`` beat transfers, counted from the first job beat's cycle (0). With
-    ``I_k, O_k`` from the single engine (input phase ``1 + G*Dk + 3*n*G*Dk``, output
-    ``G*Dk (+G)``)::
-
-        s_0 = 0
-        s_k = max(s_{k-1} + I_{k-1}, f_{k-E} + 1)    (input is serial; engine k mod E free)
-        f_k = max(s_k + I_k, f_{k-1} + 1) + O_k - 1  (output in job order)
-    """
-    out = []
-    for k, (n, partial) in enumerate(jobs):
-        i_k, o_k = _phases(n, head_dim, G, lanes, partial)
-        if k == 0:
-            s = 0
-        else:
-            s = out[-1][0] + _phases(jobs[k - 1][0], head_dim, G, lanes, jobs[k - 1][1])[0]
-            if k >= engines:
-                s = max(s, out[k - engines][1] + 1)
-        first = s + i_k if k == 0 else max(s + i_k, out[-1][1] + 1)
-        out.append((s, first + o_k - 1))
-    return out
-
-
-def te_array_cycles(J, n, head_dim, G, lanes, engines, partial=False):
-    """Cycles, first ``job`` beat to last ``out`` beat inclusive, of ``J`` equal jobs of
-    ``n >= 1`` tokens on an unstalled array: ``J*(I + O)`` for one engine (a single TE,
-    ``J * te_cycles``), ``J*I + O`` for two or more (input phases back to back; each output
-    hidden under the next job's input), ``I = 1 + G*Dk + 3*n*G*Dk``, ``O = G*Dk (+G)``."""
-    if n < 1 or J < 1:
-        raise ValueError(f"te_array_cycles needs J >= 1 and n >= 1, got J={J}, n={n}")
-    i, o = _phases(n, head_dim, G, lanes, partial)
-    return J * (i + o) if engines == 1 else J * i + o
-
-
-def te_array_routed_schedule(jobs, head_dim, G, lanes, engines):
-    """Cycles of a job list on a routed-K/V array (``routed_kv=True``) whose engines never
-    wait for K/V: every ``kv`` beat is in its engine's FIFO by the cycle the engine wants it
-    (and ``job``, ``q`` offered as soon as they can be taken, ``out`` and ``status`` always
-    ready). ``jobs``: ``(n, partial)`` with exactly ``n`` tokens each. Same return value as
-    :func:`te_array_schedule`; the dispatcher now spends ``1 + G*Dk`` cycles per job (the
-    ``job`` beat and the ``q`` beats) instead of the whole input phase::
-
-        s_0 = 0
-        s_k = max(s_{k-1} + 1 + G*Dk, f_{k-E} + 1)   (job + q serial; engine k mod E free)
-        f_k = max(s_k + I_k, f_{k-1} + 1) + O_k - 1  (output in job order)
-
-    Exact when no engine waits for K/V; a lower bound otherwise. A ``kv`` producer sending
-    one token (``2*Dk`` beats) at a time round-robin over the jobs in flight keeps up when
-    ``engines * 2*Dk <= 3*G*Dk`` (``engines <= 1.5*G``: the engines then need at most one
-    ``kv`` beat per cycle) and the FIFOs hold two tokens (the default depth); with more
-    engines the ``kv`` stream (one beat per cycle) is the bottleneck."""
-    q = G * (head_dim // lanes)
-    out = []
-    for k, (n, partial) in enumerate(jobs):
-        i_k, o_k = _phases(n, head_dim, G, lanes, partial)
-        s = 0 if k == 0 else out[-1][0] + 1 + q
-        if k >= engines:
-            s = max(s, out[k - engines][1] + 1)
-        first = s + i_k if k == 0 else max(s + i_k, out[-1][1] + 1)
-        out.append((s, first + o_k - 1))
-    return out
-
-
-def te_array_routed_cycles(J, n, head_dim, G, lanes, engines, partial=False):
-    """Cycles, first ``job`` beat to last ``out`` beat inclusive, of ``J`` equal jobs of ``n``
-    tokens on a routed-K/V array whose engines never wait for K/V
-    (:func:`te_array_routed_schedule`). With ``P = 1 + G*Dk`` (dispatch interval),
-    ``I = 1 + G*Dk + 3*n*G*Dk``, ``O = G*Dk (+G)`` and ``d = max(P, O)``, when
-    ``E*d <= I`` (each job's input phase covers a whole round of dispatches)::
-
-        ((J-1) // E) * (I + O) + ((J-1) % E) * d + I + O
-
-    (waves of ``E`` jobs, one every ``I + O`` cycles, staggered by ``d``; ``E = 1`` gives
-    ``J * (I + O)``, a single TE's ``J * te_cycles``); otherwise the recurrence's value."""
-    if n < 0 or J < 1:
-        raise ValueError(f"te_array_routed_cycles needs J >= 1 and n >= 0, got J={J}, n={n}")
-    i, o = _phases(n, head_dim, G, lanes, partial)
-    d = max(1 + G * (head_dim // lanes), o)
-    if engines * d <= i:
-        return (J - 1) // engines * (i + o) + (J - 1) % engines * d + i + o
-    return te_array_routed_schedule([(n, partial)] * J, head_dim, G, lanes, engines)[-1][1] + 1
 
 
 class TEArray(CheckedComponent):
@@ -174,8 +79,8 @@ class TEArray(CheckedComponent):
     While job ``k+1`` receives its Q/K/V, engine ``k`` emits its output: the overlap a serial
     input stream allows. Each engine takes its K/V at its compute rate (serial engine: one
     beat every ``G`` or ``2G`` cycles), so the input phases of successive jobs never overlap.
-    Unstalled cycle counts of serial engines: :func:`te_array_schedule`,
-    :func:`te_array_cycles`.
+    Unstalled cycle counts of serial engines: :func:`tricut.models.tile_timing.te_array_schedule`,
+    :func:`tricut.models.tile_timing.te_array_cycles`.
 
     **Routed K/V** (``routed_kv=True``): ``job`` and ``q`` are dispatched exactly as above,
     but after a job's ``q`` beats the dispatcher goes straight back to the next ``job`` beat.
@@ -203,8 +108,9 @@ class TEArray(CheckedComponent):
     so the beat at the head of ``kv`` (of some job ``j``) is taken at the latest when job
     ``j`` starts on its engine and drains its FIFO. A producer that breaks R1 (e.g. sends
     more than a FIFO's worth of engine ``e``'s next job, then a beat another engine's current
-    job needs) can deadlock. Unstalled cycles: :func:`te_array_routed_schedule`,
-    :func:`te_array_routed_cycles`.
+    job needs) can deadlock. Unstalled cycles:
+    :func:`tricut.models.tile_timing.te_array_routed_schedule`,
+    :func:`tricut.models.tile_timing.te_array_routed_cycles`.
 
     The ``status`` beat is held in one register: a job's last ``out`` beat is offered only
     once the previous job's ``status`` beat has been taken (``out.valid`` never depends on

@@ -259,10 +259,10 @@ def check_setup(s: Setup):
 
 def tile_config(s: Setup):
     """The fast model's configuration of the setup's tile: a
-    :class:`~tricut.sim.fast.tile_timing.TileConfig` (HBM-only) or, with a CDU policy, a
-    :class:`~tricut.sim.fast.cached_tile_timing.CachedTileConfig`."""
-    from tricut.sim.fast.cached_tile_timing import CachedTileConfig
-    from tricut.sim.fast.tile_timing import TileConfig
+    :class:`~tricut.models.tile_timing.TileConfig` (HBM-only) or, with a CDU policy, a
+    :class:`~tricut.models.cached_tile_timing.CachedTileConfig`."""
+    from tricut.models.cached_tile_timing import CachedTileConfig
+    from tricut.models.tile_timing import TileConfig
     cfg = load_model(s.model)
     common = dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
                   num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
@@ -276,7 +276,7 @@ def tile_config(s: Setup):
 
 def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
     """The cached tile's fast model with the DSU in the loop
-    (:func:`~tricut.sim.fast.cached_tile_timing.predict_dsu_run`) for setup ``s`` on
+    (:func:`~tricut.models.cached_tile_timing.predict_dsu_run`) for setup ``s`` on
     ``rounds`` (descriptor dicts, as ``RunResult.rounds``) starting at the ``firsts`` cycles
     (each round's first descriptor, ``RunResult.round_spans``: the DSU firmware's time between
     rounds is an input), with the CDU golden model's decisions under ``policy`` (default the
@@ -287,7 +287,7 @@ def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=Non
     given (``{}``: ignore the faults). Returns (cycles per round, ``{(round, layer):
     cycles}``)."""
     from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
-    from tricut.sim.fast.cached_tile_timing import cdu_decisions, predict_dsu_run
+    from tricut.models.cached_tile_timing import cdu_decisions, predict_dsu_run
     cfg = tile_config(s)
     steps = [StepDesc(r[0]["step"], tuple(SlotDesc(d["slot"], d["request"], d["seq_len"],
                                                    HINT_OF_RESIDENCY[d["residency"]])
@@ -414,7 +414,7 @@ def watchdog_limit(s: Setup):
         return s.watchdog
     if not s.hang:
         return DSU_WATCHDOG_LIMIT
-    from tricut.sim.fast.tile_timing import predict_dsu_round
+    from tricut.models.tile_timing import predict_dsu_round
     rounds, _, _ = dsu_schedule(dataclasses.replace(s, hang=()))
     longest = max(predict_dsu_round(tile_config(s), [d.slot for d in r], [d.seq_len for d in r])
                   for r in rounds)
