@@ -68,12 +68,13 @@ COUNTER_KEYS = ("accesses", "hits", "misses", "prefetch_issued", "prefetch_usefu
                 "hbm_write_bytes")
 
 
-def _pos_int(name, v):
+def check_positive_int(name, v):
+    """Raise ``ValueError`` naming ``name`` unless ``v`` is an int >= 1 (not a bool)."""
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
-def _n(names, key):
+def arg_name(names, key):
     """How an argument is called in messages: ``names`` maps replay() argument names to the
     caller's (the CLI passes its flags, e.g. ``l2_mb`` -> ``--l2-mb``)."""
     return (names or {}).get(key, key)
@@ -92,7 +93,7 @@ def check_size(units, block_ops, engine, what, names=None):
     lim = MAX_BLOCK_OPS[engine]
     if block_ops > lim:
         raise ValueError(f"{what}: {block_ops:,} block operations exceed the limit of {lim:,} "
-                         f"for {_n(names, 'engine')} {engine}")
+                         f"for {arg_name(names, 'engine')} {engine}")
 
 
 def check_access_trace(path, model=None, *, names=None, max_layers=None, max_seq_len=None,
@@ -232,16 +233,17 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
                          f"{', '.join(PATTERNS)}, or a .jsonl access trace")
     if isinstance(l2_mb, bool) or not isinstance(l2_mb, (int, float)) or not l2_mb > 0 \
             or not math.isfinite(l2_mb):
-        raise ValueError(f"{_n(names, 'l2_mb')} must be a positive number, got {l2_mb!r}")
-    _pos_int(_n(names, "steps"), steps)
-    _pos_int(_n(names, "batch"), batch)
-    _pos_int(_n(names, "context"), context)
-    _pos_int("ways", ways)
+        raise ValueError(f"{arg_name(names, 'l2_mb')} must be a positive number, got {l2_mb!r}")
+    check_positive_int(arg_name(names, "steps"), steps)
+    check_positive_int(arg_name(names, "batch"), batch)
+    check_positive_int(arg_name(names, "context"), context)
+    check_positive_int("ways", ways)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
-        raise ValueError(f"{_n(names, 'seed')} must be an integer in 0..2**63-1, got {seed!r}")
+        raise ValueError(f"{arg_name(names, 'seed')} must be an integer in 0..2**63-1, "
+                         f"got {seed!r}")
     if layers is None:
         layers = model.num_layers
-    _pos_int("layers", layers)
+    check_positive_int("layers", layers)
     if layers > model.num_layers:
         raise ValueError(f"layers = {layers} exceeds the model's {model.num_layers} layers")
     if hints != "dsu" and hints not in HINTS:
@@ -253,19 +255,19 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
     l2_bytes = l2_mb * 2**20 * layers / model.num_layers
     if l2_bytes / block_bytes > MAX_FRAMES:
         raise ValueError(
-            f"{_n(names, 'l2_mb')} {l2_mb:g} is {l2_bytes / block_bytes:,.0f} frames of "
+            f"{arg_name(names, 'l2_mb')} {l2_mb:g} is {l2_bytes / block_bytes:,.0f} frames of "
             f"{block_bytes:,.0f}-byte KV blocks ({model.name}, {kv_dtype}); the limit is "
-            f"{MAX_FRAMES:,} frames ({_n(names, 'l2_mb')} <= "
+            f"{MAX_FRAMES:,} frames ({arg_name(names, 'l2_mb')} <= "
             f"{MAX_FRAMES * block_bytes * model.num_layers / layers / 2**20:,.0f})")
     sets, ways_eff, latency, default_distance = geometry(
         l2_bytes, block_bytes, g.hbm_latency_s, g.hbm_bandwidth, ways)
     if sets < 1:
-        raise ValueError(f"{_n(names, 'l2_mb')} = {l2_mb} holds no {block_bytes:.0f}-byte KV "
+        raise ValueError(f"{arg_name(names, 'l2_mb')} = {l2_mb} holds no {block_bytes:.0f}-byte KV "
                          f"block for {layers} simulated layer(s) of {model.name}")
     eff_reserve = default_reserve(ways_eff) if reserve is None else reserve
     if not isinstance(eff_reserve, int) or isinstance(eff_reserve, bool) or \
             not 0 <= eff_reserve < ways_eff:
-        raise ValueError(f"{_n(names, 'reserve')} must be an integer in 0..{ways_eff - 1} "
+        raise ValueError(f"{arg_name(names, 'reserve')} must be an integer in 0..{ways_eff - 1} "
                          f"(< {ways_eff} ways per set), got {reserve!r}")
     if distance is None:
         distance = default_distance
@@ -294,18 +296,18 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
             return None if rec is None else rec[0]
     else:
         if contexts is None and batch > REQ_MAX + 1:     # before [context] * batch exists
-            raise ValueError(f"{_n(names, 'batch')} {batch:,} exceeds the replay's limit of "
+            raise ValueError(f"{arg_name(names, 'batch')} {batch:,} exceeds the replay's limit of "
                              f"{REQ_MAX + 1:,} requests")
         ctx = list(contexts) if contexts is not None else [context] * batch
         for c in ctx:
-            _pos_int(_n(names, "context"), c)
+            check_positive_int(arg_name(names, "context"), c)
         if max(ctx) + steps > SEQ_MAX:
-            raise ValueError(f"{_n(names, 'context')} + {_n(names, 'steps')} = "
+            raise ValueError(f"{arg_name(names, 'context')} + {arg_name(names, 'steps')} = "
                              f"{max(ctx) + steps:,} tokens exceeds the replay's limit of "
                              f"{SEQ_MAX:,} tokens per request")
         if len(ctx) > REQ_MAX + 1:
-            raise ValueError(f"{_n(names, 'batch')} {len(ctx):,} exceeds the replay's limit of "
-                             f"{REQ_MAX + 1:,} requests")
+            raise ValueError(f"{arg_name(names, 'batch')} {len(ctx):,} exceeds the replay's "
+                             f"limit of {REQ_MAX + 1:,} requests")
         check_size(steps * len(ctx) * layers,
                    steps * layers * sum(_blocks(c + steps) for c in ctx), engine,
                    f"{steps:,} steps x {len(ctx):,} requests x {layers} layers x "

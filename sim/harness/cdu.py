@@ -21,7 +21,7 @@ from tricut.rtl.cdu.core import COUNTERS
 from tricut.rtl.cdu.layouts import HINT as _HINT_CODE
 from tricut.rtl.cdu.layouts import KIND as _KIND
 from tricut.rtl.cdu.layouts import RESULT, RESULT_NAME, STEP_KIND
-from tricut.sim.fast.cdu_replay import _pos_int
+from tricut.sim.fast.cdu_replay import check_positive_int
 from tricut.sim.harness.streams import MemoryModel, Schedule, Sink, Source, drained, stream_rng
 
 __all__ = ["replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
@@ -508,20 +508,20 @@ def _rtl_trace_descs(trace, model, hints, names, widths):
     ascending order (slot = request), steps renumbered 0..T-1 in ascending order, every
     (request, layer) unit of a step present (the RTL front end asks for a demand list for
     each); returns (descs, demand, block-operation bound)."""
-    from tricut.sim.fast.cdu_replay import _n, check_access_trace, trace_size
+    from tricut.sim.fast.cdu_replay import arg_name, check_access_trace, trace_size
     from tricut.models.cdu import dsu_hints, read_access_trace
 
     max_layers = min(model.num_layers, 2 ** widths.layer)
     max_seq = min(model.max_context, BLOCK_TOKENS * 2 ** widths.block)
-    note = f" of the {_n(names, 'rtl')} instance" if names else " of the RTL instance"
+    note = f" of the {arg_name(names, 'rtl')} instance" if names else " of the RTL instance"
     check_access_trace(trace, model, max_layers=max_layers, max_seq_len=max_seq,
                        limit_note=note if (max_layers < model.num_layers or
                                            max_seq < model.max_context) else "")
     recs = read_access_trace(trace)
     reqs = sorted({r for st in recs.values() for (r, _) in st})
     if len(reqs) > 2 ** widths.req:
-        raise ValueError(f"{_n(names, 'rtl')}: trace {trace} has {len(reqs)} requests; the RTL "
-                         f"instance takes at most {2 ** widths.req}")
+        raise ValueError(f"{arg_name(names, 'rtl')}: trace {trace} has {len(reqs)} requests; "
+                         f"the RTL instance takes at most {2 ** widths.req}")
     new_req = {r: i for i, r in enumerate(reqs)}
     descs, orig = [], []
     for t, step in enumerate(sorted(recs)):
@@ -532,10 +532,10 @@ def _rtl_trace_descs(trace, model, hints, names, widths):
             for ly in lay:
                 if (r, ly) not in st:
                     raise ValueError(
-                        f"{_n(names, 'rtl')}: trace {trace} step {step} has request {r} and "
+                        f"{arg_name(names, 'rtl')}: trace {trace} step {step} has request {r} and "
                         f"layer {ly} but no record for the pair; the RTL front end needs a "
                         "demand list for every (request, layer) of a step (replay it without "
-                        f"{_n(names, 'rtl')})")
+                        f"{arg_name(names, 'rtl')})")
         seq = [max(sl for (rr, _), (_, sl) in st.items() if rr == r) for r in rl]
         hint = [hints] * len(rl) if hints != "dsu" else dsu_hints(seq)
         descs.append(StepDesc(t, tuple(SlotDesc(new_req[r], new_req[r], n, h)
@@ -581,7 +581,7 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
     from tricut.models.cdu import HINTS, dsu_hints
     from tricut.rtl.cdu.core import check_params
     from tricut.rtl.cdu.layouts import Widths
-    from tricut.sim.fast.cdu_replay import _n
+    from tricut.sim.fast.cdu_replay import arg_name
 
     if isinstance(model, (str, Path)):
         model = load_model(model)
@@ -597,7 +597,7 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
         raise ValueError(f"unknown hints {hints!r}; choose dsu or one of {', '.join(HINTS)}")
     kv_dtype_bytes(kv_dtype)
     for name, v in (("steps", steps), ("batch", batch), ("context", context)):
-        _pos_int(_n(names, name), v)
+        check_positive_int(arg_name(names, name), v)
     if not 0 <= err_rate < 1:
         raise ValueError(f"err_rate must be in [0, 1), got {err_rate!r}")
     faults = hbm_errors
@@ -610,18 +610,19 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
     reserve = check_params(max_retries=2, mshrs=4, rq_depth=4, sets=sets, ways=ways, w=widths,
                            reserve=reserve)
     params = dict(RTL_PARAMS, sets=sets, ways=ways, reserve=reserve)
-    rtl = _n(names, "rtl")
+    rtl = arg_name(names, "rtl")
     if trace is not None:
         descs, demand, bound = _rtl_trace_descs(trace, model, hints, names, widths)
         layers = len({ly for st in descs for ly in st.layers})
         what = f"trace {trace}"
     else:
         if batch > 2 ** widths.req:
-            raise ValueError(f"{rtl}: {_n(names, 'batch')} must be <= {2 ** widths.req}, "
+            raise ValueError(f"{rtl}: {arg_name(names, 'batch')} must be <= {2 ** widths.req}, "
                              f"got {batch}")
         if -(-(context + steps) // BLOCK_TOKENS) > 2 ** widths.block:
-            raise ValueError(f"{rtl}: {_n(names, 'context')} + {_n(names, 'steps')} must be <= "
-                             f"{BLOCK_TOKENS * 2 ** widths.block} tokens, got {context + steps}")
+            raise ValueError(f"{rtl}: {arg_name(names, 'context')} + {arg_name(names, 'steps')} "
+                             f"must be <= {BLOCK_TOKENS * 2 ** widths.block} tokens, got "
+                             f"{context + steps}")
         layers = min(model.num_layers, 2 ** widths.layer)
         bound = steps * batch * layers * -(-(context + steps) // BLOCK_TOKENS)
         what = (f"{steps} steps x {batch} requests x {layers} layers x "
