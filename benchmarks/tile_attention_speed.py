@@ -1,5 +1,5 @@
 """How fast the decode tile's attention path simulates on Verilator, Python only at layer
-boundaries (``sim/harness/attention_tile_verilator.py``), and what Llama-3-8B's attention
+boundaries (``sim/harness/tile/attention_verilator.py``), and what Llama-3-8B's attention
 shape costs it.
 
     .venv/bin/python benchmarks/tile_attention_speed.py            # measure, print the report
@@ -8,14 +8,14 @@ shape costs it.
 (a) The small configuration of ``tests/test_tile_attention_verilator.py`` (bf16, head_dim
 64, G 2, 2 engines, split-K 6, reordering HBM, two rounds of two slots): tile cycles per
 second from ``go`` to ``done`` on Verilator and, for the same plan, in Amaranth's simulator
-(``attention_tile.run``), medians of ``--runs`` runs; the Verilator build is timed apart.
+(``tile.attention.run``), medians of ``--runs`` runs; the Verilator build is timed apart.
 
 (b) Llama-3-8B's attention shape: 8 KV heads, G 4, head_dim 128 (lanes 16), bf16 K/V and q
 N(0, 1), one layer, 4 requests (slots 0..3) with seeded random contexts in 1024..2048
 tokens (the behavioural HBM holds at most 2**20 words: 4 requests x 8 heads x 2048 tokens x
 16 words), ``--engines`` TE engines (default 8), no split, HBM latency 64 cycles, 8 bursts
 of 16 beats in flight. Bit-exact against ``te_decode`` (the golden of
-``attention_tile.check``); reports cycles per layer against the TE's own cycle formula, the
+``tile.attention.check``); reports cycles per layer against the TE's own cycle formula, the
 HBM beats the model served (x 33 bytes a beat: 16 bf16 codes and the unused 8-bit scale),
 the Verilator rate and where the wall time goes (Amaranth -> Verilog, Verilator + C++,
 the K/V image, the simulator process: start-up and ``$readmemh``, the bench's q writes,
@@ -62,15 +62,17 @@ def small(runs):
     sys.path.insert(0, str(ROOT / "tests"))
     from test_tile_attention_verilator import P, SEED, _rounds
 
-    from tricut.sim.harness import attention_tile as A
-    from tricut.sim.harness import attention_tile_verilator as V
+    from tricut.sim.harness.tile import attention as A
+    from tricut.sim.harness.tile.hbm_image import kv_image, make_kv
+    from tricut.sim.harness.tile.params import DEFAULTS
+    from tricut.sim.harness.tile import attention_verilator as V
 
-    p = dict(A.DEFAULTS, **P)
+    p = dict(DEFAULTS, **P)
     rounds = _rounds()
     rng = np.random.default_rng(SEED)
-    kv = A.make_kv(rng, p)
+    kv = make_kv(rng, p)
     qs = A.make_qs(rng, rounds, p)
-    image = A.kv_image(kv, p)
+    image = kv_image(kv, p)
     b = V.build(p, "-O0")
     plan = V.plan_json(rounds, qs, p, kv.ts_bits)
     v_rates, v_sims, cycles = [], [], None
@@ -99,19 +101,21 @@ def llama(runs, engines, seed=0):
     from tricut.models import te as M
     from tricut.models.dsu import Descriptor as D
     from tricut.rtl.tile.attention_layouts import kv_data_bits
-    from tricut.sim.harness import attention_tile as A
-    from tricut.sim.harness import attention_tile_verilator as V
+    from tricut.sim.harness.tile import attention as A
+    from tricut.sim.harness.tile.hbm_image import kv_image, make_kv
+    from tricut.sim.harness.tile.params import DEFAULTS
+    from tricut.sim.harness.tile import attention_verilator as V
     from tricut.sim.harness.sequencer import SeqRound
 
-    p = dict(A.DEFAULTS, **dict(LLAMA, engines=engines))
+    p = dict(DEFAULTS, **dict(LLAMA, engines=engines))
     t = {}
     rng = np.random.default_rng(seed)
     ctx = [int(x) for x in rng.integers(1024, 2049, size=4)]
     rounds = [SeqRound(0, [D(0, s, s, n, 0, 0) for s, n in enumerate(ctx)], end=True)]
     t0 = time.perf_counter()
-    kv = A.make_kv(rng, p)
+    kv = make_kv(rng, p)
     qs = A.make_qs(rng, rounds, p)
-    image = A.kv_image(kv, p)
+    image = kv_image(kv, p)
     t["kv"] = time.perf_counter() - t0
     b = V.build(p, LLAMA_OPT)
     plan = V.plan_json(rounds, qs, p, kv.ts_bits)
@@ -166,7 +170,7 @@ def report(a, L, runs, cmd):
         f"| Verilator (`-O0`) | {a['v_rate']:,.0f} | {a['v_sim']:.2f} (simulator process) | "
         f"{ab.verilog_s:.1f} Verilog + {ab.build_s:.1f} Verilator/C++"
         f"{' (cached)' if ab.cached else ''} |",
-        f"| Amaranth | {a['a_rate']:,.0f} | {a['a_wall']:.2f} (`attention_tile.run`) | — |",
+        f"| Amaranth | {a['a_rate']:,.0f} | {a['a_wall']:.2f} (`tile.attention.run`) | — |",
         "",
         "Same cycle counts on both (the benchmark and the test assert it); Verilator is "
         f"{a['v_rate'] / a['a_rate']:,.0f} × Amaranth's simulator here.",

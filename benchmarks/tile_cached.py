@@ -1,5 +1,5 @@
 """Whole decode steps through the decode tile with the CDU in the K/V path, one run per CDU
-policy (``sim/harness/tile_cosim.py`` with a ``policy``; the setups of
+policy (``sim/harness/tile/cosim.py`` with a ``policy``; the setups of
 ``tests/test_tile_cached.py``, and the static one's again under ``disabled``), on Verilator
 (``tricut tile run --sim verilator``; the same cycles as Amaranth's simulator).
 
@@ -32,14 +32,14 @@ def run_all():
     sys.path.insert(0, str(ROOT / "tests"))
     from test_tile_cached import ADAPTIVE, DISABLED, STATIC
 
-    from tricut.sim.harness import tile_cosim as C
+    from tricut.sim.harness.tile.cosim import simulate
 
     import dataclasses
     rows = []
     # STATIC's setup again without a CDU policy in effect: the same steps, every block a bypass
     for s in (STATIC, dataclasses.replace(STATIC, policy="disabled"), ADAPTIVE, DISABLED):
         t0 = time.perf_counter()
-        rep = C.simulate(s, sim="verilator")
+        rep = simulate(s, sim="verilator")
         wall = time.perf_counter() - t0
         if not rep.ok:
             raise SystemExit(f"{SCRIPT}: {s.policy}: {rep.differences[0]}")

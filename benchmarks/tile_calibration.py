@@ -2,7 +2,7 @@
 step against the fast model's prediction for the same configuration
 (``models/tile_timing.py`` for the HBM-only tile, ``models/cached_tile_timing.py`` for
 the cached tile), on whole decode steps co-simulated with the golden decode step
-(``sim/harness/tile_cosim.py``).
+(``sim/harness/tile/cosim.py``).
 
     .venv/bin/python benchmarks/tile_calibration.py            # run, print the table
     .venv/bin/python benchmarks/tile_calibration.py --write    # ... and into docs/tile/figures.md
@@ -35,7 +35,7 @@ SCRIPT = "benchmarks/tile_calibration.py"
 
 
 def setups():
-    from tricut.sim.harness.tile_cosim import Setup
+    from tricut.sim.harness.tile.setup import Setup
     base = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32)
     return [base,
@@ -51,7 +51,7 @@ def cached_setups():
     two frames, 4 engines, split-K, HBM latency 20: prefetches evicted before use, orphaned
     fills, eviction holds), and a long context (81 tokens, 6 blocks per unit: the CDU's MSHRs
     and ready queue full, the layer ending on a mostly dropped L2 frame)."""
-    from tricut.sim.harness.tile_cosim import Setup
+    from tricut.sim.harness.tile.setup import Setup
     static = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                    max_ctx=32, policy="static")
     return [static, dataclasses.replace(static, policy="disabled"),
@@ -73,7 +73,7 @@ def predict_cached(s):
     from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
     from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
     from tricut.models.cached_tile_timing import cdu_decisions, predict_run
-    from tricut.sim.harness.tile_cosim import schedule, tile_config
+    from tricut.sim.harness.tile.setup import schedule, tile_config
     cfg = tile_config(s)
     rounds = schedule(s)
     steps = [StepDesc(descs[0].step,
@@ -88,14 +88,15 @@ def predict_cached(s):
 def measure(s):
     """``[(round, seq_lens, [measured per layer], [predicted per layer])]`` of one run."""
     from tricut.models.tile_timing import predict_step
-    from tricut.sim.harness import tile_cosim as C
-    rep = C.simulate(s, sim="amaranth" if s.policy is None else "verilator")
+    from tricut.sim.harness.tile.cosim import simulate
+    from tricut.sim.harness.tile.setup import schedule, tile_config
+    rep = simulate(s, sim="amaranth" if s.policy is None else "verilator")
     if not rep.ok:
         raise SystemExit(f"{SCRIPT}: {s}: {rep.differences[0]}")
-    cfg = C.tile_config(s)
+    cfg = tile_config(s)
     cached = predict_cached(s) if s.policy is not None else None
     rows = []
-    for ri, descs in enumerate(C.schedule(s)):
+    for ri, descs in enumerate(schedule(s)):
         lens = [d.seq_len for d in descs]
         got = [rep.tile.layer_cycles[(ri, li)] for li in range(cfg.num_layers)]
         want = predict_step(cfg, lens) if cached is None else \

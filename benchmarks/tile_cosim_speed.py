@@ -1,5 +1,5 @@
 """How fast ``tricut tile run --sim verilator`` co-simulates whole decode steps of the small
-model (``sim/harness/tile_cosim_verilator.py``), against the Amaranth simulator.
+model (``sim/harness/tile/verilator.py``), against the Amaranth simulator.
 
     .venv/bin/python benchmarks/tile_cosim_speed.py            # measure, print the report
     .venv/bin/python benchmarks/tile_cosim_speed.py --write    # ... and into docs/tile/figures.md
@@ -54,7 +54,7 @@ OPT = "-O2"
 
 
 def _setups(steps):
-    from tricut.sim.harness.tile_cosim import Setup
+    from tricut.sim.harness.tile.setup import Setup
     base = dict(model="tiny-te", max_ctx=32, steps=steps)
     return {
         "hbm-e1": Setup(**base, requests=2, prompt_lens=(3, 17), engines=1),
@@ -75,16 +75,17 @@ def _med(xs):
 
 
 def measure_verilator(name, s, runs):
-    from tricut.sim.harness import tile_cosim as C
-    from tricut.sim.harness import tile_cosim_verilator as V
+    from tricut.sim.harness.tile.compare import compare, compare_cdu
+    from tricut.sim.harness.tile.golden import RunInputs, golden_run
+    from tricut.sim.harness.tile import verilator as V
 
-    p = C._Run(s).params()
+    p = RunInputs(s).params()
     b = V.build(p, s.policy is not None, OPT)
-    golden = C.golden_run(s)
+    golden = golden_run(s)
     infos = []
     for _ in range(runs):
         res, info, _ = V.run(s, golden=golden, b=b)
-        diffs = C.compare(golden, res) + C.compare_cdu(s, res)
+        diffs = compare(golden, res) + compare_cdu(s, res)
         if diffs:
             raise SystemExit(f"{SCRIPT}: {name}: {diffs[0]}")
         infos.append(info)
@@ -99,17 +100,19 @@ def measure_verilator(name, s, runs):
 
 
 def measure_amaranth(name, s):
-    from tricut.sim.harness import tile_cosim as C
-    from tricut.sim.harness import tile_cosim_verilator as V
+    from tricut.sim.harness.tile.amaranth_run import cosim_run
+    from tricut.sim.harness.tile.compare import compare
+    from tricut.sim.harness.tile.golden import golden_run
+    from tricut.sim.harness.tile import verilator as V
 
-    golden = C.golden_run(s)
+    golden = golden_run(s)
     t0 = time.perf_counter()
-    res = C.cosim_run(s, golden=golden)
+    res = cosim_run(s, golden=golden)
     wall = time.perf_counter() - t0
     vres, info, _ = V.run(s, golden=golden, opt=OPT)
     same = (res.layer_cycles == vres.layer_cycles and res.step_cycles == vres.step_cycles
             and res.txns == vres.txns)
-    if not same or C.compare(golden, res):
+    if not same or compare(golden, res):
         raise SystemExit(f"{SCRIPT}: {name}: the Amaranth and Verilator runs differ")
     return dict(name=name, cycles=info.cycles, wall=wall, rate=info.cycles / wall,
                 v_bench_rate=info.cycles / info.bench_s)

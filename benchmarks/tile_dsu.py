@@ -57,7 +57,8 @@ RUNS = [
 
 
 def run_all(only=None):
-    from tricut.sim.harness.tile_cosim import Setup, simulate
+    from tricut.sim.harness.tile.cosim import simulate
+    from tricut.sim.harness.tile.setup import Setup
     rows = []
     for label, kw, exact in RUNS:
         if only is not None and label not in only:
@@ -82,8 +83,7 @@ def _predicted(s, t):
     the DSU timed out: ``predict_dsu_timeout``); cached ``predict_cached_dsu_rounds`` from
     each round's first-descriptor cycle (the firmware's time between rounds is an input)."""
     from tricut.models.tile_timing import predict_dsu_round, predict_dsu_timeout
-    from tricut.sim.harness.tile_cosim import (predict_cached_dsu_rounds, tile_config,
-                                               watchdog_limit)
+    from tricut.sim.harness.tile.setup import predict_cached_dsu_rounds, tile_config, watchdog_limit
     if s.policy is not None:
         pred, _ = predict_cached_dsu_rounds(s, t.rounds,
                                             [t.round_spans[ri][0] for ri in range(len(t.rounds))])
@@ -99,7 +99,7 @@ def _predicted(s, t):
 
 
 def report(rows, cmd):
-    from tricut.sim.harness.tile_cosim import watchdog_limit
+    from tricut.sim.harness.tile.setup import watchdog_limit
     lines = [f"Measured by `{cmd}` (Verilator, `tiny-te`, prompts 3, 1, 13 and 2 tokens, 8 "
              f"steps each, at most 3 requests per round):", "",
              "| run | K/V | engines | DSU rounds | failed steps (round:request) | rounds timed "

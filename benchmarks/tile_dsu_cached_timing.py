@@ -26,7 +26,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=BASE["steps"], help="decode steps per request")
     args = ap.parse_args(argv)
-    from tricut.sim.harness.tile_cosim import Setup, predict_cached_dsu_rounds, simulate
+    from tricut.sim.harness.tile.cosim import simulate
+    from tricut.sim.harness.tile.setup import Setup, predict_cached_dsu_rounds
     tot_p = tot_m = 0
     for label, kw, _ in RUNS:
         if label not in LABELS:

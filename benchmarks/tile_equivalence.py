@@ -1,5 +1,5 @@
 """The decode tile's equivalence matrix on Verilator: whole decode steps of ``tiny-te`` through
-the tile (``sim/harness/tile_cosim.py``, ``simulate(..., sim="verilator")``) against the
+the tile (``sim/harness/tile/cosim.py``, ``simulate(..., sim="verilator")``) against the
 golden decode step with the bit-exact TE golden as the attention, for every K/V dtype (bf16,
 fp8, NVFP4) x every CDU policy (none: the HBM-only tile; ``disabled``, ``static``,
 ``adaptive``: the cached tile) x engines 1 and 4, the rounds chosen by the DSU cluster's RTL
@@ -46,7 +46,7 @@ ENGINES = (1, 4)
 
 def setups(args):
     """The matrix: one ``Setup`` per (dtype, policy, engines), in table order."""
-    from tricut.sim.harness.tile_cosim import Setup
+    from tricut.sim.harness.tile.setup import Setup
     lens = tuple(args.prompt_lens)
     base = Setup(model="tiny-te", requests=len(lens), prompt_lens=lens, steps=args.steps,
                  split_tokens=args.split_tokens, max_ctx=args.max_ctx, seed=args.seed,
@@ -80,16 +80,17 @@ class Row:
 def run_one(s, opt, corrupt=None):
     """Build (timed apart) and simulate one setup on Verilator; a run that raises is a row
     that did not pass."""
-    from tricut.sim.harness import tile_cosim as C
-    from tricut.sim.harness import tile_cosim_verilator as V
+    from tricut.sim.harness.tile.cosim import simulate
+    from tricut.sim.harness.tile.golden import RunInputs
+    from tricut.sim.harness.tile import verilator as V
     V.DEFAULT_OPT = opt                        # simulate() builds with DEFAULT_OPT
     t0 = time.perf_counter()
     row = Row(s, False)
     try:
-        V.build(C._Run(s).params(), s.policy is not None, opt)
+        V.build(RunInputs(s).params(), s.policy is not None, opt)
         row.build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        rep = C.simulate(s, corrupt=corrupt, sim="verilator")
+        rep = simulate(s, corrupt=corrupt, sim="verilator")
     except Exception as e:                     # noqa: BLE001 (a failed run is a row)
         row.first_difference = f"{type(e).__name__}: {e}".splitlines()[0]
         row.run_s = time.perf_counter() - t0
@@ -206,7 +207,7 @@ def _command(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tricut.sim.harness.tile_cosim import SetupError, check_setup
+    from tricut.sim.harness.tile.setup import SetupError, check_setup
     todo = setups(args)
     try:
         for s in todo:

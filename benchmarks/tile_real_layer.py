@@ -1,7 +1,7 @@
 """The decode tile at a real layer shape: Llama-3-8B's attention (8 KV heads, G = 4, i.e. 32
 query heads, head_dim 128) on model ``llama-3-8b-attn1`` (that attention, one layer, a small
 MLP and vocabulary, random weights), 4 requests with contexts of 1K-4K tokens, 8 TE engines,
-whole decode steps through the tile on Verilator (``sim/harness/tile_cosim.py``) against the
+whole decode steps through the tile on Verilator (``sim/harness/tile/cosim.py``) against the
 golden decode step with the bit-exact TE golden as the attention. (The tile's KV image is at
 most 2^22 HBM words, ``rtl/tile/kv_streamer.py``: at this shape requests x layers x max_ctx
 <= 32768, so 4 requests of up to 4K tokens on two layers, or 8 on one.)
@@ -116,34 +116,39 @@ def hbm_bytes(s, cfg, rounds, data_bits):
 def predicted_cycles(s, cfg, rounds):
     """The fast model's layer cycles of the HBM-only tile (``models/tile_timing.py``)."""
     from tricut.models.tile_timing import predict_step
-    from tricut.sim.harness.tile_cosim import tile_config
+    from tricut.sim.harness.tile.setup import tile_config
     tc = tile_config(s)
     return {(ri, li): c for ri, descs in enumerate(rounds)
             for li, c in enumerate(predict_step(tc, [d.seq_len for d in descs]))}
 
 
-def _params_and_bits(C, V, s, cfg):
-    """The tile's parameters (``_Run.params`` needs only the setup and the model config: a
-    ``_Run`` without its prefill) and the HBM model's word width."""
-    r = C._Run.__new__(C._Run)
+def _params_and_bits(s, cfg):
+    """The tile's parameters (``RunInputs.params`` needs only the setup and the model config:
+    a ``RunInputs`` without its prefill) and the HBM model's word width."""
+    from tricut.sim.harness.tile.golden import RunInputs
+    from tricut.sim.harness.tile.verilator_top import CosimVerilatorTop
+    r = RunInputs.__new__(RunInputs)
     r.s, r.cfg = s, cfg
     p = r.params()
-    return p, V.CosimVerilatorTop(p, s.policy is not None).hbm.data_bits
+    return p, CosimVerilatorTop(p, s.policy is not None).hbm.data_bits
 
 
 def run_one(s, opt, corrupt=None, max_layer_cycles=50_000_000):
     """Golden run (phases timed), build, Verilator run, comparison: a :class:`Result`."""
-    from tricut.sim.harness import tile_cosim as C
-    from tricut.sim.harness import tile_cosim_verilator as V
+    from tricut.sim.harness.tile import golden as G
+    from tricut.sim.harness.tile import verilator as V
+    from tricut.sim.harness.tile.compare import compare, compare_cdu
+    from tricut.sim.harness.tile.cosim import Report
+    from tricut.sim.harness.tile.setup import check_setup, schedule
     res = Result(s)
-    cfg = C.check_setup(s)
-    rounds = C.schedule(s)
+    cfg = check_setup(s)
+    rounds = schedule(s)
     try:
-        p, data_bits = _params_and_bits(C, V, s, cfg)
+        p, data_bits = _params_and_bits(s, cfg)
         b = V.build(p, s.policy is not None, opt)
         t0 = time.perf_counter()
-        with _Timed(C, "prefill") as tp, _Timed(C, "te_golden_attention", inner=True) as tt:
-            golden = C.golden_run(s)
+        with _Timed(G, "prefill") as tp, _Timed(G, "te_golden_attention", inner=True) as tt:
+            golden = G.golden_run(s)
         res.golden_s = time.perf_counter() - t0
         res.golden_te_s, res.golden_prefill_s = tt.s, tp.s
         t0 = time.perf_counter()
@@ -151,9 +156,9 @@ def run_one(s, opt, corrupt=None, max_layer_cycles=50_000_000):
                                           max_layer_cycles=max_layer_cycles)
         res.tile_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        diffs = C.compare(golden, tile) + C.compare_cdu(s, tile)
+        diffs = compare(golden, tile) + compare_cdu(s, tile)
         res.compare_s = time.perf_counter() - t0
-        res.report = C.Report(s, s.lens(), [[d.request for d in ds] for ds in rounds], golden,
+        res.report = Report(s, s.lens(), [[d.request for d in ds] for ds in rounds], golden,
                               tile, diffs)
     except Exception as e:                     # noqa: BLE001 (a failed run is a result)
         res.error = f"{type(e).__name__}: {e}".splitlines()[0]
@@ -292,7 +297,7 @@ def _command(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tricut.sim.harness.tile_cosim import Setup, SetupError, check_setup
+    from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
     lens = tuple(args.prompt_lens)
     todo = [Setup(model=args.model, requests=len(lens), prompt_lens=lens, steps=args.steps,
                   kv_dtype=args.kv_dtype, engines=args.engines, split_tokens=args.split_tokens,

@@ -1006,8 +1006,8 @@ def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=Non
     on the rounds' step descriptors); ``layers`` (a dict, optional) gets ``{(round, layer):
     cycles}`` (``go`` to ``done``, as ``RunResult.layer_cycles``); ``retries`` (optional):
     the CDU-retried fills, as for :func:`predict_run` (``Setup.faults`` with a CDU policy:
-    ``tile_cosim.predict_cached_dsu_rounds``). Rounds the DSU aborted (a lost read) are not
-    modelled.
+    ``tricut.sim.harness.tile.setup.predict_cached_dsu_rounds``). Rounds the DSU aborted (a
+    lost read) are not modelled.
 
     The tile is stepped cycle by cycle on the top's clock, gaps between rounds included (the
     previous round's trailing CDU work ends there), with the round's traffic placed as in

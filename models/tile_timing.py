@@ -59,7 +59,8 @@ from tricut.models.te import te_serial_phases
 
 __all__ = ["te_array_schedule", "te_array_cycles", "te_array_routed_schedule",
            "te_array_routed_cycles", "TileConfig", "layer_jobs", "predict_layer", "predict_step",
-           "predict_dsu_round", "predict_dsu_timeout", "STATUS_TAIL", "DSU_ROUND_EXTRA", "DSU_TIMEOUT_EXTRA"]
+           "predict_dsu_round", "predict_dsu_timeout", "STATUS_TAIL", "DSU_ROUND_EXTRA",
+           "DSU_TIMEOUT_EXTRA"]
 
 #: a DSU round's cycles beyond the scan, the traffic, the layers and one per completion: the
 #: bench's wake-up on the last descriptor (a falling edge) and the DSU link's first completion

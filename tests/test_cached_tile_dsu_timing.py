@@ -20,10 +20,11 @@ import dataclasses
 
 import pytest
 
-from tricut.sim.harness import tile_cosim as C
+from tricut.sim.harness.tile.cosim import simulate
+from tricut.sim.harness.tile.setup import Setup, predict_cached_dsu_rounds, schedule
 
 
-STATIC = C.Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
+STATIC = Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
                  max_batch=3, max_ctx=32, policy="static")
 
 #: ``STATIC`` with transient HBM errors (the HBM model's fault table is loaded at run time:
@@ -34,7 +35,7 @@ FAULTS = dataclasses.replace(STATIC, faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1)))
 
 #: ``benchmarks/tile_dsu.py``'s "CDU adaptive, split-K 12" run with 3 steps, measured on
 #: Verilator: per round ``(first descriptor, last completion)`` (``RunResult.round_spans``);
-#: its rounds are the DSU model's (``tile_cosim.schedule``)
+#: its rounds are the DSU model's (``tile.setup.schedule``)
 ADAPTIVE = dataclasses.replace(STATIC, engines=4, policy="adaptive", kv_dtype="fp8",
                                split_tokens=12)
 ADAPTIVE_SPANS = [(7198, 10189), (11817, 14248), (15869, 18492), (19321, 21232),
@@ -47,7 +48,7 @@ ADAPTIVE_LAYERS = [(1658, 942), (1024, 1016), (1120, 1112), (1005, 776), (813, 8
 @pytest.fixture(scope="module")
 def run():
     """The static run on Verilator, checked bit-exact and CDU-equal first."""
-    rep = C.simulate(STATIC, sim="verilator", stop_early=False)
+    rep = simulate(STATIC, sim="verilator", stop_early=False)
     assert rep.ok, rep.differences[:3]
     t = rep.tile
     assert len(t.rounds) == 6 and not t.aborted
@@ -58,7 +59,7 @@ def run():
 def faults_run():
     """The static run with ``FAULTS``' HBM errors on Verilator, checked bit-exact, CDU-equal
     and with the expected CDU retries first."""
-    rep = C.simulate(FAULTS, sim="verilator", stop_early=False)
+    rep = simulate(FAULTS, sim="verilator", stop_early=False)
     assert rep.ok, rep.differences[:3]
     t = rep.tile
     assert len(t.rounds) == 6 and not t.aborted
@@ -74,7 +75,7 @@ def _measured(t):
 
 
 def test_every_round_and_layer_exact(run):
-    pred, layers = C.predict_cached_dsu_rounds(STATIC, run.rounds, _firsts(run))
+    pred, layers = predict_cached_dsu_rounds(STATIC, run.rounds, _firsts(run))
     assert pred == _measured(run)
     assert layers == run.layer_cycles
     # the DSU's time between rounds is there (and is not in the prediction)
@@ -88,20 +89,20 @@ def test_round_start_only_shifts_the_round(run):
     starting before the previous one ended is refused."""
     firsts = _firsts(run)
     later = [f + 1000 * ri for ri, f in enumerate(firsts)]
-    assert C.predict_cached_dsu_rounds(STATIC, run.rounds, later)[0] == _measured(run)
+    assert predict_cached_dsu_rounds(STATIC, run.rounds, later)[0] == _measured(run)
     early = list(firsts)
     early[2] = run.round_spans[1][1] - 500
     with pytest.raises(ValueError, match="round 2"):
-        C.predict_cached_dsu_rounds(STATIC, run.rounds, early)
+        predict_cached_dsu_rounds(STATIC, run.rounds, early)
 
 
 def test_wrong_configuration_or_decisions_predict_differently(run):
     measured, firsts = _measured(run), _firsts(run)
     for wrong in (dict(latency=STATIC.latency + 1), dict(engines=2), dict(max_beats=8)):
-        got = C.predict_cached_dsu_rounds(dataclasses.replace(STATIC, **wrong), run.rounds,
+        got = predict_cached_dsu_rounds(dataclasses.replace(STATIC, **wrong), run.rounds,
                                           firsts)[0]
         assert got != measured, wrong
-    assert C.predict_cached_dsu_rounds(STATIC, run.rounds, firsts,
+    assert predict_cached_dsu_rounds(STATIC, run.rounds, firsts,
                                        policy="disabled")[0] != measured
 
 
@@ -113,10 +114,10 @@ def test_cdu_fill_retries_exact(faults_run, run):
     (``retries={}``) predict differently, and the faults do cost cycles."""
     t = faults_run
     firsts = _firsts(t)
-    pred, layers = C.predict_cached_dsu_rounds(FAULTS, t.rounds, firsts)
+    pred, layers = predict_cached_dsu_rounds(FAULTS, t.rounds, firsts)
     assert pred == _measured(t)
     assert layers == t.layer_cycles
-    ignored, ignored_layers = C.predict_cached_dsu_rounds(FAULTS, t.rounds, firsts, retries={})
+    ignored, ignored_layers = predict_cached_dsu_rounds(FAULTS, t.rounds, firsts, retries={})
     assert ignored != pred and ignored_layers != layers
     assert sum(ignored) < sum(pred)
     # the steps are the fault-free ones (the CDU recovers every error); the errors cost cycles
@@ -130,9 +131,9 @@ def test_split_k_combine_unit_recorded_run():
     at once): head 1's first part is ready while the combine unit still folds and writes
     head 0, and waits ``Dk + G*Dk + 1`` = 21 cycles for it (without that wait the model
     gave 21-22 cycles less per layer)."""
-    rounds = [[dataclasses.asdict(d) for d in descs] for descs in C.schedule(ADAPTIVE)]
+    rounds = [[dataclasses.asdict(d) for d in descs] for descs in schedule(ADAPTIVE)]
     assert [len(r) for r in rounds] == [3, 3, 3, 1, 1, 1]
-    pred, layers = C.predict_cached_dsu_rounds(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
+    pred, layers = predict_cached_dsu_rounds(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
     assert pred == [z - a + 1 for a, z in ADAPTIVE_SPANS]
     assert layers == {(ri, li): c for ri, pair in enumerate(ADAPTIVE_LAYERS)
                       for li, c in enumerate(pair)}

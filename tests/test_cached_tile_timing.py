@@ -20,14 +20,15 @@ import pytest
 from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
 from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
 from tricut.models.cached_tile_timing import cdu_decisions, predict_run
-from tricut.sim.harness import tile_cosim as C
-from tricut.sim.harness import tile_cosim_verilator as V
+from tricut.sim.harness.tile.cosim import simulate
+from tricut.sim.harness.tile.setup import Setup, schedule, tile_config
+from tricut.sim.harness.tile import verilator as V
 
 from conftest import load_benchmark
 
 
 #: tiny-te, bf16, 1 engine, prompts 3 and 17, two decode steps (STATIC of test_tile_cached)
-STATIC = C.Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+STATIC = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32, policy="static")
 
 
@@ -43,7 +44,7 @@ def runs():
     V.DEFAULT_OPT = "-O0"
     try:
         for s in (STATIC, dataclasses.replace(STATIC, policy="disabled")):
-            rep = C.simulate(s, sim="verilator")
+            rep = simulate(s, sim="verilator")
             assert rep.ok, rep.differences[:3]
             out[s.policy] = (s, rep.tile.layer_cycles)
     finally:
@@ -71,13 +72,13 @@ def test_model_fails_with_a_wrong_configuration(runs):
 
 def test_model_fails_with_another_policys_decisions(runs):
     s, measured = runs["static"]
-    rounds = [[(d.slot, d.request, d.seq_len) for d in descs] for descs in C.schedule(s)]
+    rounds = [[(d.slot, d.request, d.seq_len) for d in descs] for descs in schedule(s)]
     steps = [StepDesc(descs[0].step, tuple(SlotDesc(d.slot, d.request, d.seq_len,
                                                     HINT_OF_RESIDENCY[d.residency])
-                                           for d in descs), (0, 1)) for descs in C.schedule(s)]
+                                           for d in descs), (0, 1)) for descs in schedule(s)]
     mine = cdu_decisions("static", s.cdu_sets, s.cdu_ways, s.distance, steps, CDU_FE_ENTRIES)
     other = cdu_decisions("disabled", s.cdu_sets, s.cdu_ways, s.distance, steps,
                           CDU_FE_ENTRIES)
-    cfg = C.tile_config(s)
+    cfg = tile_config(s)
     assert predict_run(cfg, rounds, mine) == measured
     assert predict_run(cfg, rounds, other) != measured

@@ -24,7 +24,8 @@ from tricut.models.config import load_model
 from tricut.models.llama import LlamaWeights, decode_step, prefill
 from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
-from tricut.sim.harness import tile_cosim as C
+from tricut.sim.harness.tile.golden import golden_run
+from tricut.sim.harness.tile.setup import Setup
 
 
 def _rand(rng, shape):
@@ -92,7 +93,7 @@ def test_decode_step_bits_do_not_depend_on_blas_threads(model):
 
 
 def test_cosim_golden_side_does_not_depend_on_blas_threads():
-    s = C.Setup(requests=4, max_prompt=6, steps=2, kv_dtype="fp8", engines=2, seed=5)
-    one, two = _both_thread_counts(lambda: C.golden_run(s))
+    s = Setup(requests=4, max_prompt=6, steps=2, kv_dtype="fp8", engines=2, seed=5)
+    one, two = _both_thread_counts(lambda: golden_run(s))
     assert one.tokens == two.tokens and one.attn.keys() == two.attn.keys() and one.attn
     assert all(np.array_equal(one.attn[k], two.attn[k]) for k in one.attn)

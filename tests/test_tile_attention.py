@@ -23,9 +23,10 @@ from tricut.rtl.tile import attention_layouts as AL
 from tricut.rtl.tile.attention_tile import AttentionTile
 from tricut.rtl.tile.behavioural import layouts as BL
 from tricut.rtl.tile.kv_streamer import KVStreamer
-from tricut.sim.harness.attention_tile import (DEFAULTS, BlockRead, expected_block_words,
-                                               run_block_reads, simulate)
 from tricut.sim.harness.sequencer import SeqRound
+from tricut.sim.harness.tile.attention import (BlockRead, expected_block_words,
+                                               run_block_reads, simulate)
+from tricut.sim.harness.tile.params import DEFAULTS
 
 #: cycles per layer (``go`` to ``done``) of each run below, as measured; docs/tile/attention-path.md quotes
 #: them, and a change in the path's timing shows up here

@@ -1,4 +1,4 @@
-"""The decode tile's attention path on Verilator (``sim/harness/attention_tile_verilator.py``,
+"""The decode tile's attention path on Verilator (``sim/harness/tile/attention_verilator.py``,
 bench ``sim/harness/benches/tile_attention.py``): Python only at layer boundaries (q, ``go``,
 ``RisingEdge(done)``, the output buffer), the KV image loaded by ``$readmemh``.
 
@@ -17,8 +17,10 @@ import pytest
 
 from tricut.models.dsu import Descriptor as D
 from tricut.rtl.tile import attention_layouts as AL
-from tricut.sim.harness import attention_tile as A
-from tricut.sim.harness import attention_tile_verilator as V
+from tricut.sim.harness.tile import attention as A
+from tricut.sim.harness.tile.hbm_image import kv_image, make_kv
+from tricut.sim.harness.tile.params import DEFAULTS
+from tricut.sim.harness.tile import attention_verilator as V
 from tricut.sim.harness.sequencer import SeqRound
 
 P = dict(G=2, engines=2, split_tokens=6, latency=5, max_beats=6, reorder=True, hbm_seed=7)
@@ -49,7 +51,7 @@ def test_verilator_bit_exact_and_cycle_equal_to_amaranth(build, amaranth):
     assert [r.cycles for r in layers] == [r.cycles for r in amaranth]
     assert [r.bursts for r in layers] == [r.bursts for r in amaranth]
     assert any(r.reordered for r in amaranth), "the HBM answered every burst in order"
-    p = dict(A.DEFAULTS, **P)
+    p = dict(DEFAULTS, **P)
     words_per_token = 2 * p["head_dim"] // p["lanes"]
     for lv, la in zip(layers, amaranth):
         assert lv.out.keys() == la.out.keys()
@@ -63,12 +65,12 @@ def test_verilator_bit_exact_and_cycle_equal_to_amaranth(build, amaranth):
 def test_verilator_check_fails_on_a_flipped_hbm_bit(build):
     """One bit of the first V word of round 0's slot 3 (request 1, layer 0, kv_head 1, one
     token) flipped in the image the simulator loads: the golden check names that output."""
-    p = dict(A.DEFAULTS, **P)
+    p = dict(DEFAULTS, **P)
     rounds = _rounds()[:1]
     rng = np.random.default_rng(SEED)
-    kv = A.make_kv(rng, p)
+    kv = make_kv(rng, p)
     qs = A.make_qs(rng, rounds, p)
-    image = A.kv_image(kv, p)
+    image = kv_image(kv, p)
     addr = AL.kv_addr(1, 0, 1, 0, num_layers=p["num_layers"], num_kv_heads=p["num_kv_heads"],
                       max_ctx=p["max_ctx"], head_dim=p["head_dim"], lanes=p["lanes"])
     image[addr + p["head_dim"] // p["lanes"]] ^= 1 << 5

@@ -1,7 +1,7 @@
 """Whole decode steps through the decode tile's attention path with the CDU in the K/V path
 (``rtl/tile/cached_attention_tile.py``, ``rtl/tile/unit_streamer.py``; docs/tile/cdu-path.md, "Attention
 path with the CDU in the K/V path"), co-simulated with the golden decode step in Amaranth's
-simulator (``sim/harness/tile_cosim.py`` with a ``policy``, ``tricut tile run --policy``).
+simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --policy``).
 
 * equivalence, one run per CDU policy: every attention output bit-exact with the TE golden,
   the tokens the golden decode step's, and every CDU decision equal to the CDU golden model's
@@ -32,33 +32,38 @@ import pytest
 from tricut.rtl.tile.attention_layouts import kv_addr
 from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
 from tricut.rtl.tile.unit_streamer import UnitStreamer
-from tricut.sim.harness import tile_cosim as C
+from tricut.sim.harness.cdu import txn_tuple
+from tricut.sim.harness.tile import cosim
+from tricut.sim.harness.tile.compare import compare_cdu
+from tricut.sim.harness.tile.cosim import simulate
+from tricut.sim.harness.tile.golden import RunInputs, golden_run
+from tricut.sim.harness.tile.setup import Setup, schedule
 
 from conftest import assert_one_line_error, run_cli
 
-STATIC = C.Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+STATIC = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32, policy="static")
-ADAPTIVE = C.Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
+ADAPTIVE = Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
                    max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8")
-DISABLED = C.Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
+DISABLED = Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
                    max_ctx=32, policy="disabled", kv_dtype="nvfp4")
 
 
 @pytest.fixture(scope="module")
 def static_report():
-    return C.simulate(STATIC)
+    return simulate(STATIC)
 
 
 def _assert_equivalent(rep):
     s, t = rep.setup, rep.tile
     assert rep.differences == [] and not t.stopped and not t.problems, rep.differences[:3]
-    golden = C.golden_run(s)                         # independent of the run's own golden
+    golden = golden_run(s)                         # independent of the run's own golden
     assert set(golden.attn) == set(t.attn) and golden.attn
     for k in golden.attn:
         assert np.array_equal(golden.attn[k], t.attn[k]), k
     assert t.tokens == golden.tokens
-    core = C._Run(s).cdu_reference()
-    assert t.txns == [C.txn_tuple(x) for x in core.txns] and t.txns
+    core = RunInputs(s).cdu_reference()
+    assert t.txns == [txn_tuple(x) for x in core.txns] and t.txns
     c = core.counters()
     for k in ("accesses", "hits", "misses_alloc", "misses_bypass", "prefetch_issued",
               "writes", "write_hits", "write_allocs", "evictions", "fills"):
@@ -74,9 +79,9 @@ def test_static_policy_bit_exact_and_cdu_equal(static_report):
 
 
 def test_adaptive_policy_four_engines_split_k_fp8():
-    rep = C.simulate(ADAPTIVE)
+    rep = simulate(ADAPTIVE)
     c = _assert_equivalent(rep)
-    seq = [d.seq_len for descs in C.schedule(ADAPTIVE) for d in descs]
+    seq = [d.seq_len for descs in schedule(ADAPTIVE) for d in descs]
     assert max(seq) > ADAPTIVE.split_tokens >= min(seq)      # split on some contexts only
     assert c["evictions"] > 0 and c["hits"] > 0 and c["misses_alloc"] > 0
     print(f"\n[tile cached adaptive] step cycles {rep.tile.step_cycles}, counters "
@@ -84,7 +89,7 @@ def test_adaptive_policy_four_engines_split_k_fp8():
 
 
 def test_disabled_policy_streams_every_block_from_hbm():
-    rep = C.simulate(DISABLED)
+    rep = simulate(DISABLED)
     c = _assert_equivalent(rep)
     assert c["hits"] == 0 and c["fills"] == 0 and c["misses_bypass"] == c["accesses"] > 0
 
@@ -95,16 +100,16 @@ def test_a_flipped_hbm_bit_behind_an_l2_fill_is_reported():
     s = dataclasses.replace(STATIC, requests=1, prompt_lens=(2,), steps=1)
     addr = kv_addr(0, 0, 0, 1, num_layers=2, num_kv_heads=2, max_ctx=32, head_dim=64,
                    lanes=16) + 1
-    rep = C.simulate(s, corrupt=(addr, 14))
+    rep = simulate(s, corrupt=(addr, 14))
     assert rep.differences and "attention[" in rep.differences[0]
     assert rep.tile.cdu_counters["hits"] == rep.tile.cdu_counters["accesses"] > 0
 
 
 def test_a_different_cdu_reference_is_caught(static_report):
     other = dataclasses.replace(STATIC, distance=1)
-    diffs = C.compare_cdu(other, static_report.tile)
+    diffs = compare_cdu(other, static_report.tile)
     assert diffs and diffs[0].startswith("CDU "), diffs
-    assert C.compare_cdu(STATIC, static_report.tile) == []
+    assert compare_cdu(STATIC, static_report.tile) == []
 
 
 @pytest.mark.parametrize("kw,needle", [
@@ -161,7 +166,7 @@ def test_cli_prints_the_cdu_counters(capsys, monkeypatch, static_report):
     """``tricut tile run --policy static`` on the report of the equivalence run above: the
     CDU line, the equality line, and the JSON keys."""
     import json
-    monkeypatch.setattr(C, "simulate", lambda s, **kw: static_report)
+    monkeypatch.setattr(cosim, "simulate", lambda s, **kw: static_report)
     argv = ["tile", "run", "--prompt-lens", "3,17", "--steps", "2", "--max-ctx", "32",
             "--policy", "static"]
     code, cap = run_cli(argv, capsys)

@@ -1,5 +1,5 @@
 """Whole decode steps through the decode tile's RTL attention path, co-simulated with the golden
-decode step (``sim/harness/tile_cosim.py``, ``tricut tile run``; docs/tile/cosim.md, "Co-simulation
+decode step (``sim/harness/tile/cosim.py``, ``tricut tile run``; docs/tile/cosim.md, "Co-simulation
 with the golden decode step").
 
 * the refactor: ``decode_step`` (now a driver of ``decode_step_layers``) gives the logits of
@@ -29,7 +29,10 @@ from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
 from tricut.models.tile_timing import TileConfig, predict_step
-from tricut.sim.harness import tile_cosim as C
+from tricut.sim.harness.tile import cosim
+from tricut.sim.harness.tile.cosim import Report, simulate
+from tricut.sim.harness.tile.golden import RunResult, golden_run
+from tricut.sim.harness.tile.setup import CosimError, Setup, schedule
 
 from conftest import assert_one_line_error, run_cli
 
@@ -113,7 +116,7 @@ def test_decode_step_layers_rejects_a_bad_attention_and_empty_batch():
 
 # ---- the co-simulation ----------------------------------------------------------------------
 
-EQUIV = C.Setup(requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
+EQUIV = Setup(requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
                 split_tokens=5, max_ctx=16, max_prompt=3, seed=1)
 EQUIV_ARGV = ["tile", "run", "--prompt-lens", "1,2,3", "--steps", "3", "--kv-dtype", "bf16",
               "--engines", "2", "--split-tokens", "5", "--max-ctx", "16", "--seed", "1"]
@@ -128,16 +131,16 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
     def keep(s, **kw):
         reports.append(real(s, **kw))
         return reports[-1]
-    real = C.simulate
-    monkeypatch.setattr(C, "simulate", keep)
+    real = simulate
+    monkeypatch.setattr(cosim, "simulate", keep)
     code, cap = run_cli(EQUIV_ARGV, capsys)
     assert code == 0, cap.err
     (rep,) = reports
     assert rep.setup == EQUIV
-    golden = C.golden_run(EQUIV)                 # independent of the command's run
+    golden = golden_run(EQUIV)                 # independent of the command's run
     t = rep.tile
     cfg = load_model("tiny-te")
-    seq = [d.seq_len for descs in C.schedule(EQUIV) for d in descs]
+    seq = [d.seq_len for descs in schedule(EQUIV) for d in descs]
     assert max(seq) > EQUIV.split_tokens >= min(seq)     # split on one context, not on others
     assert rep.rounds == [[0, 1, 2]] * 3
     assert rep.differences == [] and not t.stopped and not t.problems
@@ -163,30 +166,30 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
                        lanes=EQUIV.lanes, num_kv_heads=cfg.num_kv_heads,
                        num_layers=cfg.num_layers, split_tokens=EQUIV.split_tokens,
                        latency=EQUIV.latency, max_beats=EQUIV.max_beats)
-    for ri, descs in enumerate(C.schedule(EQUIV)):
+    for ri, descs in enumerate(schedule(EQUIV)):
         want = predict_step(cfg_t, [d.seq_len for d in descs])
         assert [t.layer_cycles[(ri, li)] for li in range(cfg.num_layers)] == want, (ri, want)
     print(f"\n[tile cosim] layer cycles {t.layer_cycles}, step cycles {t.step_cycles}")
 
 
 def test_a_flipped_hbm_bit_is_reported():
-    s = C.Setup(requests=1, prompt_lens=(2,), steps=1, max_ctx=8)
+    s = Setup(requests=1, prompt_lens=(2,), steps=1, max_ctx=8)
     # token 1's first V word of request 0, layer 0, KV head 0: bit 14 (a bf16 exponent bit)
     addr = kv_addr(0, 0, 0, 1, num_layers=2, num_kv_heads=2, max_ctx=8, head_dim=64,
                    lanes=16) + 4
-    with pytest.raises(C.CosimError, match=r"first: round 0 layer 0 request 0: attention\["):
-        C.simulate(s, corrupt=(addr, 14), strict=True)
+    with pytest.raises(CosimError, match=r"first: round 0 layer 0 request 0: attention\["):
+        simulate(s, corrupt=(addr, 14), strict=True)
 
 
 def test_cli_exit_1_and_one_line_on_a_difference(capsys, monkeypatch):
     """The command's exit status and error line when the report has differences (the report
     is made up here; the comparison itself is covered above)."""
     def differs(s, **kw):
-        run = C.RunResult({0: [1, 2]}, layer_cycles={(0, 0): 5, (0, 1): 5}, step_cycles={0: 12})
-        return C.Report(s, [1], [[0]], C.RunResult({0: [1, 3]}), run,
+        run = RunResult({0: [1, 2]}, layer_cycles={(0, 0): 5, (0, 1): 5}, step_cycles={0: 12})
+        return Report(s, [1], [[0]], RunResult({0: [1, 3]}), run,
                         ["round 0 layer 1 request 0: attention[0][0] = 0x1, golden 0x2",
                          "request 0: tokens [1, 2], golden [1, 3]"])
-    monkeypatch.setattr(C, "simulate", differs)
+    monkeypatch.setattr(cosim, "simulate", differs)
     code, cap = run_cli(["tile", "run", "--prompt-lens", "1", "--steps", "1", "--json"], capsys)
     assert code == 1
     out = json.loads(cap.out)

@@ -1,5 +1,5 @@
 """Whole decode steps with the tile's attention on Verilator (``tricut tile run --sim
-verilator``; ``sim/harness/tile_cosim_verilator.py``, bench ``sim/harness/benches/
+verilator``; ``sim/harness/tile/verilator.py``, bench ``sim/harness/benches/
 tile_cosim.py``; docs/tile/cosim.md, "Co-simulation on Verilator").
 
 * equivalence with the golden decode step on Verilator, one run per CDU policy (the setups
@@ -28,14 +28,19 @@ import numpy as np
 import pytest
 
 from tricut.rtl.tile.attention_layouts import kv_addr
-from tricut.sim.harness import tile_cosim as C
-from tricut.sim.harness import tile_cosim_verilator as V
+from tricut.sim.harness.cdu import txn_tuple
+from tricut.sim.harness.tile import cosim
+from tricut.sim.harness.tile import verilator as V
+from tricut.sim.harness.tile.compare import compare, compare_cdu
+from tricut.sim.harness.tile.cosim import simulate
+from tricut.sim.harness.tile.golden import RunInputs, RunResult, golden_run
+from tricut.sim.harness.tile.setup import Setup, SetupError, schedule
 
 from conftest import run_cli
 from test_tile_cached import ADAPTIVE, DISABLED, STATIC
 
 #: the HBM-only equivalence setup of ``tests/test_tile_cosim.py`` (its EQUIV)
-EQUIV = C.Setup(requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
+EQUIV = Setup(requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
                 split_tokens=5, max_ctx=16, max_prompt=3, seed=1)
 
 #: the C++ optimisation of the tests' builds
@@ -52,13 +57,13 @@ def _opt(monkeypatch):
 
 
 def _verilator(s, corrupt=None):
-    golden = C.golden_run(s)
+    golden = golden_run(s)
     res, info, b = V.run(s, corrupt=corrupt, golden=golden, opt=OPT)
     return golden, res, info
 
 
 def _assert_equivalent(s, golden, t):
-    assert C.compare(golden, t) == [] and C.compare_cdu(s, t) == []
+    assert compare(golden, t) == [] and compare_cdu(s, t) == []
     assert not t.stopped and not t.problems
     assert set(golden.attn) == set(t.attn) and golden.attn
     for k in golden.attn:
@@ -68,8 +73,8 @@ def _assert_equivalent(s, golden, t):
     if s.policy is None:
         assert t.txns == [] and t.cdu_counters == {}
         return None
-    core = C._Run(s).cdu_reference()
-    assert t.txns == [C.txn_tuple(x) for x in core.txns] and t.txns
+    core = RunInputs(s).cdu_reference()
+    assert t.txns == [txn_tuple(x) for x in core.txns] and t.txns
     c = core.counters()
     for k in ("accesses", "hits", "misses_alloc", "misses_bypass", "prefetch_issued",
               "writes", "write_hits", "write_allocs", "evictions", "fills"):
@@ -77,7 +82,7 @@ def _assert_equivalent(s, golden, t):
     return c
 
 
-def _assert_same(a: C.RunResult, b: C.RunResult):
+def _assert_same(a: RunResult, b: RunResult):
     """Two tile runs equal field by field (cycles included)."""
     assert a.tokens == b.tokens
     assert a.attn.keys() == b.attn.keys()
@@ -99,7 +104,7 @@ def test_static_bf16_one_engine():
 def test_adaptive_fp8_four_engines_split_k():
     golden, t, _ = _verilator(ADAPTIVE)
     c = _assert_equivalent(ADAPTIVE, golden, t)
-    seq = [d.seq_len for descs in C.schedule(ADAPTIVE) for d in descs]
+    seq = [d.seq_len for descs in schedule(ADAPTIVE) for d in descs]
     assert max(seq) > ADAPTIVE.split_tokens >= min(seq)
     assert c["evictions"] > 0 and c["hits"] > 0 and c["misses_alloc"] > 0
 
@@ -120,20 +125,20 @@ def test_amaranth_and_verilator_runs_are_identical(capsys, monkeypatch):
     """The same small cached setup on both simulators: the same RunResult, cycle for cycle,
     and ``tricut tile run`` prints the same report (``--sim verilator`` on the command line)."""
     from tricut.sim.cli.tile_cmd import _text
-    amaranth = C.simulate(SMALL)
-    verilator = C.simulate(SMALL, sim="verilator")
+    amaranth = simulate(SMALL)
+    verilator = simulate(SMALL, sim="verilator")
     assert amaranth.ok and verilator.ok, (amaranth.differences, verilator.differences)
     _assert_same(amaranth.tile, verilator.tile)
     assert verilator.tile.txns and verilator.tile.layer_cycles
     assert _text(amaranth, "amaranth").replace("Amaranth simulator", "Verilator") == \
         _text(verilator, "verilator")
     reports = []
-    real = C.simulate
+    real = simulate
 
     def keep(s, **kw):
         reports.append((kw, real(s, **kw)))
         return reports[-1][1]
-    monkeypatch.setattr(C, "simulate", keep)
+    monkeypatch.setattr(cosim, "simulate", keep)
     code, cap = run_cli(SMALL_ARGV + ["--sim", "verilator"], capsys)
     assert code == 0, cap.err
     (kw, rep), = reports
@@ -155,12 +160,12 @@ def test_a_bench_with_other_blas_threads_agrees_with_the_golden(monkeypatch):
     from threadpoolctl import threadpool_limits
     s = dataclasses.replace(STATIC, prompt_lens=(3, 2), steps=1, seed=4)
     with threadpool_limits(limits=2, user_api="blas"):
-        golden = C.golden_run(s)
+        golden = golden_run(s)
     runs = []
     for threads in ("1", "2"):
         monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)
         t = V.run(s, golden=golden, opt=OPT)[0]
-        assert C.compare(golden, t) == [] and not t.problems, threads
+        assert compare(golden, t) == [] and not t.problems, threads
         runs.append(t)
     _assert_same(*runs)
 
@@ -170,12 +175,12 @@ def test_a_flipped_hbm_bit_behind_an_l2_fill_is_reported():
     ``static``: one flipped bit in the image the simulator loads is caught."""
     addr = kv_addr(0, 0, 0, 1, num_layers=2, num_kv_heads=2, max_ctx=32, head_dim=64,
                    lanes=16) + 1
-    rep = C.simulate(SMALL, corrupt=(addr, 14), sim="verilator")
+    rep = simulate(SMALL, corrupt=(addr, 14), sim="verilator")
     assert rep.differences and "attention[" in rep.differences[0]
     assert rep.tile.stopped
     assert rep.tile.cdu_counters["hits"] == rep.tile.cdu_counters["accesses"] > 0
 
 
 def test_unknown_simulator():
-    with pytest.raises(C.SetupError, match="sim must be amaranth or verilator"):
-        C.simulate(SMALL, sim="vcs")
+    with pytest.raises(SetupError, match="sim must be amaranth or verilator"):
+        simulate(SMALL, sim="vcs")

@@ -27,7 +27,8 @@ from tricut.models.dsu import Outcome
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.dsu.regmap import Result
 from tricut.rtl.tile.dsu_link import DsuLink
-from tricut.sim.harness.tile_cosim import Setup, SetupError, check_setup, simulate
+from tricut.sim.harness.tile.cosim import simulate
+from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
 
 from conftest import run_cli
 
@@ -192,7 +193,7 @@ BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
 def predicted_rounds(s, rounds):
     """The fast model's cycles of every DSU round (``predict_dsu_round``)."""
     from tricut.models.tile_timing import predict_dsu_round
-    from tricut.sim.harness.tile_cosim import tile_config
+    from tricut.sim.harness.tile.setup import tile_config
     return {ri: predict_dsu_round(tile_config(s), [d["slot"] for d in r],
                                   [d["seq_len"] for d in r]) for ri, r in enumerate(rounds)}
 
@@ -299,7 +300,7 @@ def test_dsu_needs_verilator():
 
 def test_golden_attention_is_not_all_zero():
     """The comparison is not vacuous: the golden outputs differ between requests."""
-    from tricut.sim.harness.tile_cosim import golden_run
+    from tricut.sim.harness.tile.golden import golden_run
     g = golden_run(Setup(**BASE))
     a = [v for k, v in g.attn.items() if k[1] == 0]
     assert not np.array_equal(a[0], a[1])
@@ -404,7 +405,7 @@ def test_dsu_loop_lost_read_times_out_and_reruns():
     aborts it, the DSU runs it again; tokens as without the fault, cycles as the fast model
     says (timed-out rounds too)."""
     from tricut.models.tile_timing import predict_dsu_timeout
-    from tricut.sim.harness.tile_cosim import watchdog_limit
+    from tricut.sim.harness.tile.setup import watchdog_limit
     s = Setup(**BASE, hang=(0, 0, 1, 0, 2))
     rep = simulate(s, sim="verilator")
     assert rep.ok, rep.differences[:3]
@@ -453,6 +454,6 @@ def test_dsu_loop_cdu_retries_transient_errors():
 def test_cdu_fault_on_a_block_not_first_filled_is_refused(kw, first):
     """Only a CDU fill retries: a fault on a block first read otherwise is refused (the
     golden run says so before the tile runs)."""
-    from tricut.sim.harness.tile_cosim import golden_run
+    from tricut.sim.harness.tile.golden import golden_run
     with pytest.raises(SetupError, match=f"block is first {first} \\(not a CDU fill"):
         golden_run(Setup(**dict(BASE, **kw)))

@@ -13,19 +13,21 @@ from __future__ import annotations
 from amaranth.back import verilog
 
 from tricut.rtl.tile.decode_tile import DecodeTile
-from tricut.sim.harness import tile_cosim as C
-from tricut.sim.harness import tile_cosim_verilator as V
-from tricut.sim.harness.attention_tile import _TILE_KEYS
+from tricut.sim.harness.tile.golden import RunInputs
+from tricut.sim.harness.tile.params import TILE_KEYS
+from tricut.sim.harness.tile.setup import Setup
+from tricut.sim.harness.tile.tops import CachedCosimTop
+from tricut.sim.harness.tile.verilator_top import CosimVerilatorTop
 
 from conftest import run_cli
 
-SETUP = C.Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=16, split_tokens=3,
+SETUP = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=16, split_tokens=3,
                 max_ctx=32, policy="static", cdu_sets=4, cdu_ways=2)
 
 
 def _cli_verilog(p, tmp_path, capsys, dsu_cores=0):
     argv = ["verilog", "tile", "-o", str(tmp_path), "--top", "tile"]
-    for k in _TILE_KEYS + ("max_slots", "engine"):
+    for k in TILE_KEYS + ("max_slots", "engine"):
         argv += ["-p", f"{k}={p[k]!r}"]
     argv += ["-p", f"cdu_sets={p['cdu']['sets']}", "-p", f"cdu_ways={p['cdu']['ways']}",
              "-p", f"dsu_cores={dsu_cores}"]
@@ -35,11 +37,11 @@ def _cli_verilog(p, tmp_path, capsys, dsu_cores=0):
 
 
 def test_both_cosim_tops_simulate_the_verilog_that_ships(tmp_path, capsys):
-    run = C._Run(SETUP)
+    run = RunInputs(SETUP)
     p = run.params()
     shipped = _cli_verilog(p, tmp_path, capsys)
-    amaranth_top = C.CachedCosimTop(run.image()[0], p)
-    verilator_top = V.CosimVerilatorTop(p, cached=True)
+    amaranth_top = CachedCosimTop(run.image()[0], p)
+    verilator_top = CosimVerilatorTop(p, cached=True)
     for top in (amaranth_top, verilator_top):
         assert isinstance(top.dut, DecodeTile) and top.dut.dsu_cores == 0
         assert (top.tile, top.seq) == (top.dut.tile, top.dut.seq)
@@ -47,10 +49,10 @@ def test_both_cosim_tops_simulate_the_verilog_that_ships(tmp_path, capsys):
 
 
 def test_the_dsu_top_runs_the_decode_tiles_own_cluster_and_link():
-    s = C.Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=1, max_ctx=32,
+    s = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=1, max_ctx=32,
                 policy="static", dsu=True)
-    p = C._Run(s).params()
-    top = V.CosimVerilatorTop(p, cached=True)
+    p = RunInputs(s).params()
+    top = CosimVerilatorTop(p, cached=True)
     dt = top.dut
     assert isinstance(dt, DecodeTile) and dt.dsu_cores == p["dsu"]["cores"]
     assert (top.cluster, top.link) == (dt.cluster, dt.link)

@@ -1,6 +1,6 @@
 """`tricut tile run`: whole decode steps of a model whose attention runs on the decode tile's RTL
 (attention path, Amaranth's simulator or Verilator), co-simulated with the golden decode step
-(``sim/harness/tile_cosim.py``, ``docs/tile/cosim.md``).
+(``sim/harness/tile/cosim.py``, ``docs/tile/cosim.md``).
 
 Exit status: 0 when every attention output is bit-exact with the golden TE model and the tokens
 are the golden decode step's, 1 on a difference (one ``tricut: error:`` line naming the first),
@@ -70,7 +70,7 @@ def _int_arg(lo=None):
 
 
 def _setup(args):
-    from tricut.sim.harness.tile_cosim import Setup, SetupError, check_setup
+    from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
 
     lens = args.prompt_lens
     n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
@@ -166,7 +166,8 @@ def _json(rep, sim="amaranth"):
 
 def cmd_tile_run(args) -> int:
     from tricut.sim.harness.cocotb_run import CocotbFailure
-    from tricut.sim.harness.tile_cosim import CosimError, SetupError, simulate
+    from tricut.sim.harness.tile.cosim import simulate
+    from tricut.sim.harness.tile.setup import CosimError, SetupError
     from tricut.sim.harness.toolchain import ToolchainError
     from tricut.sim.harness.waves import one_line
 

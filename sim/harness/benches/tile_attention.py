@@ -1,9 +1,9 @@
 """cocotb bench for the decode tile's attention path on Verilator
-(:class:`tricut.sim.harness.attention_tile_verilator.VerilatorTop`), Python acting only at
+(:class:`tricut.sim.harness.tile.attention_verilator.VerilatorTop`), Python acting only at
 layer boundaries.
 
 The clock runs in C (cocotb's GPI clock). Reads the plan of
-:func:`tricut.sim.harness.attention_tile_verilator.plan_json` from ``$TRICUT_PLANS``; per round
+:func:`tricut.sim.harness.tile.attention_verilator.plan_json` from ``$TRICUT_PLANS``; per round
 sends the ``round`` and ``descriptor`` beats, then per layer writes the q beats (one per
 cycle: ``q_write`` is always ready), pulses ``go``, waits for ``RisingEdge(done)`` (nothing
 runs in Python meanwhile), reads the output buffer (one word per cycle) and the HBM

