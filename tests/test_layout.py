@@ -27,12 +27,15 @@ def _module_name(path: Path) -> str:
     return ".".join([top, *parts])
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module ``path`` imports, relative imports resolved to absolute names."""
+def imported_modules(path: Path, module_level=False) -> set[str]:
+    """Every module ``path`` imports (``module_level``: only its statements at module level,
+    not those inside a function or class), relative imports resolved to absolute names
+    (``from . import x`` counts as importing ``package.x``)."""
     here = _module_name(path)
     package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(), str(path))
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in tree.body if module_level else ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -109,26 +112,6 @@ def test_the_harness_imports_no_private_name_across_modules():
     assert not bad, "; ".join(bad)
 
 
-def _module_level_imports(path: Path) -> set[str]:
-    """The modules ``path`` imports at module level (not inside a function or class), relative
-    imports resolved (``from . import x`` counts as importing ``package.x``)."""
-    here = _module_name(path)
-    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
-    found = set()
-    for node in ast.parse(path.read_text(), str(path)).body:
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                name = f"{base}.{node.module}" if node.module else base
-            else:
-                name = node.module
-            found.add(name)
-            found.update(f"{name}.{alias.name}" for alias in node.names)
-    return found
-
-
 def _cycle(graph: dict[str, set[str]]) -> list[str]:
     """One import cycle of ``graph`` (module -> the modules it imports) as a path, or []."""
     state, stack = {}, []
@@ -158,7 +141,7 @@ def test_the_tile_harness_has_no_import_cycle():
     files = _sources("sim/harness/tile")
     modules = {_module_name(f): f for f in files}
     assert len(modules) > 5, sorted(modules)
-    graph = {m: {n for n in _module_level_imports(f) if n in modules and n != m}
+    graph = {m: {n for n in imported_modules(f, module_level=True) if n in modules and n != m}
              for m, f in modules.items()}
     lazy = {m: {n for n in imported_modules(f) if n in modules and n != m} - graph[m]
             for m, f in modules.items()}

