@@ -28,10 +28,11 @@ SCRIPT = "benchmarks/tile_area.py"
 
 #: name -> (what, ``-p`` overrides of the ``tile`` unit's defaults)
 CONFIGS = {
-    "small": ("the small test configuration (the `tile` unit's defaults: head_dim 64, G 4, "
-              "16 lanes, bf16, 2 KV heads, 2 layers, 2 engines, split 16, max_ctx 64, "
-              "4 requests, 4 slots, CDU 4 sets x 2 ways, one DSU core with 32 KiB)", []),
-    "llama": ("Llama-3-8B's attention shape (8 KV heads, G 4, head_dim 128, 16 lanes, bf16) on "
+    "small": ("the small test configuration (the `tile` unit's defaults: the pipelined TE "
+              "engine, head_dim 64, G 4, 32 lanes, bf16, 2 KV heads, 2 layers, 2 engines, "
+              "split 16, max_ctx 64, 4 requests, 4 slots, CDU 4 sets x 2 ways, one DSU core "
+              "with 32 KiB)", []),
+    "llama": ("Llama-3-8B's attention shape (8 KV heads, G 4, head_dim 128, 32 lanes, bf16) on "
               "8 engines; the rest as the small configuration",
               ["engines=8", "num_kv_heads=8", "head_dim=128"]),
 }

@@ -2,7 +2,9 @@
 the tile (``sim/harness/tile/cosim.py``, ``simulate(..., sim="verilator")``) against the
 golden decode step with the bit-exact TE golden as the attention, for every K/V dtype (bf16,
 fp8, NVFP4) x every CDU policy (none: the HBM-only tile; ``disabled``, ``static``,
-``adaptive``: the cached tile) x engines 1 and 4, the rounds chosen by the DSU cluster's RTL
+``adaptive``: the cached tile) x engines 1 and 4 x TE design (the shipped pipelined engine
+at 32 lanes and the serial engine at 16; the HBM-only tile has the serial engine only), the
+rounds chosen by the DSU cluster's RTL
 (RV32IM cores running the scheduler firmware, slot arbiter; ``--scheduler model``: the golden
 DSU model's schedule, computed up front).
 
@@ -42,6 +44,16 @@ SCRIPT = "benchmarks/tile_equivalence.py"
 DTYPES = ("bf16", "fp8", "nvfp4")
 POLICIES = ("none", "disabled", "static", "adaptive")
 ENGINES = (1, 4)
+#: TE designs, ``engine@lanes``
+DESIGNS = ("pipelined@32", "serial@16")
+
+
+def _design(text):
+    engine, _, lanes = text.partition("@")
+    if engine not in ("pipelined", "serial") or not lanes.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not ENGINE@LANES (ENGINE pipelined or "
+                                         f"serial)")
+    return engine, int(lanes)
 
 
 def setups(args):
@@ -52,12 +64,16 @@ def setups(args):
                  split_tokens=args.split_tokens, max_ctx=args.max_ctx, seed=args.seed,
                  long_context=args.long_context, dsu=args.scheduler == "dsu")
     out = []
-    for dt in args.dtypes:
-        for pol in args.policies:
-            for e in args.engines:
-                cap = args.max_batch if args.max_batch and e > 1 else None
-                out.append(dataclasses.replace(base, kv_dtype=dt, engines=e, max_batch=cap,
-                                               policy=None if pol == "none" else pol))
+    for engine, lanes in args.designs:
+        for dt in args.dtypes:
+            for pol in args.policies:
+                if pol == "none" and engine != "serial":
+                    continue                # the HBM-only tile has the serial engine only
+                for e in args.engines:
+                    cap = args.max_batch if args.max_batch and e > 1 else None
+                    out.append(dataclasses.replace(
+                        base, kv_dtype=dt, engines=e, max_batch=cap, engine=engine,
+                        lanes=lanes, policy=None if pol == "none" else pol))
     return out
 
 
@@ -109,11 +125,13 @@ def run_one(s, opt, corrupt=None):
 
 def _config(s):
     cap = s.max_batch if s.max_batch else "all"
-    return f"{s.kv_dtype}, {s.policy or 'none (HBM only)'}, {s.engines} eng, batch ≤ {cap}"
+    return (f"{s.te_engine()}@{s.lanes}, {s.kv_dtype}, {s.policy or 'none (HBM only)'}, "
+            f"{s.engines} eng, batch ≤ {cap}")
 
 
 def table(rows):
-    lines = ["| config (K/V, CDU policy, engines, DSU batch cap) | ok | attention outputs "
+    lines = ["| config (TE design@lanes, K/V, CDU policy, engines, DSU batch cap) | ok | "
+             "attention outputs "
              "bit-exact | tokens equal | rounds | step cycles, summed | CDU reads: hits / "
              "allocated misses / bypass | build + run (s) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -139,7 +157,7 @@ def report(rows, args, cmd):
             f"C++ `{args.opt}`; for a configuration already built, the build column is the "
             f"set-up alone): "
             f"{s.model}, {s.requests} requests with prompts "
-            f"{', '.join(map(str, s.prompt_lens))}, {s.steps} decode steps, {s.lanes} lanes, "
+            f"{', '.join(map(str, s.prompt_lens))}, {s.steps} decode steps, "
             f"split-K at {s.split_tokens} tokens, max_ctx {s.max_ctx}, CDU {s.cdu_sets} sets × "
             f"{s.cdu_ways} ways, residency hint `auto` from {s.long_context} tokens; rounds "
             f"chosen by {who}. **{n_ok} of {len(rows)} runs pass** (every attention output "
@@ -165,6 +183,9 @@ def parse_args(argv):
                     help="K/V dtypes (default: %(default)s)")
     ap.add_argument("--policies", type=_csv(str, POLICIES), default=list(POLICIES),
                     help="CDU policies, none = the HBM-only tile (default: %(default)s)")
+    ap.add_argument("--designs", type=_csv(_design), default=[_design(d) for d in DESIGNS],
+                    help="TE designs as ENGINE@LANES, e.g. pipelined@32,serial@16 (default: "
+                         "the shipped pipelined engine at 32 lanes and the serial one at 16)")
     ap.add_argument("--engines", type=_csv(int), default=list(ENGINES),
                     help="TE engines per tile, each in 1..4 (default: %(default)s)")
     ap.add_argument("--prompt-lens", type=_csv(int), default=[5, 17, 9, 30],

@@ -63,6 +63,7 @@ class Result:
     tile_s: float = 0.0              # the Verilator run, parent's wall time (build excluded)
     hbm_read_bytes: int = 0
     hbm_write_bytes: int = 0
+    port_bytes: int = 0              # the HBM port's bytes per cycle (one beat a cycle)
     predicted: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -114,9 +115,14 @@ def hbm_bytes(s, cfg, rounds, data_bits):
 
 
 def predicted_cycles(s, cfg, rounds):
-    """The fast model's layer cycles of the HBM-only tile (``models/tile_timing.py``)."""
+    """The fast model's layer cycles: the HBM-only tile's recurrence
+    (``models/tile_timing.py``) or, with a CDU policy, the cached tile's model
+    (``models/cached_tile_timing.py``, as ``benchmarks/tile_calibration.py`` runs it)."""
     from tricut.models.tile_timing import predict_step
     from tricut.sim.harness.tile.setup import tile_config
+    if s.policy is not None:
+        from tile_calibration import predict_cached
+        return predict_cached(s)
     tc = tile_config(s)
     return {(ri, li): c for ri, descs in enumerate(rounds)
             for li, c in enumerate(predict_step(tc, [d.seq_len for d in descs]))}
@@ -164,8 +170,9 @@ def run_one(s, opt, corrupt=None, max_layer_cycles=50_000_000):
         res.error = f"{type(e).__name__}: {e}".splitlines()[0]
         return res
     res.hbm_read_bytes, res.hbm_write_bytes = (n * data_bits // 8 for n in tile.hbm_beats)
+    res.port_bytes = data_bits // 8
+    res.predicted = predicted_cycles(s, cfg, rounds)
     if s.policy is None:
-        res.predicted = predicted_cycles(s, cfg, rounds)
         jobs = hbm_bytes(s, cfg, rounds, data_bits)
         if jobs != (res.hbm_read_bytes, res.hbm_write_bytes):
             res.report.differences.append(
@@ -181,12 +188,13 @@ def _ms(x):
 def tables(results):
     """The figures: one row per run, then where the wall time went."""
     lines = ["| run | ok | outputs bit-exact | tokens equal | step cycles (go→done + host) | "
-             "fast model (HBM-only) | HBM read / written | tile cycles/s (go→done) | whole "
-             "simulator cycles/s |", "|---|---|---|---|---|---|---|---|---|"]
+             "fast model | HBM read / written | HBM port use (go→done) | tile cycles/s "
+             "(go→done) | whole simulator cycles/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         name = _name(r.setup)
         if r.report is None:
-            lines.append(f"| {name} | **NO** | {r.error} | | | | | | |")
+            lines.append(f"| {name} | **NO** | {r.error} | | | | | | | |")
             continue
         t, g, i = r.report.tile, r.report.golden, r.info
         steps = ", ".join(f"{t.step_cycles[k]:,}" for k in sorted(t.step_cycles))
@@ -201,7 +209,8 @@ def tables(results):
             f"| {name} | {'yes' if r.ok else '**NO**'} | {exact} / {len(g.attn)} | "
             f"{'yes' if t.tokens == g.tokens else 'no'} | {steps} ({i.tile_cycles:,} + "
             f"{i.host_cycles:,}) | {pred} | "
-            f"{r.hbm_read_bytes / 2**20:,.1f} MiB / {r.hbm_write_bytes / 2**10:,.1f} KiB | {i.tile_cycles / max(i.tile_s, 1e-9):,.0f} | "
+            f"{r.hbm_read_bytes / 2**20:,.1f} MiB / {r.hbm_write_bytes / 2**10:,.1f} KiB | "
+            f"{port_use(r):.3f} | {i.tile_cycles / max(i.tile_s, 1e-9):,.0f} | "
             f"{i.cycles / max(i.sim_s, 1e-9):,.0f} |")
     lines += ["", "Where the wall time went (s):", "",
               "| run | build: Verilog + C++ | golden run: prefill + TE golden + rest | "
@@ -223,10 +232,19 @@ def tables(results):
     return "\n".join(lines) + "\n"
 
 
+def port_use(r):
+    """HBM bytes served ÷ (go→done cycles × the port's bytes per cycle): 1.0 is a port busy
+    every cycle of the layers (the new tokens' writes, made outside go→done by the host on
+    the HBM-only tile, are counted too)."""
+    cycles = r.info.tile_cycles
+    return (r.hbm_read_bytes + r.hbm_write_bytes) / max(1, cycles * r.port_bytes)
+
+
 def _name(s):
     pol = f"CDU {s.policy}" if s.policy else "HBM only"
     split = f", split-K {s.split_tokens}" if s.split_tokens else ""
-    return f"{pol}, {s.kv_dtype}, {s.engines} engines{split}"
+    return (f"{pol}, {s.te_engine()} engine, {s.lanes} lanes, {s.kv_dtype}, "
+            f"{s.engines} engines{split}")
 
 
 def report(results, args, cmd):
@@ -241,15 +259,17 @@ def report(results, args, cmd):
             f"{cfg.num_heads} query heads over {cfg.num_kv_heads} KV heads, head_dim "
             f"{cfg.head_dim}), {s.requests} requests with prompts "
             f"{', '.join(map(str, s.prompt_lens))} tokens, {s.steps} decode steps, "
-            f"{s.lanes} lanes, max_ctx {s.max_ctx}, HBM latency {s.latency}, bursts of "
-            f"{s.max_beats}. **{n_ok} of {len(results)} runs pass** (every attention output "
+            f"max_ctx {s.max_ctx}, HBM latency {s.latency}, bursts of "
+            f"{s.max_beats}, HBM port {results[0].port_bytes or '?'} B/cycle. **{n_ok} of {len(results)} runs pass** (every attention output "
             f"bit-exact with the TE golden, tokens equal). Wall time, builds excluded: "
             f"{total / 60:.1f} min.")
     note = ("HBM bytes are the HBM model's counts of the beats it served (reads: the K/V, with "
             "the CDU its fills and bypass reads; writes: each step's new token); on the "
             "HBM-only tile they equal the count from the jobs the sequencer issued (each job's "
-            "tokens read once, `2*Dk` words per token and KV head). The fast model's cycles are "
-            "`models/tile_timing.py`'s for the HBM-only tile.")
+            "tokens read once, `2*Dk` words per token and KV head). HBM port use: those bytes "
+            "÷ (go→done cycles × the port's bytes per cycle, one word a cycle). The fast "
+            "model's cycles are `models/tile_timing.py`'s for the HBM-only tile and "
+            "`models/cached_tile_timing.py`'s with a CDU policy.")
     return head + "\n\n" + tables(results) + "\n" + note + "\n"
 
 
@@ -267,8 +287,15 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=2, help="decode steps (default: %(default)s)")
     ap.add_argument("--engines", type=int, default=8, help="TE engines (default: %(default)s)")
     ap.add_argument("--kv-dtype", default="bf16", help="K/V dtype (default: %(default)s)")
-    ap.add_argument("--policies", type=_csv(str), default=["none"],
-                    help="CDU policies, none = the HBM-only tile (default: %(default)s)")
+    ap.add_argument("--policies", type=_csv(str), default=["disabled", "static"],
+                    help="CDU policies; disabled = the shipped tile with the CDU off (every "
+                         "block read from HBM by the unit streamer), none = the HBM-only "
+                         "attention path, serial engine only (default: %(default)s)")
+    ap.add_argument("--lanes", type=int, default=32,
+                    help="TE lanes (default: %(default)s)")
+    ap.add_argument("--engine", default=None,
+                    help="TE engine design, pipelined or serial (default: the shipped "
+                         "pipelined one with a CDU policy, serial for none)")
     ap.add_argument("--split-tokens", type=int, default=0,
                     help="split-K part length, 0 = no split (default: %(default)s)")
     ap.add_argument("--max-ctx", type=int, default=4096,
@@ -300,7 +327,8 @@ def main(argv=None):
     from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
     lens = tuple(args.prompt_lens)
     todo = [Setup(model=args.model, requests=len(lens), prompt_lens=lens, steps=args.steps,
-                  kv_dtype=args.kv_dtype, engines=args.engines, split_tokens=args.split_tokens,
+                  kv_dtype=args.kv_dtype, engines=args.engines, lanes=args.lanes,
+                  engine=args.engine, split_tokens=args.split_tokens,
                   max_ctx=args.max_ctx, seed=args.seed,
                   policy=None if pol == "none" else pol) for pol in args.policies]
     try:

@@ -129,7 +129,7 @@ from tricut.models.tile import split_parts
 from .tile_timing import STATUS_TAIL, TileConfig
 
 __all__ = ["CachedTileConfig", "Decision", "host_gaps", "predict_run", "predict_dsu_run",
-           "cdu_decisions"]
+           "cdu_decisions", "engine_job_cycles"]
 
 BLOCK_TOKENS = 16
 
@@ -546,6 +546,23 @@ class _PipelinedEngine(_Engine):
 
 #: the timing model of each TE engine design the tile takes
 _ENGINE_MODELS = {"serial": _Engine, "pipelined": _PipelinedEngine}
+
+
+def engine_job_cycles(cfg, n, partial=False):
+    """Cycles of one job of ``n >= 1`` tokens on one engine of the model (``cfg.engine``),
+    from its ``job`` beat to its last output beat inclusive, with its K/V FIFO never empty
+    and its output always taken: :func:`tricut.models.te.te_cycles` of that engine (a test
+    holds the two together)."""
+    eng = _ENGINE_MODELS[cfg.engine](cfg)
+    job = _Job(0, 0, 0, 0, 0, n, partial, 0, 1)
+    eng.dispatch(job)
+    t = 0
+    while True:
+        t += 1
+        eng.level = eng.depth
+        if eng.tick(t, eng.state == "out"):
+            return t + 1
+        eng.edge()
 
 
 # --------------------------------------------------------------------------- unit streamer

@@ -42,7 +42,7 @@ def test_tile_hierarchy_rolls_up_to_the_tile_units(tile_verilog):
     mods = A.parse_modules(path.read_text())
     _, rep = A.dedupe(mods, "tile")
     assert rep["tile.tile.array.te1"] == "tile.tile.array.te0"
-    assert rep["tile.tile.array.te0.lane_mul15"] == "tile.tile.array.te0.lane_mul0"
+    assert rep["tile.tile.array.te0.k_mul31"] == "tile.tile.array.te0.k_mul0"
     assert len(set(rep.values())) * 3 < len(mods)
     units = set()
 

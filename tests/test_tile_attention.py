@@ -51,7 +51,7 @@ def layer_cycles(res):
     (dict(head_dim=None), "head_dim must be one of (64, 128, 256), got None"),
     (dict(scale_bits=1 << 32), "scale_bits must be an integer in 0..4294967295, got 4294967296"),
     (dict(G=17), "G must be an integer in 1..16, got 17"),
-    (dict(lanes=3), "lanes must be one of (2, 4, 8, 16), got 3"),
+    (dict(lanes=3), "lanes must be one of (2, 4, 8, 16, 32), got 3"),
     (dict(kv_dtype="fp16"), "kv_dtype must be one of ('bf16', 'fp8', 'nvfp4'), got 'fp16'"),
     (dict(num_layers=9), "num_layers must be an integer in 1..8, got 9"),
     (dict(max_ctx=0), "max_ctx must be an integer in 1..16383, got 0"),
@@ -82,7 +82,7 @@ def test_layouts_agree_with_the_behavioural_hbm_and_the_te():
     assert (BL.hbm_req_layout, BL.hbm_resp_layout) == (AL.hbm_req_layout, AL.hbm_resp_layout)
     # one HBM word = one TE kv beat without last, rounded to bytes (exact for every config)
     from tricut.rtl.te.layouts import kv_layout
-    for lanes in (2, 4, 8, 16):
+    for lanes in (2, 4, 8, 16, 32):
         for dt in ("bf16", "fp8", "nvfp4"):
             assert AL.kv_word_bits(lanes, dt) == kv_layout(lanes, dt).size - 1
             assert AL.kv_data_bits(lanes, dt) % 8 == 0

@@ -21,9 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the smallest configuration: tests/test_tile_cosim.py's EQUIV (one build for all)
 SMALL = ["--prompt-lens", "1,2,3", "--steps", "3", "--split-tokens", "5", "--max-ctx", "16",
          "--opt=-O0", "--seed", "1"]
-EQUIVALENCE = SMALL + ["--dtypes", "bf16", "--policies", "none", "--engines", "2",
+EQUIVALENCE = SMALL + ["--designs", "serial@16", "--dtypes", "bf16", "--policies", "none",
+                       "--engines", "2",
                        "--max-batch", "0", "--long-context", "1", "--scheduler", "model"]
-REAL_LAYER = SMALL + ["--model", "tiny-te", "--engines", "2", "--policies", "none"]
+REAL_LAYER = SMALL + ["--model", "tiny-te", "--engines", "2", "--policies", "none",
+                      "--lanes", "16"]
 #: request 0's first V word of token 0 (its only prompt token), layer 0, KV head 0
 _ADDR = kv_addr(0, 0, 0, 0, num_layers=2, num_kv_heads=2, max_ctx=16, head_dim=64, lanes=16)
 CORRUPT = ["--corrupt", f"{_ADDR + 4},14"]
@@ -38,7 +40,7 @@ def test_equivalence_matrix_smallest_configuration_passes():
     r = _script("tile_equivalence.py", *EQUIVALENCE)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "**1 of 1 runs pass**" in r.stdout
-    row = next(line for line in r.stdout.splitlines() if line.startswith("| bf16"))
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| serial@16, bf16"))
     # 3 rounds x 2 layers x 3 requests compared, tokens equal
     assert "| yes | 18 / 18 | yes | 3 |" in row, row
 
@@ -47,7 +49,7 @@ def test_equivalence_matrix_reports_a_corrupted_run_as_failing():
     r = _script("tile_equivalence.py", *EQUIVALENCE, *CORRUPT)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     assert "**0 of 1 runs pass**" in r.stdout and "| **NO** |" in r.stdout
-    assert "\n\nbf16, none (HBM only), 2 eng, batch ≤ all: round 0 layer 0" in r.stdout
+    assert "\n\nserial@16, bf16, none (HBM only), 2 eng, batch ≤ all: round 0 layer 0" in r.stdout
 
 
 def test_real_layer_smallest_configuration_passes():

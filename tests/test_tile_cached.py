@@ -3,12 +3,14 @@
 path with the CDU in the K/V path"), co-simulated with the golden decode step in Amaranth's
 simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --policy``).
 
-* equivalence, one run per CDU policy: every attention output bit-exact with the TE golden,
+* equivalence, one run per CDU policy, on the shipped pipelined engine: every attention
+  output bit-exact with the TE golden of that engine,
   the tokens the golden decode step's, and every CDU decision equal to the CDU golden model's
   on the same step descriptors (transaction by transaction) with its counters: ``static``
   (bf16, 1 engine: the second KV head's pass re-reads from HBM), ``adaptive`` (fp8, 4 engines,
   split-K on the longer contexts, evictions and eviction holds), ``disabled`` (NVFP4, 2
-  engines: every block a bypass, read from HBM by the streamer);
+  engines at 32 lanes, two block scales a K/V word: every block a bypass, read from HBM by
+  the streamer);
 * the L2 is used: with ``static`` every demand read hits and its blocks come from L2 frames
   the fill engine wrote; with ``disabled`` none does;
 * the checks can fail: a flipped HBM bit of a block that reaches the TE only through an L2
@@ -45,8 +47,9 @@ STATIC = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engine
                  max_ctx=32, policy="static")
 ADAPTIVE = Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
                    max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8")
+#: 32 lanes: a K/V word carries two NVFP4 block scales
 DISABLED = Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
-                   max_ctx=32, policy="disabled", kv_dtype="nvfp4")
+                 lanes=32, max_ctx=32, policy="disabled", kv_dtype="nvfp4")
 
 
 @pytest.fixture(scope="module")

@@ -69,7 +69,7 @@ def check(jobs, res, lanes):
     (dict(G=0), "G must be an int in 1..16, got 0"),
     (dict(G=17), "G must be an int in 1..16, got 17"),
     (dict(G=2.0), "G must be an int in 1..16, got 2.0"),
-    (dict(lanes=3), "lanes must be one of (2, 4, 8, 16), got 3"),
+    (dict(lanes=3), "lanes must be one of (2, 4, 8, 16, 32), got 3"),
     (dict(max_parts=0), "max_parts must be an int in 1..4096, got 0"),
     (dict(max_parts=5000), "max_parts must be an int in 1..4096, got 5000"),
     (dict(max_parts=True), "max_parts must be an int in 1..4096, got True"),

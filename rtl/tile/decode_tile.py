@@ -75,7 +75,7 @@ class DecodeTile(CheckedComponent):
         StepSequencer.check(num_layers, num_kv_heads, max_slots, split_tokens, widths, slot_bits)
         return w
 
-    def __init__(self, engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
+    def __init__(self, engines=1, head_dim=64, G=2, lanes=32, kv_dtype="bf16", num_layers=2,
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
                  num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
                  max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000, dsu_intake_depth=4,

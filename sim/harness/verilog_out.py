@@ -200,7 +200,7 @@ UNITS: dict[str, Unit] = {
                                              "max_beats": 16, "max_outstanding": 4},
                            "Attention path of the decode tile: KV streamer, TE array, split-K "
                            "combine, Q and output buffers (docs/tile/attention-path.md)"),
-    "tile-cached": Unit(_tile_cached, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 16,
+    "tile-cached": Unit(_tile_cached, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 32,
                                        "kv_dtype": "bf16", "num_layers": 2, "num_kv_heads": 2,
                                        "split_tokens": 16, "slot_bits": 2, "max_ctx": 64,
                                        "num_requests": 4, "max_beats": 16, "max_outstanding": 4,
@@ -209,7 +209,7 @@ UNITS: dict[str, Unit] = {
                         "Attention path of the decode tile with the CDU in the K/V path: CDU, "
                         "L2 fill engine, new-token writer, unit streamer, routed TE array, "
                         "split-K combine (docs/tile/cdu-path.md)"),
-    "tile": Unit(_tile, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 16, "kv_dtype": "bf16",
+    "tile": Unit(_tile, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 32, "kv_dtype": "bf16",
                          "num_layers": 2, "num_kv_heads": 2, "split_tokens": 16, "slot_bits": 2,
                          "max_ctx": 64, "num_requests": 4, "max_beats": 16,
                          "max_outstanding": 4, "max_slots": 4, "cdu_sets": 4, "cdu_ways": 2,
