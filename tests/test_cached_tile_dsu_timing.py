@@ -33,11 +33,11 @@ STATIC = Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=Tr
 #: CDU re-sends (``hbm_retries`` 3, checked by ``simulate``)
 FAULTS = dataclasses.replace(STATIC, faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1)))
 
-#: ``benchmarks/tile_dsu.py``'s "CDU adaptive, split-K 12" run with 3 steps, measured on
-#: Verilator: per round ``(first descriptor, last completion)`` (``RunResult.round_spans``);
-#: its rounds are the DSU model's (``tile.setup.schedule``)
+#: ``benchmarks/tile_dsu.py``'s "CDU adaptive, split-K 12" run with 3 steps on the serial
+#: engine, measured on Verilator: per round ``(first descriptor, last completion)``
+#: (``RunResult.round_spans``); its rounds are the DSU model's (``tile.setup.schedule``)
 ADAPTIVE = dataclasses.replace(STATIC, engines=4, policy="adaptive", kv_dtype="fp8",
-                               split_tokens=12)
+                               split_tokens=12, engine="serial")
 ADAPTIVE_SPANS = [(7198, 10189), (11817, 14248), (15869, 18492), (19321, 21232),
                   (21701, 23457), (23925, 25777)]
 #: ... and its layers (``RunResult.layer_cycles``, layers 0 and 1 per round)
