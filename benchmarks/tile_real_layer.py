@@ -130,13 +130,14 @@ def predicted_cycles(s, cfg, rounds):
 
 def _params_and_bits(s, cfg):
     """The tile's parameters (``RunInputs.params`` needs only the setup and the model config:
-    a ``RunInputs`` without its prefill) and the HBM model's word width."""
+    a ``RunInputs`` without its prefill) and the HBM model's word width (a K/V word,
+    ``kv_data_bits``, in both tiles)."""
+    from tricut.rtl.tile.attention_layouts import kv_data_bits
     from tricut.sim.harness.tile.golden import RunInputs
-    from tricut.sim.harness.tile.verilator_top import CosimVerilatorTop
     r = RunInputs.__new__(RunInputs)
     r.s, r.cfg = s, cfg
     p = r.params()
-    return p, CosimVerilatorTop(p, s.policy is not None).hbm.data_bits
+    return p, kv_data_bits(s.lanes, s.kv_dtype)
 
 
 def run_one(s, opt, corrupt=None, max_layer_cycles=50_000_000):
