@@ -64,3 +64,14 @@ def test_real_layer_reports_a_corrupted_run_as_failing():
     r = _script("tile_real_layer.py", *REAL_LAYER, *CORRUPT)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     assert "**0 of 1 runs pass**" in r.stdout and "| **NO** |" in r.stdout
+
+
+def test_tile_wing_counts_and_a_bad_revision_is_one_line():
+    r = _script("tile_wing.py", "--base", "HEAD", "--head", "HEAD")   # no older commit needed
+    assert r.returncode == 0, r.stderr
+    assert "| import cycles among them | 0 | 0 |" in r.stdout
+    assert "| private-name imports between them | 0 | 0 |" in r.stdout
+    r = _script("tile_wing.py", "--base", "no-such-revision")
+    assert r.returncode != 0 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [
+        "benchmarks/tile_wing.py: not a git revision: no-such-revision"]
