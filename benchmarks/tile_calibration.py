@@ -1,18 +1,17 @@
 """Integration calibration of the decode tile: the tile's measured cycles per layer and per
-step against the fast model's prediction for the same configuration
-(``models/tile_timing.py`` for the HBM-only tile, ``models/cached_tile_timing.py`` for
-the cached tile), on whole decode steps co-simulated with the golden decode step
+step against the tile timing model's prediction for the same configuration
+(``models/cached_tile_timing.py``, with and without the CDU), on whole decode steps co-simulated with the golden decode step
 (``sim/harness/tile/cosim.py``).
 
     .venv/bin/python benchmarks/tile_calibration.py            # run, print the table
     .venv/bin/python benchmarks/tile_calibration.py --write    # ... and into docs/tile/figures.md
 
 Runs (tiny-te; each checked bit-exact against the golden first, the cached ones also with the
-CDU's decisions equal to its golden model's): the HBM-only tile with 1, 2 and 4 engines, with
-and without split-K, bf16 and fp8 (Amaranth simulator); the cached tile under the ``static``,
+CDU's decisions equal to its golden model's; all on Verilator, cycle-identical to Amaranth's
+simulator): the tile without the CDU (``--policy none``) with 1, 2 and 4 engines, with and
+without split-K, bf16 and fp8; the tile with the CDU under the ``static``,
 ``adaptive`` and ``disabled`` CDU policies with 1, 2 and 4 engines, with and without split-K,
-bf16, fp8 and NVFP4, on a thrashing two-frame L2 and with an 81-token context (Verilator: the
-same cycles as Amaranth's simulator). The cached model
+bf16, fp8 and NVFP4, on a thrashing two-frame L2 and with an 81-token context. The model
 gets the CDU golden model's decisions (``cdu_decisions``), run one step at a time as the
 tile's CDU sees them. A step's tile cycles are the sum of its layers' (``go`` to ``done``); the
 host's K/V, q and output traffic between layers is the harness's, not the tile's, and is left
@@ -68,47 +67,34 @@ def cached_setups():
 
 
 def predict_cached(s):
-    """The cached-tile model's ``{(round, layer): cycles}`` for a co-simulation setup: its
-    rounds (the DSU model's schedule) and the CDU golden model's decisions on them."""
-    from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
-    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
-    from tricut.models.cached_tile_timing import cdu_decisions, predict_run
-    from tricut.sim.harness.tile.setup import schedule, tile_config
-    cfg = tile_config(s)
-    rounds = schedule(s)
-    steps = [StepDesc(descs[0].step,
-                      tuple(SlotDesc(d.slot, d.request, d.seq_len, HINT_OF_RESIDENCY[d.residency])
-                            for d in descs), tuple(range(cfg.num_layers))) for descs in rounds]
-    decisions = cdu_decisions(s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
-                              CDU_FE_ENTRIES)
-    return predict_run(cfg, [[(d.slot, d.request, d.seq_len) for d in descs]
-                             for descs in rounds], decisions)
+    """The tile timing model's ``{(round, layer): cycles}`` for a co-simulation setup
+    (``tricut.sim.harness.tile.setup.predict_layers``)."""
+    from tricut.sim.harness.tile.setup import predict_layers
+    return predict_layers(s)
 
 
 def measure(s):
     """``[(round, seq_lens, [measured per layer], [predicted per layer])]`` of one run."""
-    from tricut.models.tile_timing import predict_step
     from tricut.sim.harness.tile.cosim import simulate
     from tricut.sim.harness.tile.setup import schedule, tile_config
-    rep = simulate(s, sim="amaranth" if s.policy is None else "verilator")
+    rep = simulate(s, sim="verilator")
     if not rep.ok:
         raise SystemExit(f"{SCRIPT}: {s}: {rep.differences[0]}")
     cfg = tile_config(s)
-    cached = predict_cached(s) if s.policy is not None else None
+    predicted = predict_cached(s)
     rows = []
     for ri, descs in enumerate(schedule(s)):
         lens = [d.seq_len for d in descs]
         got = [rep.tile.layer_cycles[(ri, li)] for li in range(cfg.num_layers)]
-        want = predict_step(cfg, lens) if cached is None else \
-            [cached[(ri, li)] for li in range(cfg.num_layers)]
+        want = [predicted[(ri, li)] for li in range(cfg.num_layers)]
         rows.append((ri, lens, got, want))
     return rows
 
 
 def report(results, cmd):
-    lines = [f"Measured by `{cmd}` (HBM-only runs on the Amaranth simulator, cached runs on "
-             f"Verilator, cycle-identical to it; every run bit-exact with the golden, the cached "
-             f"runs' CDU decisions equal to the CDU golden model's):",
+    lines = [f"Measured by `{cmd}` (on Verilator, cycle-identical to Amaranth's simulator; "
+             f"every run bit-exact with the golden, the runs' CDU decisions equal to the CDU "
+             f"golden model's; the model: `models/cached_tile_timing.py`):",
              "", "| tile | K/V | engines | split | step | contexts | measured (layers) | "
                  "predicted (layers) | error per step |", "|---|---|---|---|---|---|---|---|---|"]
     worst, tot_m, tot_p = 0.0, 0, 0
@@ -119,7 +105,7 @@ def report(results, cmd):
             tot_m += sum(got)
             tot_p += sum(want)
             split = f"{s.split_tokens}" if s.split_tokens else "—"
-            tile = "HBM only" if s.policy is None else f"CDU {s.policy}"
+            tile = "no CDU" if s.policy is None else f"CDU {s.policy}"
             lines.append(f"| {tile} | {s.kv_dtype} | {s.engines} | {split} | {ri} | "
                          f"{', '.join(map(str, lens))} | {sum(got):,} "
                          f"({', '.join(map(str, got))}) | {sum(want):,} "

@@ -115,17 +115,10 @@ def hbm_bytes(s, cfg, rounds, data_bits):
 
 
 def predicted_cycles(s, cfg, rounds):
-    """The fast model's layer cycles: the HBM-only tile's recurrence
-    (``models/tile_timing.py``) or, with a CDU policy, the cached tile's model
-    (``models/cached_tile_timing.py``, as ``benchmarks/tile_calibration.py`` runs it)."""
-    from tricut.models.tile_timing import predict_step
-    from tricut.sim.harness.tile.setup import tile_config
-    if s.policy is not None:
-        from tile_calibration import predict_cached
-        return predict_cached(s)
-    tc = tile_config(s)
-    return {(ri, li): c for ri, descs in enumerate(rounds)
-            for li, c in enumerate(predict_step(tc, [d.seq_len for d in descs]))}
+    """The tile timing model's layer cycles (``models/cached_tile_timing.py``, with or without
+    the CDU: ``tricut.sim.harness.tile.setup.predict_layers``)."""
+    from tricut.sim.harness.tile.setup import predict_layers
+    return predict_layers(s)
 
 
 def _params_and_bits(s, cfg):

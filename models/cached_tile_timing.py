@@ -83,7 +83,8 @@ allocated entry reads the whole L2 frame (request one cycle, data from two cycle
 covered word sent when its engine's FIFO has room), a bypass entry or a later pass reads HBM
 (one 1-token block read per (token, pass job), issued at most one per two cycles, the walker
 stepping over the ``E`` job slots per token, eight reads in flight); the entry is popped
-after the block; one cycle between blocks and at the pass's end.
+after the block; one cycle between blocks and at the pass's end. Without the CDU
+(``l2=False``: no decisions, no fills, no L2) every pass reads its blocks from HBM so.
 
 **Routed TE array** (``TEArray(routed_kv=True)``, ``engine`` of the config): per engine a
 FIFO of ``2*2*Dk`` words; a job is dispatched when its engine is idle; the engine takes its
@@ -150,6 +151,9 @@ class CachedTileConfig(TileConfig):
     #: depend on it)
     engine: str = "pipelined"
     kv_dtype: str = "bf16"
+    #: the CDU and the L2 in the K/V path; False: the tile without the CDU, whose streamer
+    #: reads every block from HBM (``DecodeTile(cdu=None)``; the run has no CDU decisions)
+    l2: bool = True
 
     @property
     def block_beats(self):
@@ -677,7 +681,7 @@ class _Streamer:
                 else:
                     self.k, self.state = self.k + 1, "desc"
         elif st == "block":
-            if self.next_block != self.blk:
+            if not self.cfg.l2 or self.next_block != self.blk:
                 self._start_walk()
             elif self._head_offered(t):
                 if self.ready[0].bypass:
@@ -730,7 +734,7 @@ class _Streamer:
 
     def _hbm_word(self, t, walking, routes_level):
         if not walking and not routes_level:
-            if self.next_block == self.blk:
+            if self.cfg.l2 and self.next_block == self.blk:
                 self._pop(t)
             self.state = "next"
             return

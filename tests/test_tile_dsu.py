@@ -190,12 +190,13 @@ BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
             max_batch=3, max_ctx=32)
 
 
-def predicted_rounds(s, rounds):
-    """The fast model's cycles of every DSU round (``predict_dsu_round``)."""
-    from tricut.models.tile_timing import predict_dsu_round
-    from tricut.sim.harness.tile.setup import tile_config
-    return {ri: predict_dsu_round(tile_config(s), [d["slot"] for d in r],
-                                  [d["seq_len"] for d in r]) for ri, r in enumerate(rounds)}
+def predicted_rounds(s, t):
+    """The timing model's cycles of every DSU round of run ``t`` from its first descriptor
+    (``predict_cached_dsu_rounds``; without the CDU a round leaves no state behind, so each is
+    predicted alone)."""
+    from tricut.sim.harness.tile.setup import predict_cached_dsu_rounds
+    return {ri: predict_cached_dsu_rounds(s, [r], [t.round_spans[ri][0]])[0][0]
+            for ri, r in enumerate(t.rounds)}
 
 
 def test_dsu_loop_fault_free_equals_the_golden():
@@ -214,8 +215,8 @@ def test_dsu_loop_fault_free_equals_the_golden():
     assert t.hbm_beats == (sum(L * H * d["seq_len"] * words for d in steps),
                            len(steps) * L * H * words)
     # the fast model: every round's cycles, first descriptor to last completion, exactly
-    assert t.step_cycles == predicted_rounds(Setup(**BASE), t.rounds)
-    wrong = predicted_rounds(Setup(**dict(BASE, engines=4)), t.rounds)
+    assert t.step_cycles == predicted_rounds(Setup(**BASE), t)
+    wrong = predicted_rounds(Setup(**dict(BASE, engines=4)), t)
     assert wrong != t.step_cycles
 
 
@@ -228,7 +229,7 @@ def test_dsu_loop_faults_roll_back_and_rerun():
     first2 = [ri for ri, b in enumerate(t.rounds) if any(d["request"] == 2 for d in b)][:2]
     assert sorted(t.failed) == sorted([(0, 0)] + [(ri, 2) for ri in first2])
     assert all(o.status == "completed" and o.tokens == 3 for o in t.outcomes.values())
-    assert t.step_cycles == predicted_rounds(s, t.rounds)       # failed rounds too
+    assert t.step_cycles == predicted_rounds(s, t)       # failed rounds too
     # the re-run has the same context as the failed step
     ctx = {(ri, d["request"]): d["seq_len"] for ri, b in enumerate(t.rounds) for d in b}
     assert ctx[(first2[0], 2)] == ctx[(first2[1], 2)]
@@ -413,7 +414,7 @@ def test_dsu_loop_lost_read_times_out_and_reruns():
     assert t.aborted == [0, 1]                      # request 0's first two rounds
     assert sorted(t.failed) == [(ri, r) for ri in (0, 1) for r in (0, 1, 3)]
     assert all(o.status == "completed" and o.tokens == 3 for o in t.outcomes.values())
-    want = predicted_rounds(s, t.rounds)
+    want = predicted_rounds(s, t)
     limit = watchdog_limit(s)
     for ri in t.aborted:
         want[ri] = predict_dsu_timeout([d["slot"] for d in t.rounds[ri]], limit)

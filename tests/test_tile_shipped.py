@@ -1,6 +1,6 @@
-"""The cached tile the co-simulations run is the tile that ships.
+"""The tile the co-simulations run is the tile that ships.
 
-Both simulation tops of a cached run (``CachedCosimTop`` in Amaranth, ``CosimVerilatorTop``
+Both simulation tops of a run, with the CDU or without, (``CosimTop`` in Amaranth, ``CosimVerilatorTop``
 on Verilator) instantiate the :class:`~tricut.rtl.tile.decode_tile.DecodeTile` object that
 ``tricut verilog tile`` writes, and add only the behavioural HBM and L2 models and the host
 port: the design under test inside each top generates the same Verilog as the command line
@@ -10,13 +10,16 @@ link (their firmware in the cores' memories) and no second copy of them exists i
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from amaranth.back import verilog
 
 from tricut.rtl.tile.decode_tile import DecodeTile
 from tricut.sim.harness.tile.golden import RunInputs
 from tricut.sim.harness.tile.params import TILE_KEYS
 from tricut.sim.harness.tile.setup import Setup
-from tricut.sim.harness.tile.tops import CachedCosimTop
+from tricut.sim.harness.tile.tops import CosimTop
 from tricut.sim.harness.tile.verilator_top import CosimVerilatorTop
 
 from conftest import run_cli
@@ -29,19 +32,23 @@ def _cli_verilog(p, tmp_path, capsys, dsu_cores=0):
     argv = ["verilog", "tile", "-o", str(tmp_path), "--top", "tile"]
     for k in TILE_KEYS + ("max_slots", "engine"):
         argv += ["-p", f"{k}={p[k]!r}"]
-    argv += ["-p", f"cdu_sets={p['cdu']['sets']}", "-p", f"cdu_ways={p['cdu']['ways']}",
-             "-p", f"dsu_cores={dsu_cores}"]
+    if p["cdu"] is None:
+        argv += ["-p", "cdu=False"]
+    else:
+        argv += ["-p", f"cdu_sets={p['cdu']['sets']}", "-p", f"cdu_ways={p['cdu']['ways']}"]
+    argv += ["-p", f"dsu_cores={dsu_cores}"]
     code, cap = run_cli(argv, capsys)
     assert code == 0, cap.err
     return (tmp_path / "tile.v").read_text()
 
 
-def test_both_cosim_tops_simulate_the_verilog_that_ships(tmp_path, capsys):
-    run = RunInputs(SETUP)
+@pytest.mark.parametrize("policy", ["static", None])
+def test_both_cosim_tops_simulate_the_verilog_that_ships(tmp_path, capsys, policy):
+    run = RunInputs(dataclasses.replace(SETUP, policy=policy))
     p = run.params()
     shipped = _cli_verilog(p, tmp_path, capsys)
-    amaranth_top = CachedCosimTop(run.image()[0], p)
-    verilator_top = CosimVerilatorTop(p, cached=True)
+    amaranth_top = CosimTop(run.image()[0], p)
+    verilator_top = CosimVerilatorTop(p)
     for top in (amaranth_top, verilator_top):
         assert isinstance(top.dut, DecodeTile) and top.dut.dsu_cores == 0
         assert (top.tile, top.seq) == (top.dut.tile, top.dut.seq)
@@ -52,7 +59,7 @@ def test_the_dsu_top_runs_the_decode_tiles_own_cluster_and_link():
     s = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=1, max_ctx=32,
                 policy="static", dsu=True)
     p = RunInputs(s).params()
-    top = CosimVerilatorTop(p, cached=True)
+    top = CosimVerilatorTop(p)
     dt = top.dut
     assert isinstance(dt, DecodeTile) and dt.dsu_cores == p["dsu"]["cores"]
     assert (top.cluster, top.link) == (dt.cluster, dt.link)

@@ -38,7 +38,8 @@ class CachedAttentionTile(AttentionTile):
 
     Parameters: those of :class:`~.attention_tile.AttentionTile`, ``max_ctx`` a multiple of
     16, plus ``cdu`` (a dict of :class:`~tricut.rtl.cdu.top.CDU` parameters: ``sets``,
-    ``ways``, ``mshrs``, ``rq_depth``, ``max_retries``; defaults :data:`CDU_DEFAULTS`) and
+    ``ways``, ``mshrs``, ``rq_depth``, ``max_retries``, each missing one from
+    :data:`CDU_DEFAULTS`, by default all of them; ``None``: no CDU, see below) and
     ``max_slots`` (the CDU front end's slot table) and ``engine`` (the TE array's engine
     design, :data:`tricut.models.tile.TILE_ENGINES`: the shipped ``"pipelined"`` by default).
 
@@ -61,6 +62,13 @@ class CachedAttentionTile(AttentionTile):
     The HBM port is shared by the fill engine's and the streamer's block readers: HBM ``id`` =
     the reader's id with the reader's number (0 fill, 1 streamer) on top; the fill engine
     has priority.
+
+    Without the CDU (``cdu=None``) the same unit streamer reads every block from HBM
+    (``UnitStreamer(l2=False)``) and the tile has none of the CDU's, the new-token writer's and
+    the L2's ports (``step``, ``config``, ``layer``, ``newkv_write``, ``hbm_write``, ``l2_*``,
+    ``cdu_counters``, ``reg_*``, ``cdu_idle``): the new tokens' K/V are in HBM before ``go``,
+    written by whatever produced them (the host port of a simulation top). The HBM ``id`` is
+    the streamer's reader's.
     """
 
     @staticmethod
@@ -73,13 +81,15 @@ class CachedAttentionTile(AttentionTile):
         c = dict(CDU_DEFAULTS)
         if cdu is not None:
             if not isinstance(cdu, dict) or set(cdu) - set(CDU_DEFAULTS):
-                raise ValueError(f"cdu must be a dict with keys from {sorted(CDU_DEFAULTS)}, "
-                                 f"got {cdu!r}")
+                raise ValueError(f"cdu must be None or a dict with keys from "
+                                 f"{sorted(CDU_DEFAULTS)}, got {cdu!r}")
             c.update(cdu)
         w = UnitStreamer.check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads,
                                split_tokens, widths, slot_bits, max_ctx, num_requests,
-                               max_beats, max_outstanding, scale_bits, c["sets"], c["ways"])
-        check_params(c["sets"], c["ways"], c["mshrs"], c["rq_depth"], c["max_retries"], w)
+                               max_beats, max_outstanding, scale_bits, c["sets"], c["ways"],
+                               cdu is not None)
+        if cdu is not None:
+            check_params(c["sets"], c["ways"], c["mshrs"], c["rq_depth"], c["max_retries"], w)
         if not isinstance(max_slots, int) or isinstance(max_slots, bool) or \
                 not 1 <= max_slots <= 1 << slot_bits:
             raise ValueError(f"max_slots must be an integer in 1..{1 << slot_bits}, "
@@ -88,18 +98,19 @@ class CachedAttentionTile(AttentionTile):
 
     def __init__(self, engines=1, head_dim=64, G=2, lanes=32, kv_dtype="bf16", num_layers=2,
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
-                 num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
-                 max_slots=4, engine="pipelined"):
+                 num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None,
+                 cdu=CDU_DEFAULTS, max_slots=4, engine="pipelined"):
         self.w = w = widths or Widths()
         self.engine = engine
         c = dict(CDU_DEFAULTS)
         c.update(cdu or {})
-        self.cdu_params = c
+        #: the CDU's parameters, ``None`` without the CDU
+        self.cdu_params = c if cdu is not None else None
         self.engines, self.split_tokens = engines, split_tokens
         self.streamer = UnitStreamer(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                      num_kv_heads, split_tokens, w, slot_bits, max_ctx,
                                      num_requests, max_beats, max_outstanding, scale_bits,
-                                     c["sets"], c["ways"])
+                                     c["sets"], c["ways"], cdu is not None)
         st = self.streamer
         self.H, self.qbeats, self.lanes = num_kv_heads, st.qbeats, lanes
         self.array = TEArray(engines, head_dim, G, lanes, kv_dtype, st.tag.size, routed_kv=True,
@@ -107,6 +118,41 @@ class CachedAttentionTile(AttentionTile):
         self.combine = (CombineUnit(head_dim, G, lanes, combine_parts(split_tokens, max_ctx))
                         if split_tokens else None)
         self.out_words = (1 << slot_bits) * num_kv_heads * st.qbeats
+        r = st.reader
+        self.addr_bits, self.data_bits = r.addr_bits, r.data_bits
+        ports = {
+            "job": In(stream.Signature(attn_job_layout(w, slot_bits, num_kv_heads,
+                                                       split_tokens))),
+            "q_write": In(stream.Signature(q_write_layout(slot_bits, st.hb,
+                                                          index_bits(st.qbeats), lanes))),
+            "go": In(1),
+            "done": Out(1),
+            "out_addr": In(index_bits(self.out_words)),
+            "out_data": Out(32 * lanes),
+            "tensor_scale": In(32),
+            "err": Out(1),
+            "misorder": Out(1),
+            "te_status": Out(5),
+            "fail_slots": Out(1 << slot_bits),
+        }
+        if cdu is None:
+            self.cdu = None
+            self.id_bits = r.id_bits
+            ports.update({
+                "hbm_req": Out(stream.Signature(hbm_req_layout(r.id_bits, r.addr_bits,
+                                                               max_beats))),
+                "hbm_resp": In(stream.Signature(hbm_resp_layout(r.id_bits, r.data_bits)))})
+        else:
+            ports.update(self._cdu_parts(c, w, head_dim, lanes, kv_dtype, num_layers,
+                                         num_kv_heads, max_ctx, num_requests, max_beats,
+                                         max_outstanding, slot_bits, max_slots))
+        super(AttentionTile, self).__init__(ports)
+
+    def _cdu_parts(self, c, w, head_dim, lanes, kv_dtype, num_layers, num_kv_heads, max_ctx,
+                   num_requests, max_beats, max_outstanding, slot_bits, max_slots):
+        """The CDU, the L2 fill engine, the new-token writer and the L2 write arbiter; their
+        ports."""
+        st, r = self.streamer, self.streamer.reader
         self.cdu = CDU(c["sets"], c["ways"], c["mshrs"], c["rq_depth"], c["max_retries"], w,
                        slot_bits=slot_bits, max_slots=max_slots, max_layers=num_layers,
                        entries=CDU_FE_ENTRIES, units=CDU_FE_UNITS)
@@ -115,23 +161,13 @@ class CachedAttentionTile(AttentionTile):
                    sets=c["sets"], ways=c["ways"], widths=w)
         self.filler = L2Filler(**geo, max_beats=max_beats, max_outstanding=max_outstanding)
         self.writer = NewTokenWriter(**geo)
-        self.l2_arbiter = L2WriteArbiter(st.frames, st.block_beats, st.reader.data_bits)
-        r = st.reader
+        self.l2_arbiter = L2WriteArbiter(st.frames, st.block_beats, r.data_bits)
         self.id_bits = r.id_bits + 1
-        self.addr_bits, self.data_bits = r.addr_bits, r.data_bits
-        super(AttentionTile, self).__init__({
-            "job": In(stream.Signature(attn_job_layout(w, slot_bits, num_kv_heads,
-                                                       split_tokens))),
-            "q_write": In(stream.Signature(q_write_layout(slot_bits, st.hb,
-                                                          index_bits(st.qbeats), lanes))),
+        return {
             "step": In(stream.Signature(step_layout(w, slot_bits))),
             "config": In(fe_config_layout(w)),
             "layer": In(w.layer),
             "newkv_write": In(self.writer.newkv_write.signature.flip()),
-            "go": In(1),
-            "done": Out(1),
-            "out_addr": In(index_bits(self.out_words)),
-            "out_data": Out(32 * lanes),
             "hbm_req": Out(stream.Signature(hbm_req_layout(self.id_bits, r.addr_bits,
                                                            max_beats))),
             "hbm_resp": In(stream.Signature(hbm_resp_layout(self.id_bits, r.data_bits))),
@@ -140,21 +176,27 @@ class CachedAttentionTile(AttentionTile):
             "l2_data": In(stream.Signature(l2_data_layout(1, r.data_bits))),
             "l2_write": Out(stream.Signature(l2_write_layout(st.frames, st.block_beats,
                                                              r.data_bits))),
-            "tensor_scale": In(32),
-            "err": Out(1),
-            "misorder": Out(1),
-            "te_status": Out(5),
-            "fail_slots": Out(1 << slot_bits),
             "cdu_counters": Out(self.cdu.counters.shape()),
             "reg_addr": In(5),
             "reg_data": Out(32),
             "cdu_idle": Out(1),
-        })
+        }
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.streamer = st = self.streamer
         m.submodules.array = arr = self.array
+        m.d.comb += self.misorder.eq(st.misorder)
+        if self.cdu is None:
+            wiring.connect(m, wiring.flipped(self.hbm_req), st.hbm_req)
+            wiring.connect(m, st.hbm_resp, wiring.flipped(self.hbm_resp))
+        else:
+            self._elaborate_cdu(m, st)
+        self._elaborate_attention(m, st, arr)
+        return m
+
+    def _elaborate_cdu(self, m, st):
+        """The CDU, the fill engine, the new-token writer and the L2 around the streamer."""
         m.submodules.cdu = cdu = self.cdu
         m.submodules.filler = fl = self.filler
         m.submodules.writer = wr = self.writer
@@ -187,10 +229,6 @@ class CachedAttentionTile(AttentionTile):
         wiring.connect(m, st.l2_read, wiring.flipped(self.l2_read))
         wiring.connect(m, wiring.flipped(self.l2_data), st.l2_data)
         self._elaborate_hbm_mux(m, fl, st)
-        # attention: as the attention tile
-        self._elaborate_attention(m, st, arr)
-        m.d.comb += self.misorder.eq(st.misorder)
-        return m
 
     def _elaborate_hbm_mux(self, m, fl, st):
         """Two block readers on one HBM port: requests by fixed priority (fill engine first),

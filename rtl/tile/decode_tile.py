@@ -17,7 +17,7 @@ from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.dsu.cluster import DsuCluster
 from tricut.rtl.dsu.regmap import MAX_HARTS
 
-from .cached_attention_tile import CachedAttentionTile
+from .cached_attention_tile import CDU_DEFAULTS, CachedAttentionTile
 from .dsu_link import DsuLink
 from .sequencer import StepSequencer
 
@@ -44,7 +44,9 @@ class DecodeTile(CheckedComponent):
     ``descriptor`` are then ports). ``dsu_mem_bytes``: each core's local memory;
     ``dsu_intake_depth``: the arbiter's intake FIFO; ``dsu_firmware``: the words the cores'
     memories hold at reset (default none: firmware loads through ``host``); ``engine``: the
-    TE array's engine design (default the shipped ``"pipelined"``).
+    TE array's engine design (default the shipped ``"pipelined"``). ``cdu=None`` builds the
+    tile without the CDU: the same unit streamer reads every block from HBM, and the CDU's,
+    the new-token writer's and the L2's ports are absent.
 
     Ports: with the DSU, the cluster's ``host`` (firmware load, MMIO), ``run``, ``stall``,
     ``intake``, ``intake_end``, ``outcomes``, ``moves``, ``degraded``, ``trap`` and its
@@ -77,8 +79,9 @@ class DecodeTile(CheckedComponent):
 
     def __init__(self, engines=1, head_dim=64, G=2, lanes=32, kv_dtype="bf16", num_layers=2,
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
-                 num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, cdu=None,
-                 max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000, dsu_intake_depth=4,
+                 num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None,
+                 cdu=CDU_DEFAULTS, max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000,
+                 dsu_intake_depth=4,
                  dsu_firmware=(), engine="pipelined"):
         self.tile = t = CachedAttentionTile(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                             num_kv_heads, split_tokens, widths, slot_bits,
@@ -110,7 +113,10 @@ class DecodeTile(CheckedComponent):
         reset = ResetInserter(self.link.round_abort) if self.dsu_cores else (lambda x: x)
         m.submodules.seq, m.submodules.tile = reset(s), reset(t)
         wiring.connect(m, s.job, t.job)
-        wiring.connect(m, s.step, t.step)
+        if t.cdu is not None:
+            wiring.connect(m, s.step, t.step)
+        else:
+            m.d.comb += s.step.ready.eq(1)
         if self.dsu_cores:
             self._elaborate_dsu(m)
         else:

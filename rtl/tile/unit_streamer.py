@@ -46,14 +46,21 @@ class UnitStreamer(CheckedComponent):
     unit (fewer engines than jobs) re-reads the block from HBM, one request per (token, job).
     An entry that is not the expected (request, layer, block) raises sticky ``misorder``.
 
-    Parameters: those of :class:`~.kv_streamer.KVStreamer`, ``engines`` (the TE array's) and
-    the CDU's ``sets``, ``ways``.
+    Without the CDU (``l2=False``) there are no ``ready``, ``l2_read`` and ``l2_data`` ports:
+    every pass reads its blocks from HBM as a later pass does, so the engines of a pass still
+    overlap and CDU on against CDU off measures the CDU alone.
+
+    Parameters: those of :class:`~.kv_streamer.KVStreamer`, ``engines`` (the TE array's),
+    the CDU's ``sets``, ``ways`` and ``l2`` (default ``True``: the CDU's ``ready`` entries and
+    the L2 data array are in the K/V path).
     """
 
     @staticmethod
     def _check(engines, head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads, split_tokens,
                widths, slot_bits, max_ctx, num_requests, max_beats, max_outstanding,
-               scale_bits, sets, ways):
+               scale_bits, sets, ways, l2):
+        if not isinstance(l2, bool):
+            raise ValueError(f"l2 must be True or False, got {l2!r}")
         if not isinstance(engines, int) or isinstance(engines, bool) or \
                 not 1 <= engines <= MAX_ENGINES:
             raise ValueError(f"engines must be an integer in 1..{MAX_ENGINES}, got {engines!r}")
@@ -71,8 +78,9 @@ class UnitStreamer(CheckedComponent):
     def __init__(self, engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
                  num_kv_heads=2, split_tokens=0, widths=None, slot_bits=2, max_ctx=64,
                  num_requests=4, max_beats=16, max_outstanding=4, scale_bits=None, sets=4,
-                 ways=2):
+                 ways=2, l2=True):
         self.w = w = widths or Widths()
+        self.l2 = l2
         self.E, self.head_dim, self.G, self.lanes = engines, head_dim, G, lanes
         self.kv_dtype, self.L, self.H = kv_dtype, num_layers, num_kv_heads
         self.split_tokens, self.slot_bits, self.max_ctx = split_tokens, slot_bits, max_ctx
@@ -88,14 +96,17 @@ class UnitStreamer(CheckedComponent):
         self.frames = sets * ways
         self.reader = HbmBlockReader(w, num_layers, num_kv_heads, max_ctx, num_requests,
                                      head_dim, lanes, kv_dtype, max_beats, max_outstanding)
-        r = self.reader
-        super().__init__({
-            **streamer_ports(self, routed_kv_layout(lanes, kv_dtype, engines)),
-            "ready": In(stream.Signature(ready_layout(w))),
-            "l2_read": Out(stream.Signature(l2_read_layout(self.frames, self.block_beats, 1))),
-            "l2_data": In(stream.Signature(l2_data_layout(1, r.data_bits))),
-            "misorder": Out(1),
-        })
+        ports = {**streamer_ports(self, routed_kv_layout(lanes, kv_dtype, engines)),
+                 **self._l2_ports(), "misorder": Out(1)}
+        super().__init__(ports if l2 else {k: v for k, v in ports.items()
+                                           if k not in self._l2_ports()})
+
+    def _l2_ports(self):
+        """The ports of the CDU's ``ready`` entries and the L2 data array's read side."""
+        return {"ready": In(stream.Signature(ready_layout(self.w))),
+                "l2_read": Out(stream.Signature(l2_read_layout(self.frames, self.block_beats,
+                                                               1))),
+                "l2_data": In(stream.Signature(l2_data_layout(1, self.reader.data_bits)))}
 
     def qbuf_addr(self, slot, kv_head, beat):
         """Word of the Q (and output) buffer: ``(slot * H + kv_head) * G*Dk + beat``."""
@@ -108,6 +119,10 @@ class UnitStreamer(CheckedComponent):
         wiring.connect(m, rd.hbm_resp, wiring.flipped(self.hbm_resp))
         E, H, sb = self.E, self.H, seq_bits(self.w)
         eb = index_bits(E)
+        # without the L2, stand-ins that are never valid: every block is read from HBM
+        l2_ports = self if self.l2 else SimpleNamespace(
+            **{k: v.signature.create() for k, v in self._l2_ports().items()})
+        ready, l2_read, l2_data = l2_ports.ready, l2_ports.l2_read, l2_ports.l2_data
         two_dk = 2 * self.dk
         jl = self.job.payload
 
@@ -157,7 +172,7 @@ class UnitStreamer(CheckedComponent):
         wb = kv_word_bits(self.lanes, self.kv_dtype)
         kvp = self.kv.payload
         kv_bits = kvp.kv.as_value()
-        l2d = self.l2_data.payload
+        l2d = l2_data.payload
         m.d.comb += t_abs.eq(Cat(tok, blk))
         l2_hit, l2_eng, l2_lastt = route(t_abs, head)
 
@@ -193,12 +208,12 @@ class UnitStreamer(CheckedComponent):
         m.d.comb += self.busy.eq(unit_open | (pc != 0))
         with m.If(self.clear):
             m.d.sync += [self.err.eq(0), self.err_slots.eq(0), self.misorder.eq(0)]
-        rdy = self.ready.payload
+        rdy = ready.payload
         ent_block_ok = Signal()
         m.d.comb += ent_block_ok.eq((rdy.req == request) & (rdy.layer == layer) &
                                     (rdy.block == blk))
         use_entry = Signal()                     # the block's source is its ready entry
-        m.d.comb += use_entry.eq(next_block == blk)
+        m.d.comb += use_entry.eq((next_block == blk) if self.l2 else 0)
         frame = Signal(index_bits(self.frames))
         m.d.comb += frame.eq(_frame_value(request, layer, blk[:self.w.block], rdy.way, self.sets,
                                           self.ways, len(frame)))
@@ -281,12 +296,13 @@ class UnitStreamer(CheckedComponent):
         unit_open, use_entry, walking = v.unit_open, v.use_entry, v.walking
         wb, wend, wj = v.wb, v.wend, v.wj
         word, wt, slot = v.word, v.wt, v.slot
+        ready, l2_read, l2_data = v.ready, v.l2_read, v.l2_data
         with m.State("BLOCK"):
             # choose the block's source
             with m.If(~use_entry):
                 m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
                 m.next = "HBM"
-            with m.Elif(self.ready.valid):
+            with m.Elif(ready.valid):
                 with m.If(~ent_block_ok):
                     m.d.sync += self.misorder.eq(1)
                 with m.If(rdy.err):
@@ -297,18 +313,18 @@ class UnitStreamer(CheckedComponent):
                 with m.Else():
                     m.next = "L2REQ"
         with m.State("L2REQ"):
-            rq = self.l2_read.payload
-            m.d.comb += [self.l2_read.valid.eq(1), rq.frame.eq(frame),
+            rq = l2_read.payload
+            m.d.comb += [l2_read.valid.eq(1), rq.frame.eq(frame),
                          rq.beats.eq(self.block_beats), rq.tag.eq(0)]
-            with m.If(self.l2_read.ready):
+            with m.If(l2_read.ready):
                 m.d.sync += [tok.eq(0), head.eq(0), word.eq(0)]
                 m.next = "L2DATA"
         with m.State("L2DATA"):
             m.d.comb += [kv_bits[:wb].eq(l2d.data[:wb]), kvp.engine.eq(l2_eng),
                          kvp.kv.last.eq(l2_lastt & (word == two_dk - 1)),
-                         self.kv.valid.eq(self.l2_data.valid & l2_hit),
-                         self.l2_data.ready.eq(~l2_hit | self.kv.ready)]
-            with m.If(self.l2_data.valid & self.l2_data.ready):
+                         self.kv.valid.eq(l2_data.valid & l2_hit),
+                         l2_data.ready.eq(~l2_hit | self.kv.ready)]
+            with m.If(l2_data.valid & l2_data.ready):
                 with m.If(l2d.err):
                     flag_err(self, m, slot)
                 m.d.sync += word.eq(word + 1)
@@ -317,7 +333,7 @@ class UnitStreamer(CheckedComponent):
                     with m.If(head == H - 1):
                         m.d.sync += [head.eq(0), tok.eq(tok + 1)]
                 with m.If(l2d.last):
-                    m.d.comb += self.ready.ready.eq(1)
+                    m.d.comb += ready.ready.eq(1)
                     m.d.sync += next_block.eq(next_block + 1)
                     m.next = "NEXT"
         with m.State("HBM"):
@@ -334,7 +350,7 @@ class UnitStreamer(CheckedComponent):
             m.d.comb += done_walk.eq(~walking & ~routes.r_rdy)
             with m.If(done_walk):
                 with m.If(use_entry):       # a bypass entry: popped once read
-                    m.d.comb += self.ready.ready.eq(1)
+                    m.d.comb += ready.ready.eq(1)
                     m.d.sync += next_block.eq(next_block + 1)
                 m.next = "NEXT"
         with m.State("NEXT"):

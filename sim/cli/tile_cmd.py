@@ -228,9 +228,8 @@ def add_commands(sub) -> None:
     p.add_argument("--engines", type=_int_arg(), default=1, metavar="E",
                    help="TE engines of the tile's array, 1..16 (default: %(default)s)")
     p.add_argument("--engine", choices=TILE_ENGINES, default=None,
-                   help="the TE engine design of the tile's array (docs/te.md). Default: the "
-                        "shipped pipelined engine with a --policy; the HBM-only path "
-                        "(--policy none) has the serial engine only.")
+                   help="the TE engine design of the tile's array (docs/te.md; default: the "
+                        "shipped pipelined engine)")
     p.add_argument("--lanes", type=_int_arg(), default=16, metavar="L",
                    help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
                         f"(default: %(default)s)")
@@ -240,8 +239,8 @@ def add_commands(sub) -> None:
                         "one context (default: %(default)s)")
     p.add_argument("--max-ctx", type=_int_arg(), default=64, metavar="C",
                    help="the tile's max_ctx: KV tokens per (request, layer, KV head) region of "
-                        "the HBM image; the longest prompt + --steps must fit "
-                        "(default: %(default)s)")
+                        "the HBM image, a multiple of 16 (whole KV blocks); the longest prompt "
+                        "+ --steps must fit (default: %(default)s)")
     p.add_argument("--max-batch", type=_int_arg(), metavar="B",
                    help="the DSU's batch cap (default: every request, every round)")
     p.add_argument("--profile", default="throughput-opt",
@@ -251,7 +250,8 @@ def add_commands(sub) -> None:
                    help="the CDU in the K/V path with this policy (its decisions checked "
                         "against the CDU golden model, transaction by transaction): blocks "
                         "come from the L2 data array on a hit or an allocated miss, from HBM "
-                        "on a bypass; 'none': no CDU, every block from HBM "
+                        "on a bypass; 'none': the tile without the CDU, the same unit "
+                        "streamer reading every block from HBM "
                         "(default: %(default)s)")
     p.add_argument("--cdu-sets", type=_int_arg(), default=4, metavar="S",
                    help="CDU tag-store sets, a power of 2 (default: %(default)s)")
@@ -294,7 +294,7 @@ def add_commands(sub) -> None:
     p.add_argument("--sim", choices=("amaranth", "verilator"), default="amaranth",
                    help="the tile's simulator: amaranth (~80-130 cycles/s) or verilator (the "
                         "same run cycle for cycle, one Verilator build per tile shape, cached "
-                        "under .build/cocotb; docs/tile.md, 'Co-simulation on Verilator') "
+                        "under .build/cocotb; docs/tile/cosim.md) "
                         "(default: %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object: setup, prompt lengths, DSU rounds, tokens (tile and "

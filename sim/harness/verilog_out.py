@@ -134,16 +134,22 @@ def _tile_attention(**p):
     return AttentionTile(**p)
 
 
-def _tile_cached(cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
+def _cdu_param(cdu, sets, ways, mshrs, rq_depth):
+    """The tile's ``cdu`` parameter: the CDU's geometry, or None (``-p cdu=False``)."""
+    if not isinstance(cdu, bool):
+        raise ValueError(f"cdu must be True or False, got {cdu!r}")
+    return dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth) if cdu else None
+
+
+def _tile_cached(cdu, cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
     from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
-    return CachedAttentionTile(**p, cdu=dict(sets=cdu_sets, ways=cdu_ways, mshrs=cdu_mshrs,
-                                             rq_depth=cdu_rq_depth))
+    return CachedAttentionTile(**p, cdu=_cdu_param(cdu, cdu_sets, cdu_ways, cdu_mshrs,
+                                                   cdu_rq_depth))
 
 
-def _tile(cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
+def _tile(cdu, cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
     from tricut.rtl.tile.decode_tile import DecodeTile
-    return DecodeTile(**p, cdu=dict(sets=cdu_sets, ways=cdu_ways, mshrs=cdu_mshrs,
-                                    rq_depth=cdu_rq_depth))
+    return DecodeTile(**p, cdu=_cdu_param(cdu, cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth))
 
 
 def _tile_dsu_link(**p):
@@ -204,20 +210,21 @@ UNITS: dict[str, Unit] = {
                                        "kv_dtype": "bf16", "num_layers": 2, "num_kv_heads": 2,
                                        "split_tokens": 16, "slot_bits": 2, "max_ctx": 64,
                                        "num_requests": 4, "max_beats": 16, "max_outstanding": 4,
-                                       "max_slots": 4, "cdu_sets": 4, "cdu_ways": 2,
-                                       "cdu_mshrs": 4, "cdu_rq_depth": 4, "engine": "pipelined"},
+                                       "max_slots": 4, "cdu": True, "cdu_sets": 4,
+                                       "cdu_ways": 2, "cdu_mshrs": 4, "cdu_rq_depth": 4,
+                                       "engine": "pipelined"},
                         "Attention path of the decode tile with the CDU in the K/V path: CDU, "
                         "L2 fill engine, new-token writer, unit streamer, routed TE array, "
                         "split-K combine (docs/tile/cdu-path.md)"),
     "tile": Unit(_tile, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 32, "kv_dtype": "bf16",
                          "num_layers": 2, "num_kv_heads": 2, "split_tokens": 16, "slot_bits": 2,
                          "max_ctx": 64, "num_requests": 4, "max_beats": 16,
-                         "max_outstanding": 4, "max_slots": 4, "cdu_sets": 4, "cdu_ways": 2,
-                         "cdu_mshrs": 4, "cdu_rq_depth": 4, "dsu_cores": 1,
+                         "max_outstanding": 4, "max_slots": 4, "cdu": True, "cdu_sets": 4,
+                         "cdu_ways": 2, "cdu_mshrs": 4, "cdu_rq_depth": 4, "dsu_cores": 1,
                          "dsu_mem_bytes": 0x8000, "engine": "pipelined"},
                  "the synthesizable decode tile: DSU cluster + DSU link + step sequencer + the "
-                 "attention path with the CDU (tile-cached); no behavioural memory "
-                 "(docs/tile/index.md)"),
+                 "attention path with the CDU (tile-cached; cdu=False: without it, every "
+                 "block from HBM); no behavioural memory (docs/tile/index.md)"),
     "tile-dsu-link": Unit(_tile_dsu_link, {"num_layers": 2, "max_slots": 4, "slot_bits": 2},
                           "the decode tile's DSU link: round beats from the arbiter's ISSUE, "
                           "completions from the tile's layers (docs/tile/dsu.md)"),

@@ -36,7 +36,7 @@ from tricut.sim.harness.cdu import fe_config
 from .compare import payload_fields, txn_fields
 from .golden import RunInputs, RunResult
 from .setup import Setup
-from .tops import CachedCosimTop, CosimTop
+from .tops import CosimTop
 
 __all__ = ["cosim_run"]
 
@@ -55,10 +55,9 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
     if corrupt is not None:
         image[corrupt[0]] ^= 1 << corrupt[1]
     cached = s.policy is not None
-    top = CachedCosimTop(image, p) if cached else CosimTop(image, p)
+    top = CosimTop(image, p)
     tile, hbm = top.tile, top.hbm
-    dut = top.dut                   # the design whose ports the bench drives
-    rounds_in = dut if cached else top.seq
+    dut = rounds_in = top.dut       # the design whose ports the bench drives
     cfg, G, H = run.cfg, run.cfg.group_size, run.cfg.num_kv_heads
     rl, wl = round_layout(p["max_slots"]), hbm_write_layout(hbm.addr_bits, hbm.data_bits)
     ql = q_write_layout(tile.streamer.slot_bits, tile.streamer.hb, index_bits(tile.qbeats),

@@ -81,7 +81,7 @@ class CosimBench:
         self.run = run = RunInputs(s)
         p = run.params()
         self.cached = s.policy is not None
-        self.top = top = CosimVerilatorTop(p, self.cached)      # the layouts (not elaborated)
+        self.top = top = CosimVerilatorTop(p)      # the layouts (not elaborated)
         self.tile = tile = top.tile
         self.cfg, self.G, self.H = run.cfg, run.cfg.group_size, run.cfg.num_kv_heads
         self.rl = round_layout(p["max_slots"])

@@ -189,7 +189,8 @@ class RunInputs:
                     max_beats=s.max_beats, max_outstanding=s.max_outstanding,
                     max_slots=n_slots, latency=s.latency, reorder=False, hbm_seed=1,
                     hbm_outstanding=s.max_outstanding, engine=s.te_engine(),
-                    cdu=dict(sets=s.cdu_sets, ways=s.cdu_ways), **self.dsu_cluster_params())
+                    cdu=None if s.policy is None else dict(sets=s.cdu_sets, ways=s.cdu_ways),
+                    **self.dsu_cluster_params())
 
     def dsu_cluster_params(self):
         """With ``dsu``: the DSU cluster's configuration, its firmware image included (the

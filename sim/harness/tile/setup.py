@@ -14,17 +14,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from tricut.models import te as M
-from tricut.models.cached_tile_timing import CachedTileConfig, cdu_decisions, predict_dsu_run
+from tricut.models.cached_tile_timing import (CachedTileConfig, cdu_decisions, predict_dsu_run,
+                                             predict_run)
 from tricut.models.cdu import HINT_OF_RESIDENCY, POLICIES, SlotDesc, StepDesc
 from tricut.models.config import load_model
 from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.tile import TILE_ENGINES, TILE_LANES
-from tricut.models.tile_timing import TileConfig, predict_dsu_round
 from tricut.rtl.cdu.layouts import Widths
 from tricut.rtl.tile.attention_layouts import kv_image_words
 
 __all__ = ["Setup", "SetupError", "CosimError", "check_setup", "prompt_lengths", "dsu_schedule",
-           "schedule", "watchdog_limit", "tile_config", "predict_cached_dsu_rounds",
+           "schedule", "watchdog_limit", "tile_config", "predict_layers",
+           "predict_cached_dsu_rounds",
            "fill_retries", "ENGINES", "MAX_REQUESTS", "MAX_IMAGE_WORDS", "DSU_WATCHDOG_LIMIT",
            "DSU_HEARTBEAT_LIMIT", "WATCHDOG_MARGIN", "CDU_RETRIES", "FAULT_SLOTS"]
 
@@ -71,8 +72,8 @@ class Setup:
     kv_dtype: str = "bf16"
     engines: int = 2
     lanes: int = 16
-    #: the TE array's engine design (``models.te.ENGINES``); None: the shipped ``pipelined``
-    #: with a CDU policy, ``serial`` for the HBM-only attention path (its only engine)
+    #: the TE array's engine design (``models.tile.TILE_ENGINES``); None: the shipped
+    #: ``pipelined``
     engine: str | None = None
     split_tokens: int = 0
     max_ctx: int = 64
@@ -83,7 +84,8 @@ class Setup:
     max_beats: int = 16
     max_outstanding: int = 4
     #: the CDU in the K/V path with this policy (``disabled``, ``static``, ``adaptive``);
-    #: None: the attention path reads every block from HBM (no CDU, no L2)
+    #: None: the tile without the CDU (``DecodeTile(cdu=None)``: the unit streamer reads
+    #: every block from HBM, no L2)
     policy: str | None = None
     cdu_sets: int = 4
     cdu_ways: int = 2
@@ -118,9 +120,7 @@ class Setup:
 
     def te_engine(self):
         """The TE engine design the run simulates (``engine`` with its default applied)."""
-        if self.engine is not None:
-            return self.engine
-        return "serial" if self.policy is None else "pipelined"
+        return "pipelined" if self.engine is None else self.engine
 
     def lens(self):
         return list(self.prompt_lens) if self.prompt_lens is not None else \
@@ -173,21 +173,15 @@ def check_setup(s: Setup):
         raise SetupError("lanes", f"must be one of {', '.join(map(str, TILE_LANES))}, got {lanes!r}")
     if s.engine is not None and s.engine not in TILE_ENGINES:
         raise SetupError("engine", f"must be one of {', '.join(TILE_ENGINES)}, got {s.engine!r}")
-    if s.policy is None and s.te_engine() != "serial":
-        raise SetupError("engine", f"{s.engine}: the HBM-only attention path (no CDU policy) "
-                                   f"has the serial engine only; give a CDU policy "
-                                   f"(disabled, static, adaptive) or the serial engine")
-    if not _int(s.max_ctx) or not 2 <= s.max_ctx <= 4096:
-        raise SetupError("max_ctx", f"must be in 2..4096, got {s.max_ctx!r}")
+    if not _int(s.max_ctx) or not 16 <= s.max_ctx <= 4096 or s.max_ctx % 16:
+        raise SetupError("max_ctx", f"must be a multiple of 16 (whole KV blocks) in 16..4096, "
+                                    f"got {s.max_ctx!r}")
     if not _int(s.split_tokens) or not 0 <= s.split_tokens <= s.max_ctx:
         raise SetupError("split_tokens", f"must be in 0..max_ctx ({s.max_ctx}), "
                                          f"got {s.split_tokens!r}")
     if s.policy is not None:
         if s.policy not in POLICIES:
             raise SetupError("policy", f"must be one of {', '.join(POLICIES)}, got {s.policy!r}")
-        if s.max_ctx % 16:
-            raise SetupError("max_ctx", f"must be a multiple of 16 (whole KV blocks in L2) with "
-                                        f"a CDU policy, got {s.max_ctx!r}")
         if not _int(s.cdu_sets) or not 1 <= s.cdu_sets <= 1024 or s.cdu_sets & (s.cdu_sets - 1):
             raise SetupError("cdu_sets", f"must be a power of 2 in 1..1024, got {s.cdu_sets!r}")
         if not _int(s.cdu_ways) or not 1 <= s.cdu_ways <= 16:
@@ -224,18 +218,45 @@ def check_setup(s: Setup):
 
 
 def tile_config(s: Setup):
-    """The fast model's configuration of the setup's tile: a
-    :class:`~tricut.models.tile_timing.TileConfig` (HBM-only) or, with a CDU policy, a
-    :class:`~tricut.models.cached_tile_timing.CachedTileConfig`."""
+    """The timing model's configuration of the setup's tile
+    (:class:`~tricut.models.cached_tile_timing.CachedTileConfig`; ``l2`` False without a CDU
+    policy)."""
     cfg = load_model(s.model)
-    common = dict(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size, lanes=s.lanes,
-                  num_kv_heads=cfg.num_kv_heads, num_layers=cfg.num_layers,
-                  split_tokens=s.split_tokens, latency=s.latency, max_beats=s.max_beats)
-    if s.policy is None:
-        return TileConfig(**common)
-    return CachedTileConfig(**common, max_outstanding=s.max_outstanding,
+    return CachedTileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size,
+                            lanes=s.lanes, num_kv_heads=cfg.num_kv_heads,
+                            num_layers=cfg.num_layers, split_tokens=s.split_tokens,
+                            latency=s.latency, max_beats=s.max_beats,
+                            max_outstanding=s.max_outstanding,
                             hbm_outstanding=s.max_outstanding, engine=s.te_engine(),
-                            kv_dtype=s.kv_dtype)
+                            kv_dtype=s.kv_dtype, l2=s.policy is not None)
+
+
+def _decisions(s: Setup, rounds, policy=None):
+    """The CDU golden model's decisions on ``rounds`` (descriptor dicts or descriptors) under
+    ``policy`` (default the setup's; none without a policy)."""
+    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+    policy = policy or s.policy
+    if policy is None:
+        return []
+    layers = tuple(range(load_model(s.model).num_layers))
+    steps = [StepDesc(_d(r[0])["step"], tuple(SlotDesc(d["slot"], d["request"], d["seq_len"],
+                                                       HINT_OF_RESIDENCY[d["residency"]])
+                                              for d in map(_d, r)), layers)
+             for r in rounds]
+    return cdu_decisions(policy, s.cdu_sets, s.cdu_ways, s.distance, steps, CDU_FE_ENTRIES)
+
+
+def _d(desc):
+    return desc if isinstance(desc, dict) else dataclasses.asdict(desc)
+
+
+def predict_layers(s: Setup):
+    """The tile timing model's ``{(round, layer): cycles}`` (``go`` to ``done``) of the
+    harness-driven run of ``s`` (the DSU model's schedule, the CDU golden model's
+    decisions)."""
+    rounds = schedule(s)
+    return predict_run(tile_config(s), [[(d.slot, d.request, d.seq_len) for d in r]
+                                        for r in rounds], _decisions(s, rounds))
 
 
 def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
@@ -251,16 +272,10 @@ def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=Non
     ``(request, layer, block)`` the max of its faults' ``fails``), unless ``retries`` is
     given (``{}``: ignore the faults). Returns (cycles per round, ``{(round, layer):
     cycles}``)."""
-    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
     cfg = tile_config(s)
-    steps = [StepDesc(r[0]["step"], tuple(SlotDesc(d["slot"], d["request"], d["seq_len"],
-                                                   HINT_OF_RESIDENCY[d["residency"]])
-                                          for d in r), tuple(range(cfg.num_layers)))
-             for r in rounds]
-    decisions = cdu_decisions(policy or s.policy, s.cdu_sets, s.cdu_ways, s.distance, steps,
-                              CDU_FE_ENTRIES)
+    decisions = _decisions(s, rounds, policy)
     if retries is None:
-        retries = fill_retries(s.faults)
+        retries = fill_retries(s.faults) if s.policy is not None else {}
     layers = {}
     cycles = predict_dsu_run(cfg, [[(d["slot"], d["request"], d["seq_len"]) for d in r]
                                    for r in rounds], decisions, firsts, layers=layers,
@@ -379,7 +394,8 @@ def watchdog_limit(s: Setup):
     if not s.hang:
         return DSU_WATCHDOG_LIMIT
     rounds, _, _ = dsu_schedule(dataclasses.replace(s, hang=()))
-    longest = max(predict_dsu_round(tile_config(s), [d.slot for d in r], [d.seq_len for d in r])
+    cfg = tile_config(s)
+    longest = max(predict_dsu_run(cfg, [[(d.slot, d.request, d.seq_len) for d in r]], [], [0])[0]
                   for r in rounds)
     return min(DSU_WATCHDOG_LIMIT, 2 * longest + WATCHDOG_MARGIN)
 

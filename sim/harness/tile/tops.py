@@ -7,9 +7,8 @@ top, :mod:`.verilator_top`, builds on both).
   stream drives an :class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM port is
   the behavioural :class:`~tricut.rtl.tile.behavioural.hbm.HbmModel` holding the KV image (the
   sequencer's ``step`` beats, for the CDU, are taken and dropped);
-* :class:`CosimTop`: the same with the HBM model's ``write`` port left to the testbench;
-* :class:`CachedCosimTop`: the shipped ``DecodeTile`` without the DSU <-> the behavioural HBM
-  and L2 data array;
+* :class:`CosimTop`: the shipped ``DecodeTile`` without the DSU <-> the behavioural HBM
+  and (with the CDU) L2 data array;
 * :class:`BlockReaderTop`: the block-read interface alone (``HbmBlockReader`` <-> HbmModel).
 
 Behavioural and synthesizable stay apart: only the tops put them together.
@@ -21,8 +20,7 @@ from amaranth.hdl import Elaboratable
 
 from .params import TILE_KEYS, with_defaults
 
-__all__ = ["attention_tile", "decode_tile", "AttentionTop", "CosimTop", "CachedCosimTop",
-           "BlockReaderTop"]
+__all__ = ["attention_tile", "decode_tile", "AttentionTop", "CosimTop", "BlockReaderTop"]
 
 
 def attention_tile(p):
@@ -66,8 +64,9 @@ class AttentionTop(Elaboratable):
 
 def decode_tile(p):
     """The shipped :class:`~tricut.rtl.tile.decode_tile.DecodeTile` of a run's parameters
-    (:meth:`~.golden.RunInputs.params`): the cached attention path, with ``p["dsu"]`` the DSU
-    cluster (its firmware in the cores' memories) and the DSU link in front."""
+    (:meth:`~.golden.RunInputs.params`): the attention path with the CDU ``p["cdu"]`` (None:
+    without), with ``p["dsu"]`` the DSU cluster (its firmware in the cores' memories) and the
+    DSU link in front."""
     from tricut.rtl.tile.decode_tile import DecodeTile
     d = p.get("dsu")
     dsu = dict(dsu_cores=d["cores"], dsu_mem_bytes=d["mem_bytes"],
@@ -77,19 +76,13 @@ def decode_tile(p):
                       engine=p["engine"], **dsu)
 
 
-class CosimTop(AttentionTop):
-    """:class:`AttentionTop` with the HBM model's ``write`` port left to the testbench (the
-    decode steps' new K/V go in through it)."""
-
-    hbm_write_open = True
-
-
-class CachedCosimTop(Elaboratable):
-    """Simulation top of the cached tile: the shipped
+class CosimTop(Elaboratable):
+    """Simulation top of a co-simulation: the shipped
     :class:`~tricut.rtl.tile.decode_tile.DecodeTile` without the DSU (``dut``: step sequencer
-    -> CDU, L2 fill engine, new-token writer, unit streamer, TE array) <-> the behavioural HBM
-    (reads and the writer's write-through) and L2 data array; the testbench drives the
-    DecodeTile's ports."""
+    -> [CDU, L2 fill engine, new-token writer] -> unit streamer -> TE array) <-> the
+    behavioural HBM and, with the CDU (``p["cdu"]``), the L2 data array; the testbench drives
+    the DecodeTile's ports and, without the CDU, the HBM model's ``write`` port (the new
+    tokens' K/V)."""
 
     def __init__(self, image, p, l2_latency=2):
         from tricut.rtl.tile.behavioural.hbm import HbmModel
@@ -102,22 +95,25 @@ class CachedCosimTop(Elaboratable):
                             max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                             id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
         st = t.streamer
-        self.l2 = L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=l2_latency,
-                         max_outstanding=2, tag_bits=1)
+        self.l2 = None if t.cdu is None else \
+            L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=l2_latency,
+                   max_outstanding=2, tag_bits=1)
 
     def elaborate(self, platform):
         from amaranth.hdl import Module
         from amaranth.lib import wiring
         m = Module()
         dut = self.dut
-        m.submodules.dut, m.submodules.hbm, m.submodules.l2 = dut, self.hbm, self.l2
+        m.submodules.dut, m.submodules.hbm = dut, self.hbm
         wiring.connect(m, dut.hbm_req, self.hbm.req)
         wiring.connect(m, self.hbm.resp, dut.hbm_resp)
-        wiring.connect(m, dut.hbm_write, self.hbm.write)
-        wiring.connect(m, dut.l2_read, self.l2.read)
-        wiring.connect(m, self.l2.data, dut.l2_data)
-        wiring.connect(m, dut.l2_write, self.l2.write)
-        m.d.comb += dut.reg_addr.eq(0)
+        if self.l2 is not None:
+            m.submodules.l2 = self.l2
+            wiring.connect(m, dut.hbm_write, self.hbm.write)
+            wiring.connect(m, dut.l2_read, self.l2.read)
+            wiring.connect(m, self.l2.data, dut.l2_data)
+            wiring.connect(m, dut.l2_write, self.l2.write)
+            m.d.comb += dut.reg_addr.eq(0)
         return m
 
 

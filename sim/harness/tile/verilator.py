@@ -140,7 +140,7 @@ def _build_locked(b, bdir, p, cached, name, key, args, opt):
             b.verilog_s, b.build_s = json.loads(times.read_text())
         return b
     t0 = time.perf_counter()
-    text = verilog.convert(CosimVerilatorTop(p, cached), name=name, emit_src=False)
+    text = verilog.convert(CosimVerilatorTop(p), name=name, emit_src=False)
     b.verilog_s = time.perf_counter() - t0
     vlt = f'`verilator_config\npublic_flat_rw -module "{name}" -var "*"\n'
     for fname, body in ((f"{name}.v", text), ("tricut_hbm_rw.v", HBM_RW_V),

@@ -1,8 +1,8 @@
 """The co-simulation top for Verilator (``tricut tile run --sim verilator``; ``docs/tile/cosim.md``,
-"Co-simulation on Verilator"): :class:`CosimVerilatorTop` is :class:`~.tops.CosimTop`
-(``cached=False``) or :class:`~.tops.CachedCosimTop` (``cached=True``) with only the ports the
-bench (:class:`~.bench.CosimBench`) needs on the top: the sequencer's ``round`` and
-``descriptor`` streams, ``layer``/``config`` (cached), ``go``/``done``, ``out_data``,
+"Co-simulation on Verilator"): :class:`CosimVerilatorTop` is :class:`~.tops.CosimTop` (the
+shipped ``DecodeTile``, with or without the CDU, with the DSU cluster or not) with only the
+ports the bench (:class:`~.bench.CosimBench`) needs on the top: the sequencer's ``round`` and
+``descriptor`` streams, ``layer``/``config`` (with the CDU), ``go``/``done``, ``out_data``,
 ``tensor_scale``, ``err``, ``te_status``, ``misorder``, ``cdu_counters``, ``cdu_idle``, the
 HBM model's beats served (``hbm_read_beats``, ``hbm_write_beats``), and a tap of the CDU's
 decisions: ``txn_count`` (decisions taken so far) and ``txn_last`` (the payload of the last
@@ -12,14 +12,14 @@ one), both registered on the transfer, so the bench records a decision on a chan
 The HBM model's image memory is :data:`HBM_RW_V` (``$readmemh`` at time 0, written by the HBM
 ``write`` port; :class:`HbmRwModel`), so the build depends on the configuration, not the data.
 The host traffic between layers is played in HDL: two players
-(:meth:`CosimVerilatorTop._player`) offer the new tokens' K/V (into ``hbm_write``, HBM-only,
-or ``newkv_write``, cached) and the q beats (``q_write``) from staging memories
+(:meth:`CosimVerilatorTop._player`) offer the new tokens' K/V (into the HBM model's ``write``
+without the CDU, ``newkv_write`` with) and the q beats (``q_write``) from staging memories
 (:data:`STAGE_V`, VPI-visible arrays the bench fills in zero simulated time), and a reader
 (:meth:`CosimVerilatorTop._reader`) drives ``out_addr`` and captures the output words; the
 bench starts each with ``<name>_base``/``<name>_target`` and awaits ``<name>_idle`` as an
 edge (one Python wake-up per burst, none per cycle). With the DSU cluster
-(:meth:`CosimVerilatorTop._dsu_ports`) the cluster and the DSU link drive the sequencer and
-the bench follows the run through taps on their transfers.
+(:meth:`CosimVerilatorTop._dsu_ports`, inside the ``DecodeTile``) the cluster and the DSU link
+drive the sequencer and the bench follows the run through taps on their transfers.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from tricut.rtl.tile.behavioural.hbm import HbmModel, burst_responder
 from tricut.rtl.tile.behavioural.layouts import count_bits
 
 from .setup import FAULT_SLOTS
-from .tops import attention_tile, decode_tile
+from .tops import decode_tile
 
 __all__ = ["HBM_RW_V", "STAGE_V", "HbmRwModel", "CosimVerilatorTop", "CLOCK_NS"]
 
@@ -168,32 +168,26 @@ def _image_depth(p):
 
 
 class CosimVerilatorTop(wiring.Component):
-    """The co-simulation top for Verilator (see the module docs): ``cached`` False is
-    :class:`~.tops.CosimTop`, True :class:`~.tops.CachedCosimTop`, with the HBM image in
+    """The co-simulation top for Verilator (see the module docs): :class:`~.tops.CosimTop`
+    (with ``p["dsu"]``, the DecodeTile's DSU cluster and link too) with the HBM image in
     :class:`HbmRwModel`. ``p``: :meth:`~.golden.RunInputs.params`."""
 
-    def __init__(self, p, cached):
-        from tricut.rtl.tile.sequencer import StepSequencer
-        self.p, self.cached = p, cached
+    def __init__(self, p):
+        self.p = p
         self.dsu = p.get("dsu")
-        if cached:
+        #: the design under test: the shipped DecodeTile (DSU cluster and link with ``dsu``),
+        #: the host's ports all on it
+        self.dut = dt = decode_tile(p)
+        self.tile, self.seq = t, s = dt.tile, dt.seq
+        self.cached = t.cdu is not None
+        if self.dsu:
+            self.cluster, self.link = dt.cluster, dt.link
+        st = t.streamer
+        if self.cached:
             from tricut.rtl.tile.behavioural.l2 import L2Data
-            #: the design under test: the shipped DecodeTile (DSU cluster and link with
-            #: ``dsu``), the host's ports all on it
-            self.dut = dt = decode_tile(p)
-            self.tile, self.seq = t, s = dt.tile, dt.seq
-            if self.dsu:
-                self.cluster, self.link = dt.cluster, dt.link
-            st = t.streamer
             self.l2 = L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=2,
                              max_outstanding=2, tag_bits=1)
-            id_bits, data_bits = t.id_bits, t.data_bits
-        else:
-            self.dut = t = self.tile = attention_tile(p)
-            r = t.streamer.reader
-            id_bits, data_bits = r.id_bits, r.data_bits
-            self.seq = s = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
-                                         p["split_tokens"], t.w, p["slot_bits"])
+        id_bits, data_bits = t.id_bits, t.data_bits
         self.hbm = HbmRwModel(_image_depth(p), data_bits=data_bits, latency=p["latency"],
                               max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
                               id_bits=id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
@@ -217,7 +211,7 @@ class CosimVerilatorTop(wiring.Component):
             "tensor_scale": In(32), "err": Out(1), "te_status": Out(5),
             "hbm_read_beats": Out(32), "hbm_write_beats": Out(32),
         })
-        if cached:
+        if self.cached:
             self.txn_payload = t.cdu.txn.payload.shape()
             ports.update({
                 "layer": In(len(t.layer)),
@@ -233,15 +227,8 @@ class CosimVerilatorTop(wiring.Component):
         the sequencer; the bench pushes the requests into ``intake`` and follows the run
         through taps registered on the transfers (a count and the last payload, with the
         cycle of a free-running counter), one Python wake-up per event."""
-        from tricut.rtl.dsu.cluster import DsuCluster
         from tricut.rtl.dsu.layouts import INTAKE_LAYOUT, OUTCOME_LAYOUT
-        from tricut.rtl.tile.dsu_link import DsuLink
         d = self.dsu
-        if not self.cached:             # the HBM-only tile: cluster and link beside it
-            self.cluster = DsuCluster(n_cores=d["cores"], n_slots=p["max_slots"],
-                                      intake_depth=d["intake_depth"], mem_bytes=d["mem_bytes"],
-                                      firmware=d["firmware"])
-            self.link = DsuLink(p["num_layers"], p["max_slots"], p["slot_bits"])
         entry = self.hbm.addr_bits + 8
         return {"intake": In(stream.Signature(INTAKE_LAYOUT)), "intake_end": In(1),
                 "hbm_faults": In(FAULT_SLOTS * entry), "hbm_lost": In(FAULT_SLOTS * entry),
@@ -255,21 +242,8 @@ class CosimVerilatorTop(wiring.Component):
                 "aborts": Out(16), "abort_cycle": Out(32)}
 
     def _elaborate_dsu(self, m):
-        cl, ln, seq, t = self.cluster, self.link, self.seq, self.tile
-        if self.cached:                 # inside the DecodeTile: driven through its ports
-            host = self.dut
-        else:
-            host = cl
-            m.submodules.cluster, m.submodules.link = cl, ln
-            wiring.connect(m, ln.round, seq.round)
-            wiring.connect(m, cl.descriptors, seq.descriptor)
-            wiring.connect(m, ln.completions, cl.completions)
-            m.d.comb += [ln.issued.eq(cl.issued), ln.issued_count.eq(cl.issued_count),
-                         ln.dsu_round.eq(cl.round),
-                         ln.desc_seen.eq(seq.descriptor.valid & seq.descriptor.ready),
-                         ln.desc_slot.eq(seq.descriptor.payload.slot),
-                         ln.layer_go.eq(t.go), ln.layer_done.eq(t.done),
-                         ln.fail_slots.eq(t.fail_slots)]
+        ln, seq = self.link, self.seq
+        host = self.dut                 # the cluster is inside the DecodeTile
         wiring.connect(m, wiring.flipped(self.intake), host.intake)
         d = seq.descriptor
         m.d.comb += [host.intake_end.eq(self.intake_end), host.run.eq(1), host.stall.eq(0),
@@ -304,19 +278,13 @@ class CosimVerilatorTop(wiring.Component):
         # a round the DSU timed out: the link aborts it, and the sequencer, the tile and the
         # memory models' responders drop theirs (the next round starts from reset state)
         abort = ResetInserter(self.link.round_abort) if self.dsu else (lambda x: x)
-        if self.cached:
-            m.submodules.dut = dut
-        else:
-            m.submodules.seq, m.submodules.tile = abort(seq), abort(t)
-            wiring.connect(m, seq.job, t.job)
-            m.d.comb += seq.step.ready.eq(1)
+        m.submodules.dut = dut
         m.submodules.hbm = abort(hbm)
         if self.dsu:
             self._elaborate_dsu(m)
         else:
-            wiring.connect(m, wiring.flipped(self.round), (dut if self.cached else seq).round)
-            wiring.connect(m, wiring.flipped(self.descriptor),
-                           (dut if self.cached else seq).descriptor)
+            wiring.connect(m, wiring.flipped(self.round), dut.round)
+            wiring.connect(m, wiring.flipped(self.descriptor), dut.descriptor)
         self._player(m, "q", dut.q_write)
         self._player(m, "kv", dut.newkv_write if self.cached else hbm.write)
         self._reader(m)
