@@ -107,6 +107,8 @@ def test_adaptive_fp8_four_engines_split_k():
     seq = [d.seq_len for descs in schedule(ADAPTIVE) for d in descs]
     assert max(seq) > ADAPTIVE.split_tokens >= min(seq)
     assert c["evictions"] > 0 and c["hits"] > 0 and c["misses_alloc"] > 0
+    print(f"\n[tile cached adaptive] step cycles {t.step_cycles}, counters "
+          f"{ {k: c[k] for k in ('hits', 'misses_alloc', 'evictions', 'prefetch_issued')} }")
 
 
 def test_disabled_nvfp4_two_engines():
