@@ -7,8 +7,8 @@ model (``sim/harness/tile/verilator.py``), against the Amaranth simulator.
 Runs (tiny-te: 2 layers, 2 KV heads, G 4, head_dim 64; lanes 16 unless named, ``--steps`` decode steps
 of 2-3 requests, max_ctx 32):
 
-* ``hbm-e1``: the HBM-only tile (no CDU), bf16, 1 engine, prompts 3 and 17;
-* ``hbm-e4``: the HBM-only tile, fp8, 4 engines, split-K 12, prompts 3, 17, 9;
+* ``hbm-e1``: the tile without the CDU, bf16, 1 engine, prompts 3 and 17;
+* ``hbm-e4``: the tile without the CDU, fp8, 4 engines, split-K 12, prompts 3, 17, 9;
 * ``static-e1``: the CDU in the K/V path, ``static``, bf16, 1 engine (``tests/
   test_tile_cached.py``'s STATIC with more steps);
 * ``adaptive-e4``: ``adaptive``, fp8, 4 engines, split-K 12 (its ADAPTIVE with more steps);
@@ -134,7 +134,7 @@ def report(rows, amaranth, steps, runs):
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         s, b = r["setup"], r["build"]
-        tile = (f"{'CDU ' + s.policy if s.policy else 'HBM only'}, {s.kv_dtype}, "
+        tile = (f"{'CDU ' + s.policy if s.policy else 'no CDU'}, {s.kv_dtype}, "
                 f"{s.engines} engine{'s' * (s.engines > 1)}, {s.lanes} lanes"
                 + (f", split-K {s.split_tokens}" if s.split_tokens else ""))
         bt = f"{b.verilog_s:.1f} + {b.build_s:.1f}" + (" (an earlier build)" if b.cached else "")

@@ -11,7 +11,7 @@ the rounds, the failed steps and the outcomes equal to the DSU model's run with 
 every attention output of a completed step bit-exact with the golden decode step on the same
 rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU policy, every
 CDU decision equal to the CDU golden model's; the fast model's cycles per round against the
-measured (HBM-only: ``models/tile_timing.predict_dsu_round``, ``predict_dsu_timeout`` for a
+measured (without the CDU: ``predict_cached_dsu_rounds`` per round, ``predict_dsu_timeout`` for a
 timed-out round; cached: ``models/cached_tile_timing.predict_dsu_run`` from each round's
 first-descriptor cycle, the CDU's fill retries included). The run
 whose fault outlasts the retries must
@@ -36,15 +36,15 @@ SCRIPT = "benchmarks/tile_dsu.py"
 BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=8, max_batch=3, max_ctx=32, dsu=True)
 #: (label, setup changes, whether the run must be bit-exact with equal tokens)
 RUNS = [
-    ("HBM only", dict(engines=1), True),
-    ("HBM only, 2 DSU cores", dict(engines=1, dsu_cores=2), True),
-    ("HBM only, faults: one step of request 0, two of request 2",
+    ("no CDU", dict(engines=1), True),
+    ("no CDU, 2 DSU cores", dict(engines=1, dsu_cores=2), True),
+    ("no CDU, faults: one step of request 0, two of request 2",
      dict(engines=1, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2))), True),
-    ("HBM only, fault past the retries (request 1, 3 failing reads, 2 retries)",
+    ("no CDU, fault past the retries (request 1, 3 failing reads, 2 retries)",
      dict(engines=1, faults=((1, 0, 0, 0, 3),)), False),
-    ("HBM only, a lost read: request 2's first round hangs (slot watchdog, abort)",
+    ("no CDU, a lost read: request 2's first round hangs (slot watchdog, abort)",
      dict(engines=1, hang=(2, 1, 0, 0, 1)), True),
-    ("HBM only, a lost read twice: request 0's first two rounds hang",
+    ("no CDU, a lost read twice: request 0's first two rounds hang",
      dict(engines=2, hang=(0, 0, 1, 0, 2)), True),
     ("CDU static, transient HBM errors on 3 fills (CDU retries)",
      dict(engines=1, policy="static",
@@ -79,19 +79,19 @@ def run_all(only=None):
 
 
 def _predicted(s, t):
-    """The fast model against the measured rounds: HBM-only ``predict_dsu_round`` (a round
-    the DSU timed out: ``predict_dsu_timeout``); cached ``predict_cached_dsu_rounds`` from
-    each round's first-descriptor cycle (the firmware's time between rounds is an input)."""
-    from tricut.models.tile_timing import predict_dsu_round, predict_dsu_timeout
-    from tricut.sim.harness.tile.setup import predict_cached_dsu_rounds, tile_config, watchdog_limit
+    """The tile timing model against the measured rounds: ``predict_cached_dsu_rounds`` from
+    each round's first-descriptor cycle (the firmware's time between rounds is an input);
+    without the CDU each round alone (it leaves no state behind), a round the DSU timed out
+    ``predict_dsu_timeout``."""
+    from tricut.models.tile_timing import predict_dsu_timeout
+    from tricut.sim.harness.tile.setup import predict_cached_dsu_rounds, watchdog_limit
+    firsts = [t.round_spans[ri][0] for ri in range(len(t.rounds))]
     if s.policy is not None:
-        pred, _ = predict_cached_dsu_rounds(s, t.rounds,
-                                            [t.round_spans[ri][0] for ri in range(len(t.rounds))])
+        pred, _ = predict_cached_dsu_rounds(s, t.rounds, firsts)
     else:
         limit = watchdog_limit(s)
         pred = [predict_dsu_timeout([d["slot"] for d in r], limit) if ri in t.aborted else
-                predict_dsu_round(tile_config(s), [d["slot"] for d in r],
-                                  [d["seq_len"] for d in r])
+                predict_cached_dsu_rounds(s, [r], [firsts[ri]])[0][0]
                 for ri, r in enumerate(t.rounds)]
     got = [t.step_cycles[ri] for ri in range(len(t.rounds))]
     worst = max(abs(p - g) / g for p, g in zip(pred, got))

@@ -1,9 +1,9 @@
 """The decode tile's equivalence matrix on Verilator: whole decode steps of ``tiny-te`` through
 the tile (``sim/harness/tile/cosim.py``, ``simulate(..., sim="verilator")``) against the
 golden decode step with the bit-exact TE golden as the attention, for every K/V dtype (bf16,
-fp8, NVFP4) x every CDU policy (none: the HBM-only tile; ``disabled``, ``static``,
-``adaptive``: the cached tile) x engines 1 and 4 x TE design (the shipped pipelined engine
-at 32 lanes and the serial engine at 16; the HBM-only tile has the serial engine only), the
+fp8, NVFP4) x every CDU policy (none: ``DecodeTile(cdu=None)``; ``disabled``, ``static``,
+``adaptive``: the CDU in the K/V path) x engines 1 and 4 x TE design (the shipped pipelined
+engine at 32 lanes and the serial engine at 16), the
 rounds chosen by the DSU cluster's RTL
 (RV32IM cores running the scheduler firmware, slot arbiter; ``--scheduler model``: the golden
 DSU model's schedule, computed up front).
@@ -67,8 +67,6 @@ def setups(args):
     for engine, lanes in args.designs:
         for dt in args.dtypes:
             for pol in args.policies:
-                if pol == "none" and engine != "serial":
-                    continue                # the HBM-only tile has the serial engine only
                 for e in args.engines:
                     cap = args.max_batch if args.max_batch and e > 1 else None
                     out.append(dataclasses.replace(
@@ -125,7 +123,7 @@ def run_one(s, opt, corrupt=None):
 
 def _config(s):
     cap = s.max_batch if s.max_batch else "all"
-    return (f"{s.te_engine()}@{s.lanes}, {s.kv_dtype}, {s.policy or 'none (HBM only)'}, "
+    return (f"{s.te_engine()}@{s.lanes}, {s.kv_dtype}, {s.policy or 'none (no CDU)'}, "
             f"{s.engines} eng, batch ≤ {cap}")
 
 
@@ -182,7 +180,7 @@ def parse_args(argv):
     ap.add_argument("--dtypes", type=_csv(str, DTYPES), default=list(DTYPES),
                     help="K/V dtypes (default: %(default)s)")
     ap.add_argument("--policies", type=_csv(str, POLICIES), default=list(POLICIES),
-                    help="CDU policies, none = the HBM-only tile (default: %(default)s)")
+                    help="CDU policies, none = the tile without the CDU (default: %(default)s)")
     ap.add_argument("--designs", type=_csv(_design), default=[_design(d) for d in DESIGNS],
                     help="TE designs as ENGINE@LANES, e.g. pipelined@32,serial@16 (default: "
                          "the shipped pipelined engine at 32 lanes and the serial one at 16)")

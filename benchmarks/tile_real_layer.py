@@ -3,7 +3,7 @@ query heads, head_dim 128) on model ``llama-3-8b-attn1`` (that attention, one la
 MLP and vocabulary, random weights), 4 requests with contexts of 1K-4K tokens, 8 TE engines,
 whole decode steps through the tile on Verilator (``sim/harness/tile/cosim.py``) against the
 golden decode step with the bit-exact TE golden as the attention. (The tile's KV image is at
-most 2^22 HBM words, ``rtl/tile/kv_streamer.py``: at this shape requests x layers x max_ctx
+most 2^22 HBM words, ``rtl/tile/block_reader.py``: at this shape requests x layers x max_ctx
 <= 32768, so 4 requests of up to 4K tokens on two layers, or 8 on one.)
 
     .venv/bin/python benchmarks/tile_real_layer.py            # run, print the tables
@@ -21,7 +21,7 @@ prefill, the golden decode step between layers, the host traffic stepped by Pyth
 
 HBM bytes served are the HBM model's own counts (its ``resp`` and ``write`` transfers, beats
 of the HBM word width): K/V reads (with the CDU: its fills and the streamer's bypass reads)
-and each step's new token written. On the HBM-only tile they must equal the count from the
+and each step's new token written. Without the CDU they must equal the count from the
 jobs the step sequencer issued (each job's tokens read once, ``2*Dk`` words of K/V per token
 and KV head; each step's new token, ``2*Dk`` words per (request, layer, KV head)), or the run
 does not pass. The L2 data array's traffic is not counted.
@@ -228,14 +228,14 @@ def tables(results):
 
 def port_use(r):
     """HBM bytes served ÷ (go→done cycles × the port's bytes per cycle): 1.0 is a port busy
-    every cycle of the layers (the new tokens' writes, made outside go→done by the host on
-    the HBM-only tile, are counted too)."""
+    every cycle of the layers (the new tokens' writes, made outside go→done by the host
+    without the CDU, are counted too)."""
     cycles = r.info.tile_cycles
     return (r.hbm_read_bytes + r.hbm_write_bytes) / max(1, cycles * r.port_bytes)
 
 
 def _name(s):
-    pol = f"CDU {s.policy}" if s.policy else "HBM only"
+    pol = f"CDU {s.policy}" if s.policy else "no CDU"
     split = f", split-K {s.split_tokens}" if s.split_tokens else ""
     return (f"{pol}, {s.te_engine()} engine, {s.lanes} lanes, {s.kv_dtype}, "
             f"{s.engines} engines{split}")
@@ -258,12 +258,11 @@ def report(results, args, cmd):
             f"bit-exact with the TE golden, tokens equal). Wall time, builds excluded: "
             f"{total / 60:.1f} min.")
     note = ("HBM bytes are the HBM model's counts of the beats it served (reads: the K/V, with "
-            "the CDU its fills and bypass reads; writes: each step's new token); on the "
-            "HBM-only tile they equal the count from the jobs the sequencer issued (each job's "
+            "the CDU its fills and bypass reads; writes: each step's new token); without the "
+            "CDU they equal the count from the jobs the sequencer issued (each job's "
             "tokens read once, `2*Dk` words per token and KV head). HBM port use: those bytes "
-            "÷ (go→done cycles × the port's bytes per cycle, one word a cycle). The fast "
-            "model's cycles are `models/tile_timing.py`'s for the HBM-only tile and "
-            "`models/cached_tile_timing.py`'s with a CDU policy.")
+            "÷ (go→done cycles × the port's bytes per cycle, one word a cycle). The timing "
+            "model's cycles are `models/cached_tile_timing.py`'s (with and without the CDU).")
     return head + "\n\n" + tables(results) + "\n" + note + "\n"
 
 
@@ -282,9 +281,8 @@ def parse_args(argv):
     ap.add_argument("--engines", type=int, default=8, help="TE engines (default: %(default)s)")
     ap.add_argument("--kv-dtype", default="bf16", help="K/V dtype (default: %(default)s)")
     ap.add_argument("--policies", type=_csv(str), default=["disabled", "static"],
-                    help="CDU policies; disabled = the shipped tile with the CDU off (every "
-                         "block read from HBM by the unit streamer), none = the HBM-only "
-                         "attention path, serial engine only (default: %(default)s)")
+                    help="CDU policies; disabled = the CDU in the path, every block a "
+                         "bypass; none = the tile without the CDU (default: %(default)s)")
     ap.add_argument("--lanes", type=int, default=32,
                     help="TE lanes (default: %(default)s)")
     ap.add_argument("--engine", default=None,

@@ -14,7 +14,8 @@ them ``sim/fast/tile_timing.py`` and ``sim/fast/cached_tile_timing.py``). An imp
 cycle among the harness's modules counting every ``import`` statement, module-level or inside a
 function; a private-name import is ``from M import _name`` between two of them. A simulation
 top is a class of the harness whose name ends in ``Top``; a composition site is a call of
-``AttentionTile(``, ``CachedAttentionTile(`` or ``DecodeTile(`` in ``rtl/``, ``sim/`` or
+``AttentionTile(``, ``CachedAttentionTile(`` (the names before), ``AttentionPath(`` or
+``DecodeTile(`` in ``rtl/``, ``sim/`` or
 ``benchmarks/``. ``--write`` replaces the text between ``<!-- tile:wing:begin -->`` and
 ``<!-- tile:wing:end -->`` in docs/tile/figures.md.
 """
@@ -39,7 +40,7 @@ SCRIPT = "benchmarks/tile_wing.py"
 BASE = "46b0c15"
 HARNESS = re.compile(r"^sim/harness/(tile/[^/]+|attention_tile[^/]*|tile_cosim[^/]*)\.py$")
 TIMING = re.compile(r"^(models|sim/fast)/(cached_)?tile_timing\.py$")
-COMPOSE = ("AttentionTile", "CachedAttentionTile", "DecodeTile")
+COMPOSE = ("AttentionTile", "CachedAttentionTile", "AttentionPath", "DecodeTile")
 
 
 def _git(*args):

@@ -1,11 +1,11 @@
-"""The fast model of the cached decode tile (``CachedAttentionTile``: CDU, L2 fill engine,
-new-token writer, unit streamer, routed TE array): cycles per layer (``go`` to ``done``, as
-``RunResult.layer_cycles``) for a whole run, from the tile's configuration and the CDU's
-decisions (the golden CDU model's transactions, in order), for the integration calibration
-(docs/tile/timing.md, "Integration calibration"; ``benchmarks/tile_calibration.py``).
+"""The timing model of the decode tile (``AttentionPath``: CDU, L2 fill engine, new-token
+writer, unit streamer, routed TE array; or without the CDU, the unit streamer reading every
+block from HBM): cycles per layer (``go`` to ``done``, as ``RunResult.layer_cycles``) for a
+whole run, from the tile's configuration and the CDU's decisions (the golden CDU model's
+transactions, in order), for the integration calibration (docs/tile/timing.md, "Integration
+calibration"; ``benchmarks/tile_calibration.py``).
 
-The HBM-only tile's model (:mod:`.tile_timing`) is a closed recurrence because its only
-shared resource is one serial job stream. The cached tile has four agents that meet on
+The tile has four agents that meet on
 shared resources (the HBM port and its response channel, the L2 write port, the CDU's
 decision order, the per-engine K/V FIFOs), so the model steps them cycle by cycle, each by
 the rule its RTL unit implements (a few dozen Python operations per cycle: ~0.1 s for a
@@ -116,7 +116,7 @@ cycles for it. The harness sees ``done``::
 **With the DSU cluster in the loop** (:func:`predict_dsu_run`): the same tile stepped on the
 top's clock from each round's first descriptor (an input: the DSU firmware's time between
 rounds is not modelled), the descriptors one per scanned slot, the harness's traffic and
-the DSU link's completions as in :func:`.tile_timing.predict_dsu_round`.
+the DSU link's completions (see its docs).
 """
 
 from __future__ import annotations
@@ -1031,8 +1031,7 @@ def predict_dsu_run(cfg: CachedTileConfig, rounds, decisions, firsts, layers=Non
     lost read) are not modelled.
 
     The tile is stepped cycle by cycle on the top's clock, gaps between rounds included (the
-    previous round's trailing CDU work ends there), with the round's traffic placed as in
-    :func:`~.tile_timing.predict_dsu_round`:
+    previous round's trailing CDU work ends there), with the round's traffic placed so:
 
     * the slot arbiter's scan emits one slot per cycle: descriptor ``k`` enters the step
       sequencer ``slot_k - slot_0`` cycles after the first; the sequencer passes each on to

@@ -18,7 +18,7 @@ import dataclasses
 import pytest
 
 from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
-from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
 from tricut.models.cached_tile_timing import cdu_decisions, predict_run
 from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.setup import Setup, schedule, tile_config

@@ -2,7 +2,7 @@
 benchmarks/tile_real_layer.py) on their smallest configuration: a run that passes exits 0 and
 says so, a run with one flipped HBM bit exits 1 and says it failed.
 
-Both scripts run here on the HBM-only equivalence setup of ``tests/test_tile_cosim.py``
+Both scripts run here on the equivalence setup without the CDU of ``tests/test_tile_cosim.py``
 (tiny-te, bf16, 2 engines, split-K at 5 tokens, 3 requests, max_ctx 16), whose Verilator
 build (``-O0``) ``tests/test_tile_cosim_verilator.py`` shares: ~5 s per run once built, ~60 s
 for the build otherwise.
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the smallest configuration: tests/test_tile_cosim.py's EQUIV (one build for all)
 SMALL = ["--prompt-lens", "1,2,3", "--steps", "3", "--split-tokens", "5", "--max-ctx", "16",
          "--opt=-O0", "--seed", "1"]
-EQUIVALENCE = SMALL + ["--designs", "serial@16", "--dtypes", "bf16", "--policies", "none",
+EQUIVALENCE = SMALL + ["--designs", "pipelined@16", "--dtypes", "bf16", "--policies", "none",
                        "--engines", "2",
                        "--max-batch", "0", "--long-context", "1", "--scheduler", "model"]
 REAL_LAYER = SMALL + ["--model", "tiny-te", "--engines", "2", "--policies", "none",
@@ -40,7 +40,7 @@ def test_equivalence_matrix_smallest_configuration_passes():
     r = _script("tile_equivalence.py", *EQUIVALENCE)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "**1 of 1 runs pass**" in r.stdout
-    row = next(line for line in r.stdout.splitlines() if line.startswith("| serial@16, bf16"))
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| pipelined@16, bf16"))
     # 3 rounds x 2 layers x 3 requests compared, tokens equal
     assert "| yes | 18 / 18 | yes | 3 |" in row, row
 
@@ -49,14 +49,14 @@ def test_equivalence_matrix_reports_a_corrupted_run_as_failing():
     r = _script("tile_equivalence.py", *EQUIVALENCE, *CORRUPT)
     assert r.returncode == 1, r.stdout + r.stderr[-3000:]
     assert "**0 of 1 runs pass**" in r.stdout and "| **NO** |" in r.stdout
-    assert "\n\nserial@16, bf16, none (HBM only), 2 eng, batch ≤ all: round 0 layer 0" in r.stdout
+    assert "\n\npipelined@16, bf16, none (no CDU), 2 eng, batch ≤ all: round 0 layer 0" in r.stdout
 
 
 def test_real_layer_smallest_configuration_passes():
     r = _script("tile_real_layer.py", *REAL_LAYER)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "**1 of 1 runs pass**" in r.stdout
-    row = next(line for line in r.stdout.splitlines() if line.startswith("| HBM only"))
+    row = next(line for line in r.stdout.splitlines() if line.startswith("| no CDU"))
     assert "| yes | 18 / 18 | yes |" in row and "every layer's cycles equal" in row, row
 
 

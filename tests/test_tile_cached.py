@@ -1,5 +1,5 @@
 """Whole decode steps through the decode tile's attention path with the CDU in the K/V path
-(``rtl/tile/cached_attention_tile.py``, ``rtl/tile/unit_streamer.py``; docs/tile/cdu-path.md, "Attention
+(``rtl/tile/attention_path.py``, ``rtl/tile/unit_streamer.py``; docs/tile/cdu-path.md, "Attention
 path with the CDU in the K/V path"), co-simulated with the golden decode step in Amaranth's
 simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --policy``).
 
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 from tricut.rtl.tile.attention_layouts import kv_addr
-from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
+from tricut.rtl.tile.attention_path import AttentionPath
 from tricut.rtl.tile.unit_streamer import UnitStreamer
 from tricut.sim.harness.cdu import txn_tuple
 from tricut.sim.harness.tile import cosim
@@ -125,7 +125,7 @@ def test_cached_tile_bad_parameters(kw, needle):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=needle):
-            CachedAttentionTile(**kw)
+            AttentionPath(**kw)
         gc.collect()
 
 

@@ -1,4 +1,4 @@
-"""Layouts of the decode tile's attention path (:mod:`.kv_streamer`, :mod:`.attention_tile`),
+"""Layouts of the decode tile's attention path (:mod:`.unit_streamer`, :mod:`.block_reader`, :mod:`.attention_path`),
 declared once for RTL, harnesses and tests: the KV image in HBM, the job tag, the internal
 block-read interface and the HBM port payloads.
 
@@ -25,7 +25,7 @@ to K/V. One request reads the tokens ``[t0, t0 + ntok)`` of one 16-token KV bloc
 (``request``, ``layer``, ``kv_head``, ``block``; ``t0`` the first token's offset in the
 block, ``ntok`` 1..16); the answer is its ``ntok * 2 * Dk`` words in token order, ``last``
 on the final one, ``err`` where the memory said so. Today an HBM reader answers it
-(:class:`~.kv_streamer.HbmBlockReader`); the CDU's L2 hit path can answer the same requests.
+(:class:`~.block_reader.HbmBlockReader`); the CDU's L2 hit path can answer the same requests.
 
 **HBM ports**: the payloads of the tile's ``hbm_req``, ``hbm_resp`` and ``hbm_write``, and
 of the L2 data array's ``l2_write`` (frame, beat, data), declared here once; the behavioural

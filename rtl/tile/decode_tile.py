@@ -17,7 +17,7 @@ from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.dsu.cluster import DsuCluster
 from tricut.rtl.dsu.regmap import MAX_HARTS
 
-from .cached_attention_tile import CDU_DEFAULTS, CachedAttentionTile
+from .attention_path import CDU_DEFAULTS, AttentionPath
 from .dsu_link import DsuLink
 from .sequencer import StepSequencer
 
@@ -33,12 +33,12 @@ _DSU_PORTS = ("host", "run", "stall", "intake", "intake_end", "outcomes", "moves
 class DecodeTile(CheckedComponent):
     """:class:`~rtl.dsu.cluster.DsuCluster` and :class:`~.dsu_link.DsuLink` in front of
     :class:`~.sequencer.StepSequencer` in front of
-    :class:`~.cached_attention_tile.CachedAttentionTile`: the cluster's descriptors and the
+    :class:`~.attention_path.AttentionPath`: the cluster's descriptors and the
     link's round beats drive the sequencer, whose ``job`` and ``step`` streams drive the tile;
     the link turns the tile's layers (``go``/``done``, ``fail_slots``) into the cluster's
     completions.
 
-    Parameters: those of :class:`~.cached_attention_tile.CachedAttentionTile` (``max_slots``
+    Parameters: those of :class:`~.attention_path.AttentionPath` (``max_slots``
     is also the sequencer's round buffer and the DSU's ``n_slots``), and ``dsu_cores``
     (0..4): the cluster's cores; 0 leaves the DSU out (the sequencer's ``round`` and
     ``descriptor`` are then ports). ``dsu_mem_bytes``: each core's local memory;
@@ -70,7 +70,7 @@ class DecodeTile(CheckedComponent):
         if isinstance(dsu_cores, bool) or not isinstance(dsu_cores, int) or \
                 not 0 <= dsu_cores <= MAX_HARTS:
             raise ValueError(f"dsu_cores must be an integer in 0..{MAX_HARTS}, not {dsu_cores!r}")
-        w = CachedAttentionTile.check(engines, head_dim, G, lanes, kv_dtype, num_layers,
+        w = AttentionPath.check(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                       num_kv_heads, split_tokens, widths, slot_bits, max_ctx,
                                       num_requests, max_beats, max_outstanding, scale_bits, cdu,
                                       max_slots, engine)
@@ -83,7 +83,7 @@ class DecodeTile(CheckedComponent):
                  cdu=CDU_DEFAULTS, max_slots=4, dsu_cores=1, dsu_mem_bytes=0x8000,
                  dsu_intake_depth=4,
                  dsu_firmware=(), engine="pipelined"):
-        self.tile = t = CachedAttentionTile(engines, head_dim, G, lanes, kv_dtype, num_layers,
+        self.tile = t = AttentionPath(engines, head_dim, G, lanes, kv_dtype, num_layers,
                                             num_kv_heads, split_tokens, widths, slot_bits,
                                             max_ctx, num_requests, max_beats, max_outstanding,
                                             scale_bits, cdu, max_slots, engine)

@@ -30,7 +30,7 @@ from tricut.rtl.cdu.layouts import KIND, RESULT, WAY_BITS, Widths, seq_bits
 from .attention_layouts import (BLOCK_TOKENS, hbm_req_layout, hbm_resp_layout, hbm_write_layout,
                                 index_bits, kv_data_bits, kv_image_words, kv_region_words,
                                 l2_write_layout, newkv_write_layout)
-from .kv_streamer import HbmBlockReader, check_streamer_params
+from .block_reader import HbmBlockReader, check_streamer_params
 from .sequencer_layouts import head_bits
 
 __all__ = ["L2Filler", "NewTokenWriter", "L2WriteArbiter", "frame_of",
@@ -124,7 +124,7 @@ class L2Filler(_FillGeometry, CheckedComponent):
     sets, ways
         The CDU's geometry (``sets`` a power of 2 in 1..1024, ``ways`` 1..16).
     max_beats, max_outstanding
-        The own :class:`~.kv_streamer.HbmBlockReader`'s HBM burst length and bursts in flight
+        The own :class:`~.block_reader.HbmBlockReader`'s HBM burst length and bursts in flight
         (reorder-buffer slots; HBM ``id`` width ``ceil(log2 max_outstanding)``).
     depth : int, 1..64
         ``hbm_req`` beats accepted and not yet answered (the order queue).

@@ -5,25 +5,79 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, ready_layout, seq_bits
+from tricut.rtl.te.layouts import q_layout
 
-from .array_layouts import routed_kv_layout
-from .attention_layouts import (BLOCK_TOKENS, count_bits, index_bits, kv_word_bits,
-                                l2_data_layout, l2_read_layout, tag_layout)
-from .kv_streamer import (HbmBlockReader, check_streamer_params, combine_parts,
-                          default_scale_bits, flag_err, q_and_desc,
-                          streamer_ports)
+from .array_layouts import array_job_layout, routed_kv_layout
+from .attention_layouts import (BLOCK_TOKENS, count_bits, hbm_req_layout, hbm_resp_layout,
+                                index_bits, kv_word_bits, l2_data_layout, l2_read_layout,
+                                q_write_layout, tag_layout)
+from .block_reader import (HbmBlockReader, check_streamer_params, combine_parts,
+                           default_scale_bits)
 from .l2_fill import _frame_value, block_beats
-from .sequencer_layouts import head_bits
+from .sequencer_layouts import attn_job_layout, head_bits
 from .te_array import MAX_ENGINES
 
 __all__ = ["UnitStreamer"]
+
+
+def _ports(st, kv_payload):
+    """The streamer's ports but the L2's (``st`` the unit streamer, its ``kv`` payload layout
+    given): ``job``, ``q_write``, ``te_job``, ``q``,
+    ``kv``, ``hbm_req``/``hbm_resp`` (its block reader's HBM port), ``tensor_scale``,
+    ``clear``, ``err``, ``busy``."""
+    r = st.reader
+    return {
+        "job": In(stream.Signature(attn_job_layout(st.w, st.slot_bits, st.H,
+                                                   st.split_tokens))),
+        "q_write": In(stream.Signature(q_write_layout(st.slot_bits, st.hb,
+                                                      index_bits(st.qbeats), st.lanes))),
+        "te_job": Out(stream.Signature(array_job_layout(st.tag.size))),
+        "q": Out(stream.Signature(q_layout(st.lanes))),
+        "kv": Out(stream.Signature(kv_payload)),
+        "hbm_req": Out(stream.Signature(hbm_req_layout(r.id_bits, r.addr_bits, r.max_beats))),
+        "hbm_resp": In(stream.Signature(hbm_resp_layout(r.id_bits, r.data_bits))),
+        "tensor_scale": In(32),
+        "clear": In(1),
+        "err": Out(1),
+        "err_slots": Out(1 << st.slot_bits),
+        "busy": Out(1),
+    }
+
+
+def _flag_err(st, m, slot):
+    """A K/V word of ``slot``'s job came with ``err``: the sticky ``err`` and ``slot``'s bit of
+    ``err_slots`` (both cleared by ``clear``)."""
+    m.d.sync += [st.err.eq(1), st.err_slots.eq(st.err_slots | (1 << slot))]
+
+
+def _q_and_desc(st, m, slot, kv_head, qcnt, start, end, part, parts):
+    """The streamer's Q buffer (written through ``q_write``, always ready; ``2**slot_bits * H *
+    G*Dk`` words of ``lanes`` bf16 codes, read combinationally at ``(slot, kv_head, qcnt)``
+    onto ``q``) and the ``te_job`` payload of the job ``(slot, kv_head, start, end, part,
+    parts)``: ``n = end - start``, the softmax scale, ``tensor_scale``, partial when split,
+    and the tag."""
+    m.submodules.qbuf = qbuf = Memory(shape=unsigned(16 * st.lanes),
+                                      depth=(1 << st.slot_bits) * st.H * st.qbeats, init=[])
+    qw = qbuf.write_port()
+    qr = qbuf.read_port(domain="comb")
+    qp = st.q_write.payload
+    m.d.comb += [st.q_write.ready.eq(1), qw.en.eq(st.q_write.valid),
+                 qw.addr.eq(st.qbuf_addr(qp.slot, qp.kv_head, qp.beat)),
+                 qw.data.eq(qp.data.as_value()),
+                 qr.addr.eq(st.qbuf_addr(slot, kv_head, qcnt)),
+                 st.q.payload.data.as_value().eq(qr.data)]
+    d, tag = st.te_job.payload.desc, st.te_job.payload.tag
+    m.d.comb += [d.n.eq(end - start), d.scale.eq(st.scale_bits),
+                 d.tensor_scale.eq(st.tensor_scale), d.partial.eq(parts != 1),
+                 tag.eq(Cat(slot, kv_head, part == parts - 1, parts[:st.parts_bits]))]
 
 
 class UnitStreamer(CheckedComponent):
@@ -50,9 +104,37 @@ class UnitStreamer(CheckedComponent):
     every pass reads its blocks from HBM as a later pass does, so the engines of a pass still
     overlap and CDU on against CDU off measures the CDU alone.
 
-    Parameters: those of :class:`~.kv_streamer.KVStreamer`, ``engines`` (the TE array's),
-    the CDU's ``sets``, ``ways`` and ``l2`` (default ``True``: the CDU's ``ready`` entries and
-    the L2 data array are in the K/V path).
+    Parameters
+    ----------
+    engines : int, 1..16
+        The TE array's engines.
+    head_dim, G, lanes, kv_dtype
+        The TE array's configuration (``Dk = head_dim / lanes``).
+    num_layers, num_kv_heads, split_tokens, widths, slot_bits
+        As for the step sequencer (they set the ``job`` layout) and the KV image.
+    max_ctx : int
+        Tokens per (request, layer, kv_head) region of the KV image, a multiple of 16 (a
+        job's ``end`` must not exceed it).
+    num_requests : int, 1..2**widths.req
+        Requests the KV image holds (its depth: ``num_requests * L * H * max_ctx * 2*Dk``).
+    max_beats : int, 1..256
+        Longest HBM burst (the HBM model's ``max_beats``).
+    max_outstanding : int, 1..64
+        HBM bursts in flight (reorder-buffer slots; HBM ``id`` width ``ceil(log2)``).
+    scale_bits : int
+        fp32 bits of the softmax scale every job uses (default ``1/sqrt(head_dim)``).
+    sets, ways
+        The CDU's L2 geometry (the frames the ``ready`` entries name).
+    l2 : bool
+        ``True`` (default): the CDU's ``ready`` entries and the L2 data array are in the K/V
+        path.
+
+    Ports: ``job`` (in), ``q_write`` (in, always ready: the Q buffer), ``te_job``, ``q`` and
+    ``kv`` (out: the TE array's streams, ``kv`` routed to an engine), ``hbm_req``/``hbm_resp``
+    (its block reader's HBM port), ``tensor_scale`` (in), ``clear`` (in: clears ``err``,
+    ``err_slots`` and ``misorder``), ``err``/``err_slots`` (out, sticky: an HBM or L2 word came
+    with ``err``, and its job's slot), ``busy`` (out), ``misorder`` (out), and with ``l2``
+    ``ready`` (in), ``l2_read`` (out), ``l2_data`` (in).
     """
 
     @staticmethod
@@ -96,7 +178,7 @@ class UnitStreamer(CheckedComponent):
         self.frames = sets * ways
         self.reader = HbmBlockReader(w, num_layers, num_kv_heads, max_ctx, num_requests,
                                      head_dim, lanes, kv_dtype, max_beats, max_outstanding)
-        ports = {**streamer_ports(self, routed_kv_layout(lanes, kv_dtype, engines)),
+        ports = {**_ports(self, routed_kv_layout(lanes, kv_dtype, engines)),
                  **self._l2_ports(), "misorder": Out(1)}
         super().__init__(ports if l2 else {k: v for k, v in ports.items()
                                            if k not in self._l2_ports()})
@@ -150,7 +232,7 @@ class UnitStreamer(CheckedComponent):
         # ------------------------------------------------------------ Q buffer, job beat
         k = Signal(range(E))                     # pass job being dispatched
         qcnt = Signal(range(self.qbeats))
-        q_and_desc(self, m, slot, t_head[k], qcnt, t_start[k], t_end[k], t_part[k], t_parts[k])
+        _q_and_desc(self, m, slot, t_head[k], qcnt, t_start[k], t_end[k], t_part[k], t_parts[k])
 
         # ------------------------------------------------------------ routing
         blk = Signal(self.w.block + 1)           # block being streamed
@@ -306,7 +388,7 @@ class UnitStreamer(CheckedComponent):
                 with m.If(~ent_block_ok):
                     m.d.sync += self.misorder.eq(1)
                 with m.If(rdy.err):
-                    flag_err(self, m, slot)
+                    _flag_err(self, m, slot)
                 with m.If(rdy.bypass):
                     m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
                     m.next = "HBM"
@@ -326,7 +408,7 @@ class UnitStreamer(CheckedComponent):
                          l2_data.ready.eq(~l2_hit | self.kv.ready)]
             with m.If(l2_data.valid & l2_data.ready):
                 with m.If(l2d.err):
-                    flag_err(self, m, slot)
+                    _flag_err(self, m, slot)
                 m.d.sync += word.eq(word + 1)
                 with m.If(word == two_dk - 1):
                     m.d.sync += [word.eq(0), head.eq(head + 1)]
@@ -343,7 +425,7 @@ class UnitStreamer(CheckedComponent):
                          self.kv.valid.eq(rdd.valid), rdd.ready.eq(self.kv.ready)]
             with m.If(rdd.valid & self.kv.ready):
                 with m.If(rdd.payload.err):
-                    flag_err(self, m, slot)
+                    _flag_err(self, m, slot)
                 with m.If(rdd.payload.last):
                     m.d.comb += routes.r_en.eq(1)
             done_walk = Signal()

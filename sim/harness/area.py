@@ -21,7 +21,7 @@ How (``tricut verilog UNIT -o DIR --area``, :func:`area_by_unit`):
    into ROMs by ``memory_bmux2rom``); the address decode and write-enable logic around a
    macro is counted as cells.
 4. Each instance path's own cells go to a unit by :func:`unit_of` (the tile's units for
-   ``tile`` and ``tile-cached``, the top's direct sub-instances otherwise); a row's cells are
+   ``tile`` and ``tile-attention``, the top's direct sub-instances otherwise); a row's cells are
    the sum over its instances, and the total is the sum of the rows.
 """
 
@@ -171,7 +171,7 @@ def dedupe(mods: dict[str, Module], top: str) -> tuple[str, dict[str, str]]:
 
 
 def _tile_unit(rel: str) -> str | None:
-    """The unit of an instance path relative to a CachedAttentionTile."""
+    """The unit of an instance path relative to a AttentionPath."""
     m = re.match(r"array\.te(\d+)(\.|$)", rel)
     if m:
         return f"TE engine {m.group(1)}"
@@ -206,7 +206,7 @@ def unit_of(unit: str, rel: str) -> str:
             return "DSU cluster (local memories, MMIO interconnect)"
         if rel == "tile" or rel.startswith("tile."):
             return _tile_unit(rel[5:]) or rel
-    if unit == "tile-cached":
+    if unit == "tile-attention":
         return _tile_unit(rel) or rel
     if rel == "":
         return f"{unit} (own logic)"

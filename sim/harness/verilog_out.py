@@ -129,11 +129,6 @@ def _tile_te_array(**p):
     return TEArray(**p)
 
 
-def _tile_attention(**p):
-    from tricut.rtl.tile.attention_tile import AttentionTile
-    return AttentionTile(**p)
-
-
 def _cdu_param(cdu, sets, ways, mshrs, rq_depth):
     """The tile's ``cdu`` parameter: the CDU's geometry, or None (``-p cdu=False``)."""
     if not isinstance(cdu, bool):
@@ -141,9 +136,9 @@ def _cdu_param(cdu, sets, ways, mshrs, rq_depth):
     return dict(sets=sets, ways=ways, mshrs=mshrs, rq_depth=rq_depth) if cdu else None
 
 
-def _tile_cached(cdu, cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
-    from tricut.rtl.tile.cached_attention_tile import CachedAttentionTile
-    return CachedAttentionTile(**p, cdu=_cdu_param(cdu, cdu_sets, cdu_ways, cdu_mshrs,
+def _tile_attention(cdu, cdu_sets, cdu_ways, cdu_mshrs, cdu_rq_depth, **p):
+    from tricut.rtl.tile.attention_path import AttentionPath
+    return AttentionPath(**p, cdu=_cdu_param(cdu, cdu_sets, cdu_ways, cdu_mshrs,
                                                    cdu_rq_depth))
 
 
@@ -199,23 +194,16 @@ UNITS: dict[str, Unit] = {
                                            "engine": "pipelined"},
                           "TE array of the decode tile: round-robin dispatch, in-order tagged "
                           "output (docs/tile/te-array.md)"),
-    "tile-attention": Unit(_tile_attention, {"engines": 1, "head_dim": 64, "G": 2, "lanes": 4,
-                                             "kv_dtype": "bf16", "num_layers": 2,
-                                             "num_kv_heads": 2, "split_tokens": 16,
-                                             "slot_bits": 2, "max_ctx": 64, "num_requests": 4,
-                                             "max_beats": 16, "max_outstanding": 4},
-                           "Attention path of the decode tile: KV streamer, TE array, split-K "
-                           "combine, Q and output buffers (docs/tile/attention-path.md)"),
-    "tile-cached": Unit(_tile_cached, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 32,
+    "tile-attention": Unit(_tile_attention, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 32,
                                        "kv_dtype": "bf16", "num_layers": 2, "num_kv_heads": 2,
                                        "split_tokens": 16, "slot_bits": 2, "max_ctx": 64,
                                        "num_requests": 4, "max_beats": 16, "max_outstanding": 4,
                                        "max_slots": 4, "cdu": True, "cdu_sets": 4,
                                        "cdu_ways": 2, "cdu_mshrs": 4, "cdu_rq_depth": 4,
                                        "engine": "pipelined"},
-                        "Attention path of the decode tile with the CDU in the K/V path: CDU, "
-                        "L2 fill engine, new-token writer, unit streamer, routed TE array, "
-                        "split-K combine (docs/tile/cdu-path.md)"),
+                        "Attention path of the decode tile: CDU, L2 fill engine, new-token "
+                        "writer, unit streamer, routed TE array, split-K combine (cdu=False: "
+                        "without the CDU, every block from HBM) (docs/tile/cdu-path.md)"),
     "tile": Unit(_tile, {"engines": 2, "head_dim": 64, "G": 4, "lanes": 32, "kv_dtype": "bf16",
                          "num_layers": 2, "num_kv_heads": 2, "split_tokens": 16, "slot_bits": 2,
                          "max_ctx": 64, "num_requests": 4, "max_beats": 16,
@@ -223,7 +211,7 @@ UNITS: dict[str, Unit] = {
                          "cdu_ways": 2, "cdu_mshrs": 4, "cdu_rq_depth": 4, "dsu_cores": 1,
                          "dsu_mem_bytes": 0x8000, "engine": "pipelined"},
                  "the synthesizable decode tile: DSU cluster + DSU link + step sequencer + the "
-                 "attention path with the CDU (tile-cached; cdu=False: without it, every "
+                 "attention path (tile-attention; cdu=False: without it, every "
                  "block from HBM); no behavioural memory (docs/tile/index.md)"),
     "tile-dsu-link": Unit(_tile_dsu_link, {"num_layers": 2, "max_slots": 4, "slot_bits": 2},
                           "the decode tile's DSU link: round beats from the arbiter's ISSUE, "

@@ -7,14 +7,14 @@ only modules above it):
   watchdog limit and timing-model configuration;
 * :mod:`.hbm_image`: K/V codes and their HBM image;
 * :mod:`.tops`: the tiles built from a run's parameters and the Amaranth simulation tops;
-* :mod:`.attention`: the HBM-only attention path run layer by layer against the TE golden;
+* :mod:`.block_reads`: the block-read interface alone (``HbmBlockReader`` over the
+  behavioural HBM);
 * :mod:`.golden`: the inputs both sides share (:class:`~.golden.RunInputs`), the golden side
   (:func:`~.golden.golden_run`) and either side's :class:`~.golden.RunResult`;
 * :mod:`.compare`: tile against golden, CDU against its golden model, payload decoding;
 * :mod:`.amaranth_run`: the tile side in Amaranth's simulator (:func:`~.amaranth_run.cosim_run`);
 * :mod:`.verilator_top`: the co-simulation top for Verilator;
-* :mod:`.verilator`: its build and run, and the build helpers both Verilator runs share;
-* :mod:`.attention_verilator`: the HBM-only attention path on Verilator;
+* :mod:`.verilator`: its build and run;
 * :mod:`.bench`: the cocotb bench class of the Verilator co-simulation (simulator-side only);
 * :mod:`.cosim`: golden run, tile run, comparison (:func:`~.cosim.simulate`,
   :class:`~.cosim.Report`).

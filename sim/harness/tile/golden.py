@@ -280,7 +280,7 @@ class RunInputs:
     def cdu_reference(self):
         """The CDU golden model's transactions for the run (pattern ``full``)."""
         s = self.s
-        from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+        from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
         fe = FrontEnd(s.policy, s.cdu_sets * s.cdu_ways, distance=s.distance,
                       entries=CDU_FE_ENTRIES)
         core = CDUCore(s.cdu_sets, s.cdu_ways)

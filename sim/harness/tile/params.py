@@ -1,6 +1,5 @@
 """The parameter dict of a tile run: the tile's parameters (:data:`TILE_KEYS`), the step
-sequencer's ``max_slots`` and the behavioural HBM model's, with the HBM-only attention path's
-defaults (:data:`DEFAULTS`). A co-simulation's dict is
+sequencer's ``max_slots`` and the behavioural HBM model's, with defaults (:data:`DEFAULTS`). A co-simulation's dict is
 :meth:`tricut.sim.harness.tile.golden.RunInputs.params` (adding ``engine``, ``cdu`` and
 ``dsu``)."""
 
@@ -12,7 +11,7 @@ DEFAULTS = dict(engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_laye
                 max_beats=16, max_outstanding=4, max_slots=4, latency=8, reorder=False,
                 hbm_seed=1, hbm_outstanding=4)
 
-#: the keys of a run's parameters that are the tile's (``AttentionTile`` and ``DecodeTile``
+#: the keys of a run's parameters that are the tile's (``AttentionPath`` and ``DecodeTile``
 #: take them as they are)
 TILE_KEYS = ("engines", "head_dim", "G", "lanes", "kv_dtype", "num_layers", "num_kv_heads",
              "split_tokens", "slot_bits", "max_ctx", "num_requests", "max_beats",

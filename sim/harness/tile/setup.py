@@ -234,7 +234,7 @@ def tile_config(s: Setup):
 def _decisions(s: Setup, rounds, policy=None):
     """The CDU golden model's decisions on ``rounds`` (descriptor dicts or descriptors) under
     ``policy`` (default the setup's; none without a policy)."""
-    from tricut.rtl.tile.cached_attention_tile import CDU_FE_ENTRIES
+    from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
     policy = policy or s.policy
     if policy is None:
         return []

@@ -1,12 +1,7 @@
-"""The simulation tops of the decode tile in Amaranth's simulator, and the tiles they hold
-built from a run's parameters (:mod:`.params`) in one place: :func:`attention_tile` (the
-HBM-only attention path) and :func:`decode_tile` (the shipped ``DecodeTile``; the Verilator
-top, :mod:`.verilator_top`, builds on both).
+"""The simulation tops of the decode tile in Amaranth's simulator, and the tile they hold built
+from a run's parameters (:mod:`.params`) in one place: :func:`decode_tile` (the shipped
+``DecodeTile``; the Verilator top, :mod:`.verilator_top`, builds on it too).
 
-* :class:`AttentionTop`: a :class:`~tricut.rtl.tile.sequencer.StepSequencer` whose ``job``
-  stream drives an :class:`~tricut.rtl.tile.attention_tile.AttentionTile`, whose HBM port is
-  the behavioural :class:`~tricut.rtl.tile.behavioural.hbm.HbmModel` holding the KV image (the
-  sequencer's ``step`` beats, for the CDU, are taken and dropped);
 * :class:`CosimTop`: the shipped ``DecodeTile`` without the DSU <-> the behavioural HBM
   and (with the CDU) L2 data array;
 * :class:`BlockReaderTop`: the block-read interface alone (``HbmBlockReader`` <-> HbmModel).
@@ -18,48 +13,9 @@ from __future__ import annotations
 
 from amaranth.hdl import Elaboratable
 
-from .params import TILE_KEYS, with_defaults
+from .params import TILE_KEYS
 
-__all__ = ["attention_tile", "decode_tile", "AttentionTop", "CosimTop", "BlockReaderTop"]
-
-
-def attention_tile(p):
-    """The HBM-only attention path of a run's parameters (:data:`~.params.TILE_KEYS` of
-    ``p``)."""
-    from tricut.rtl.tile.attention_tile import AttentionTile
-    return AttentionTile(**{k: p[k] for k in TILE_KEYS})
-
-
-class AttentionTop(Elaboratable):
-    """Simulation top: StepSequencer -> AttentionTile <-> HbmModel (see the module docs)."""
-
-    def __init__(self, image, params=None):
-        from tricut.rtl.tile.behavioural.hbm import HbmModel
-        from tricut.rtl.tile.sequencer import StepSequencer
-        p = self.p = with_defaults(params)
-        self.tile = self.dut = attention_tile(p)
-        r = self.tile.streamer.reader
-        self.seq = StepSequencer(p["num_layers"], p["num_kv_heads"], p["max_slots"],
-                                 p["split_tokens"], self.tile.w, p["slot_bits"])
-        self.hbm = HbmModel(image, data_bits=r.data_bits, latency=p["latency"],
-                            max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
-                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
-
-    #: the HBM model's ``write`` port is left to the testbench (else tied off)
-    hbm_write_open = False
-
-    def elaborate(self, platform):
-        from amaranth.hdl import Module
-        from amaranth.lib import wiring
-        m = Module()
-        m.submodules.seq, m.submodules.tile, m.submodules.hbm = self.seq, self.tile, self.hbm
-        wiring.connect(m, self.seq.job, self.tile.job)
-        wiring.connect(m, self.tile.hbm_req, self.hbm.req)
-        wiring.connect(m, self.hbm.resp, self.tile.hbm_resp)
-        m.d.comb += self.seq.step.ready.eq(1)
-        if not self.hbm_write_open:
-            m.d.comb += self.hbm.write.valid.eq(0)
-        return m
+__all__ = ["decode_tile", "CosimTop", "BlockReaderTop"]
 
 
 def decode_tile(p):
@@ -124,7 +80,7 @@ class BlockReaderTop(Elaboratable):
     def __init__(self, image, p):
         from tricut.rtl.cdu.layouts import Widths
         from tricut.rtl.tile.behavioural.hbm import HbmModel
-        from tricut.rtl.tile.kv_streamer import HbmBlockReader
+        from tricut.rtl.tile.block_reader import HbmBlockReader
         self.reader = HbmBlockReader(Widths(), p["num_layers"], p["num_kv_heads"], p["max_ctx"],
                                      p["num_requests"], p["head_dim"], p["lanes"], p["kv_dtype"],
                                      p["max_beats"], p["max_outstanding"])

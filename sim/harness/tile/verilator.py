@@ -1,7 +1,7 @@
 """Co-simulation of whole decode steps with the tile's attention on Verilator (``tricut tile run
 --sim verilator``; ``docs/tile/cosim.md``, "Co-simulation on Verilator"): the build of the top
 (:func:`build`) and the run (:func:`run`, :func:`cosim_run_verilator`), and the HBM image file
-both Verilator runs load (:func:`write_hex`).
+the run loads (:func:`write_hex`).
 
 The same run as :func:`~.amaranth_run.cosim_run` (same :class:`~.setup.Setup`, same
 :class:`~.golden.RunResult`, cycle for cycle), with the RTL
@@ -58,7 +58,7 @@ DEFAULT_CFLAGS = ()
 
 
 # ----------------------------------------------------------------------------------------------
-# the HBM image file (this run's and the HBM-only attention path's)
+# the HBM image file of a run
 # ----------------------------------------------------------------------------------------------
 def write_hex(image, path):
     """The image as ``$readmemh`` text, one word per line."""

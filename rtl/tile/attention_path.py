@@ -1,31 +1,33 @@
-"""The decode tile's attention path with the CDU in the K/V path: step sequencer beats -> CDU
-(front end, intake, core) -> L2 fill engine and new-token writer; attention jobs + the CDU's
-``ready`` entries -> unit streamer -> TE array (routed K/V) (+ split-K combine) -> output
-buffer, one layer at a time."""
+"""The decode tile's attention path: step sequencer beats -> CDU (front end, intake, core) ->
+L2 fill engine and new-token writer; attention jobs + the CDU's ``ready`` entries -> unit
+streamer -> TE array (routed K/V) (+ split-K combine) -> output buffer, one layer at a time.
+Without the CDU the unit streamer reads every block from HBM."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tricut.models.tile import TILE_ENGINES
+from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, fe_config_layout, step_layout
 from tricut.rtl.cdu.top import CDU
 
 from .attention_layouts import (hbm_req_layout, hbm_resp_layout, hbm_write_layout, index_bits,
-                                l2_data_layout, l2_read_layout, l2_write_layout, q_write_layout)
-from .attention_tile import AttentionTile
+                                l2_data_layout, l2_read_layout, l2_write_layout, q_write_layout,
+                                tag_layout)
 from .combine import CombineUnit
-from .kv_streamer import combine_parts
+from .block_reader import combine_parts
 from .l2_fill import L2Filler, L2WriteArbiter, NewTokenWriter
 from .sequencer_layouts import attn_job_layout
 from .te_array import TEArray
 from .unit_streamer import UnitStreamer
 
-__all__ = ["CachedAttentionTile", "CDU_DEFAULTS", "CDU_FE_ENTRIES", "CDU_FE_UNITS"]
+__all__ = ["AttentionPath", "CDU_DEFAULTS", "CDU_FE_ENTRIES", "CDU_FE_UNITS"]
 
-#: the CDU parameters of a cached tile when none are given
+#: the CDU parameters of the attention path when none are given
 CDU_DEFAULTS = dict(sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2)
 #: the CDU front end's adaptive-predictor scatter entries per (slot, layer) (the golden
 #: model's ``FrontEnd(entries=...)`` must be given the same) and its unit FIFO depth
@@ -33,19 +35,51 @@ CDU_FE_ENTRIES = 8
 CDU_FE_UNITS = 16
 
 
-class CachedAttentionTile(AttentionTile):
-    """:class:`~.attention_tile.AttentionTile` with the CDU and the L2 in the K/V path.
+class AttentionPath(CheckedComponent):
+    """The tile's attention path for one layer of a decode step at a time.
 
-    Parameters: those of :class:`~.attention_tile.AttentionTile`, ``max_ctx`` a multiple of
-    16, plus ``cdu`` (a dict of :class:`~tricut.rtl.cdu.top.CDU` parameters: ``sets``,
-    ``ways``, ``mshrs``, ``rq_depth``, ``max_retries``, each missing one from
-    :data:`CDU_DEFAULTS`, by default all of them; ``None``: no CDU, see below) and
-    ``max_slots`` (the CDU front end's slot table) and ``engine`` (the TE array's engine
-    design, :data:`tricut.models.tile.TILE_ENGINES`: the shipped ``"pipelined"`` by default).
+    Parameters
+    ----------
+    engines : int, 1..16
+        TE engines of the array.
+    head_dim, G, lanes, kv_dtype
+        The TE configuration (one K/V format per tile, as for the TE).
+    num_layers, num_kv_heads, split_tokens, widths, slot_bits
+        As for the step sequencer whose ``job`` stream drives the tile; ``split_tokens > 0``
+        adds a split-K :class:`~.combine.CombineUnit`.
+    max_ctx, num_requests, max_beats, max_outstanding, scale_bits
+        The KV image (``max_ctx`` a multiple of 16) and the HBM port, as for
+        :class:`~.unit_streamer.UnitStreamer`.
+    cdu
+        A dict of :class:`~tricut.rtl.cdu.top.CDU` parameters (``sets``, ``ways``, ``mshrs``,
+        ``rq_depth``, ``max_retries``; each missing one from :data:`CDU_DEFAULTS`, by default
+        all of them); ``None``: no CDU, see below.
+    max_slots
+        The CDU front end's slot table.
+    engine
+        The TE array's engine design, :data:`tricut.models.tile.TILE_ENGINES` (the shipped
+        ``"pipelined"`` by default).
 
-    Ports: those of the attention tile (``job``, ``q_write``, ``go``, ``done``,
-    ``out_addr``/``out_data``, ``hbm_req``/``hbm_resp``, ``tensor_scale``, ``err``,
-    ``te_status``, ``fail_slots``), and
+    Ports (streams: ``amaranth.lib.stream``, valid never waits for ready):
+
+    * ``job`` (in): the step sequencer's ``job`` stream;
+    * ``q_write`` (in, always ready): the Q buffer's write port ``(slot, kv_head, beat,
+      data)``, ``G*Dk`` words of ``lanes`` bf16 codes per (slot, kv_head), head-major;
+    * ``go`` (in): a one-cycle pulse starting a layer; ``done`` (out): sticky, set when the
+      layer's last output word is in the output buffer, cleared by ``go``;
+    * ``out_addr`` (in), ``out_data`` (out): the output buffer's read port, word
+      ``(slot * H + kv_head) * G*Dk + beat`` (``lanes`` fp32), ``out_data`` valid the cycle
+      after ``out_addr``;
+    * ``hbm_req`` (out), ``hbm_resp`` (in): to the HBM (the behavioural model's payloads);
+    * ``tensor_scale`` (in, 32 b): NVFP4 tensor scale of every job (fp32 bits);
+    * ``err`` (out): sticky per layer, an HBM beat came with ``err``; ``te_status`` (out):
+      the OR of the layer's TE status words (``STATUS_BITS`` order), cleared by ``go``;
+    * ``fail_slots`` (out, one bit per slot): the slots of the layer's jobs that met an HBM
+      ``err`` or ended with a TE status flag, cleared by ``go`` (the completion unit's failed
+      completions);
+    * ``misorder`` (out): sticky, a ``ready`` entry or a job was not the one expected;
+
+    and with the CDU:
 
     * ``step`` (in): the step sequencer's ``step`` beats, to the CDU front end;
     * ``config`` (in): the CDU front end's configuration (policy, pattern ``full``, distance);
@@ -55,7 +89,6 @@ class CachedAttentionTile(AttentionTile):
       KV head, and its position;
     * ``hbm_write`` (out): the new tokens' words to HBM (write-through);
     * ``l2_read`` (out), ``l2_data`` (in), ``l2_write`` (out): the L2 data array's ports;
-    * ``misorder`` (out): sticky, a ``ready`` entry or a job was not the one expected;
     * ``cdu_counters`` (out), ``reg_addr``/``reg_data``: the CDU's counters;
     * ``cdu_idle`` (out).
 
@@ -69,6 +102,10 @@ class CachedAttentionTile(AttentionTile):
     ``cdu_counters``, ``reg_*``, ``cdu_idle``): the new tokens' K/V are in HBM before ``go``,
     written by whatever produced them (the host port of a simulation top). The HBM ``id`` is
     the streamer's reader's.
+
+    The layer gate: after ``go`` the tile takes jobs while they carry one layer (the layer of
+    the first job taken); it stops at a job of another layer (left on the stream) or after a
+    job with ``last``. ``done`` rises when that layer's every result is written.
     """
 
     @staticmethod
@@ -146,7 +183,7 @@ class CachedAttentionTile(AttentionTile):
             ports.update(self._cdu_parts(c, w, head_dim, lanes, kv_dtype, num_layers,
                                          num_kv_heads, max_ctx, num_requests, max_beats,
                                          max_outstanding, slot_bits, max_slots))
-        super(AttentionTile, self).__init__(ports)
+        super().__init__(ports)
 
     def _cdu_parts(self, c, w, head_dim, lanes, kv_dtype, num_layers, num_kv_heads, max_ctx,
                    num_requests, max_beats, max_outstanding, slot_bits, max_slots):
@@ -250,3 +287,108 @@ class CachedAttentionTile(AttentionTile):
                          dst.payload.data.eq(p.payload.data), dst.payload.last.eq(p.payload.last),
                          dst.payload.err.eq(p.payload.err)]
         m.d.comb += p.ready.eq(Mux(src, st.hbm_resp.ready, fl.rd_hbm_resp.ready))
+
+    def _elaborate_attention(self, m, st, arr):
+        """The Q buffer's writes, streamer -> TE array, the TE status, the layer gate and the
+        output side (the cached tile shares them)."""
+        wiring.connect(m, wiring.flipped(self.q_write), st.q_write)
+        wiring.connect(m, st.te_job, arr.job)
+        wiring.connect(m, st.q, arr.q)
+        wiring.connect(m, st.kv, arr.kv)
+        m.d.comb += [st.tensor_scale.eq(self.tensor_scale), st.clear.eq(self.go),
+                     self.err.eq(st.err), arr.status.ready.eq(1)]
+        status_slots = Signal.like(self.fail_slots)
+        m.d.comb += self.fail_slots.eq(st.err_slots | status_slots)
+        with m.If(self.go):
+            m.d.sync += [self.te_status.eq(0), status_slots.eq(0)]
+        with m.Elif(arr.status.valid):
+            word = arr.status.payload.status.as_value()
+            m.d.sync += self.te_status.eq(self.te_status | word)
+            with m.If(word.any()):
+                slot = arr.status.payload.tag[:st.slot_bits]
+                m.d.sync += status_slots.eq(status_slots | (1 << slot))
+        pending = self._elaborate_gate(m, st, arr)
+        self._elaborate_output(m, arr, pending)
+
+    def _elaborate_gate(self, m, st, arr):
+        """The layer gate between ``job`` and the streamer, and ``pending``: results of the
+        layer taken and not yet written (+1 at a job with ``final``, -1 per result written;
+        the output side drives ``pending_dec``). ``done`` also waits for the streamer and the
+        array to be idle, so that the last job's status word is in ``te_status``."""
+        j = self.job.payload
+        running = Signal()          # between go and the layer's end
+        first = Signal()            # no job of the layer taken yet
+        layer = Signal.like(j.layer)
+        pending = Signal(16)
+        dec = Signal(name="pending_dec")
+        same = first | (j.layer == layer)
+        pass_ = running & same
+        m.d.comb += [st.job.payload.as_value().eq(j.as_value()),
+                     st.job.valid.eq(self.job.valid & pass_),
+                     self.job.ready.eq(st.job.ready & pass_)]
+        inc = Signal()
+        m.d.comb += inc.eq(self.job.valid & self.job.ready & (j.part == j.parts - 1))
+        m.d.sync += pending.eq(pending + inc - dec)
+        with m.If(self.job.valid & self.job.ready):
+            m.d.sync += [first.eq(0), layer.eq(j.layer)]
+            with m.If(j.last):
+                m.d.sync += running.eq(0)
+        with m.If(running & self.job.valid & ~same):
+            m.d.sync += running.eq(0)
+        with m.If(~running & (pending == 0) & ~st.busy & ~arr.busy):
+            m.d.sync += self.done.eq(1)
+        with m.If(self.go):
+            m.d.sync += [running.eq(1), first.eq(1), self.done.eq(0)]
+        return type("P", (), dict(dec=dec))
+
+    def _elaborate_output(self, m, arr, pending):
+        """Output side: a non-split job's ``out`` beats go straight into the output buffer;
+        a split part's go to the combine unit (its ``job`` beat = ``parts`` before part 0's
+        first beat) whose ``combined`` beats go into the buffer (and have priority on its
+        write port: they are never stalled)."""
+        m.submodules.obuf = obuf = Memory(shape=unsigned(32 * self.lanes), depth=self.out_words,
+                                          init=[])
+        wp = obuf.write_port()
+        rp = obuf.read_port()
+        m.d.comb += [rp.addr.eq(self.out_addr), self.out_data.eq(rp.data)]
+        o = arr.out
+        tag = data.View(tag_layout(self.streamer.slot_bits, self.streamer.hb,
+                                   self.streamer.parts_bits), o.payload.tag)
+        split = tag.parts != 1
+        addr = self.streamer.qbuf_addr
+        dbeat = Signal(range(self.qbeats))          # beat of the direct job being written
+        cbeat = Signal(range(self.qbeats))
+        c_busy = Signal()
+        if self.combine is not None:
+            m.submodules.combine = cu = self.combine
+            c_sent = Signal()               # the combine job beat of the current split is sent
+            c_slot = Signal.like(tag.slot)
+            c_head = Signal.like(tag.kv_head)
+            m.d.comb += [cu.job.payload.parts.eq(tag.parts),
+                         cu.job.valid.eq(o.valid & split & ~c_sent),
+                         cu.partial.payload.data.eq(o.payload.data),
+                         cu.partial.payload.last.eq(o.payload.last),
+                         cu.partial.valid.eq(o.valid & split & c_sent),
+                         cu.combined.ready.eq(1), c_busy.eq(cu.combined.valid)]
+            with m.If(cu.job.valid & cu.job.ready):
+                m.d.sync += [c_sent.eq(1), c_slot.eq(tag.slot), c_head.eq(tag.kv_head)]
+            with m.If(cu.partial.valid & cu.partial.ready & o.payload.last & tag.final):
+                m.d.sync += c_sent.eq(0)
+            with m.If(cu.combined.valid):
+                m.d.comb += [wp.en.eq(1), wp.addr.eq(addr(c_slot, c_head, cbeat)),
+                             wp.data.eq(cu.combined.payload.data.as_value())]
+                m.d.sync += cbeat.eq(cbeat + 1)
+                with m.If(cu.combined.payload.last):
+                    m.d.sync += cbeat.eq(0)
+                    m.d.comb += pending.dec.eq(1)
+            m.d.comb += o.ready.eq(Cat(split & c_sent & cu.partial.ready,
+                                       ~split & ~c_busy).any())
+        else:
+            m.d.comb += o.ready.eq(~split)
+        with m.If(o.valid & o.ready & ~split):
+            m.d.comb += [wp.en.eq(1), wp.addr.eq(addr(tag.slot, tag.kv_head, dbeat)),
+                         wp.data.eq(o.payload.data.as_value())]
+            m.d.sync += dbeat.eq(dbeat + 1)
+            with m.If(o.payload.last):
+                m.d.sync += dbeat.eq(0)
+                m.d.comb += pending.dec.eq(1)
