@@ -280,7 +280,7 @@ def parse_args(argv):
     ap.add_argument("--steps", type=int, default=2, help="decode steps (default: %(default)s)")
     ap.add_argument("--engines", type=int, default=8, help="TE engines (default: %(default)s)")
     ap.add_argument("--kv-dtype", default="bf16", help="K/V dtype (default: %(default)s)")
-    ap.add_argument("--policies", type=_csv(str), default=["disabled", "static"],
+    ap.add_argument("--policies", type=_csv(str), default=["none", "static"],
                     help="CDU policies; disabled = the CDU in the path, every block a "
                          "bypass; none = the tile without the CDU (default: %(default)s)")
     ap.add_argument("--lanes", type=int, default=32,
