@@ -66,22 +66,15 @@ def cached_setups():
                   max_ctx=96, policy="adaptive")]
 
 
-def predict_cached(s):
-    """The tile timing model's ``{(round, layer): cycles}`` for a co-simulation setup
-    (``tricut.sim.harness.tile.setup.predict_layers``)."""
-    from tricut.sim.harness.tile.setup import predict_layers
-    return predict_layers(s)
-
-
 def measure(s):
     """``[(round, seq_lens, [measured per layer], [predicted per layer])]`` of one run."""
     from tricut.sim.harness.tile.cosim import simulate
-    from tricut.sim.harness.tile.setup import schedule, tile_config
+    from tricut.sim.harness.tile.setup import predict_layers, schedule, tile_config
     rep = simulate(s, sim="verilator")
     if not rep.ok:
         raise SystemExit(f"{SCRIPT}: {s}: {rep.differences[0]}")
     cfg = tile_config(s)
-    predicted = predict_cached(s)
+    predicted = predict_layers(s)
     rows = []
     for ri, descs in enumerate(schedule(s)):
         lens = [d.seq_len for d in descs]

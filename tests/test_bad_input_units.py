@@ -239,6 +239,7 @@ VERILOG_CASES = [
     ("param-bad-choice", _v("te", "-p", "kv_dtype=fp16"), "kv_dtype must be one of"),
     ("param-huge-int", _v("te", "-p", "G=" + "9" * 5000), "must be an integer"),
     ("param-wrong-shape", _v("tile-hbm", "-p", "faults=5"), "must be a list"),
+    ("param-cdu-not-bool", _v("tile", "-p", "cdu=3"), "cdu must be True or False"),
     ("param-code", _v("te", "-p", "G=__import__('os').getpid()"), "must be an integer"),
     # flags
     ("unit-unknown", _v("gpu"), "invalid choice: 'gpu'"),

@@ -21,19 +21,13 @@ from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
 from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
 from tricut.models.cached_tile_timing import cdu_decisions, predict_run
 from tricut.sim.harness.tile.cosim import simulate
-from tricut.sim.harness.tile.setup import Setup, schedule, tile_config
+from tricut.sim.harness.tile.setup import Setup, predict_layers, schedule, tile_config
 from tricut.sim.harness.tile import verilator as V
-
-from conftest import load_benchmark
 
 
 #: tiny-te, bf16, 1 engine, prompts 3 and 17, two decode steps (STATIC of test_tile_cached)
 STATIC = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32, policy="static")
-
-
-def _calibration():
-    return load_benchmark("tile_calibration")
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +49,7 @@ def runs():
 @pytest.mark.parametrize("policy", ["static", "disabled"])
 def test_model_predicts_every_layer_exactly(runs, policy):
     s, measured = runs[policy]
-    predicted = _calibration().predict_cached(s)
+    predicted = predict_layers(s)
     assert set(predicted) == set(measured) and len(measured) == 4
     assert predicted == measured
     if policy == "static":      # the L2 path is slower here: fills, waits, HBM re-reads
@@ -64,10 +58,9 @@ def test_model_predicts_every_layer_exactly(runs, policy):
 
 def test_model_fails_with_a_wrong_configuration(runs):
     s, measured = runs["static"]
-    cal = _calibration()
     for wrong in (dict(latency=s.latency + 1), dict(engines=2), dict(max_beats=8),
                   dict(engine="serial")):
-        assert cal.predict_cached(dataclasses.replace(s, **wrong)) != measured, wrong
+        assert predict_layers(dataclasses.replace(s, **wrong)) != measured, wrong
 
 
 def test_model_fails_with_another_policys_decisions(runs):
