@@ -287,7 +287,7 @@ def parse_args(argv):
                     help="TE lanes (default: %(default)s)")
     ap.add_argument("--engine", default=None,
                     help="TE engine design, pipelined or serial (default: the shipped "
-                         "pipelined one with a CDU policy, serial for none)")
+                         "pipelined one)")
     ap.add_argument("--split-tokens", type=int, default=0,
                     help="split-K part length, 0 = no split (default: %(default)s)")
     ap.add_argument("--max-ctx", type=int, default=4096,

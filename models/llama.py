@@ -3,8 +3,8 @@
 Pure numpy, float32 arithmetic in Hugging Face ``transformers``' order (RMSNorm in float32,
 RoPE with HF's ``rotate_half`` convention, eager attention with a float32 softmax), so its
 logits agree with ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` run in float32 to ~1e-6
-relative. Every matrix product is :func:`~tricut.models.matmul.matmul` (float64 sums of the
-exact products, rounded once; no BLAS), so a step's bits do not depend on the BLAS thread
+relative. Every matrix product is :func:`~tricut.models.matmul.matmul` (the exact sum of the
+products, rounded once to float32), so a step's bits do not depend on the BLAS thread
 count, the processor or the process that runs it. See ``docs/decode-step.md``.
 
 * :class:`LlamaWeights` — weights in HF's ``[out_features, in_features]`` layout;
@@ -196,20 +196,21 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return x * cos[:, None, :] + rot * sin[:, None, :]
 
 
-def _qkv(x: np.ndarray, lw: LayerWeights, cfg, positions) -> tuple[np.ndarray, ...]:
-    """Projections of normed hidden states ``x`` [T, hidden] -> q [T,H,D], k/v [T,KVH,D],
-    RoPE applied to q and k."""
+def _qkv(x: np.ndarray, lw: LayerWeights, cfg, positions,
+         q_from: int = 0) -> tuple[np.ndarray, ...]:
+    """Projections of normed hidden states ``x`` [T, hidden] -> q [T - q_from, H, D] (of rows
+    ``q_from ..``), k/v [T, KVH, D], RoPE applied to q and k."""
     t, d = x.shape[0], cfg.head_dim
-    q = matmul(x, lw.wq.T)
+    q = matmul(x[q_from:], lw.wq.T)
     k = matmul(x, lw.wk.T)
     v = matmul(x, lw.wv.T)
     if lw.bq is not None:
         q, k, v = q + lw.bq, k + lw.bk, v + lw.bv
-    q = q.reshape(t, cfg.num_heads, d)
+    q = q.reshape(t - q_from, cfg.num_heads, d)
     k = k.reshape(t, cfg.num_kv_heads, d)
     v = v.reshape(t, cfg.num_kv_heads, d)
     cos, sin = rope_cos_sin(positions, d, cfg.rope_theta)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    return apply_rope(q, cos[q_from:], sin[q_from:]), apply_rope(k, cos, sin), v
 
 
 def _check_tokens(cfg, tokens) -> np.ndarray:
@@ -268,11 +269,15 @@ def prefill(weights: LlamaWeights, cache: PagedKVCache, request_id, tokens: Sequ
     x = weights.embed[tok]
     for li, lw in enumerate(weights.layers):
         h = rms_norm(x, lw.input_norm, cfg.rms_norm_eps)
-        q, k, v = _qkv(h, lw, cfg, positions)
+        # Rows are independent past the K/V (every product is exact per entry): without
+        # all_logits, the last layer needs its queries and the rest for the last row only.
+        q_from = tok.size - 1 if li == cfg.num_layers - 1 and not all_logits else 0
+        q, k, v = _qkv(h, lw, cfg, positions, q_from)
         cache.write(li, request_id, start, k, v)
         kh, vh = cache.gather(li, request_id)
+        x = x[q_from:]
         attn = np.asarray(prefill_attention_fn(q, kh, vh, scale), dtype=_F32)
-        x = x + matmul(attn.reshape(tok.size, -1), lw.wo.T)
+        x = x + matmul(attn.reshape(x.shape[0], -1), lw.wo.T)
         x = x + swiglu(rms_norm(x, lw.post_norm, cfg.rms_norm_eps), lw)
     if not all_logits:
         x = x[-1:]

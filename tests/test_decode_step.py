@@ -444,6 +444,22 @@ def test_chunked_prefill_equals_one_shot():
         np.testing.assert_allclose(c2.gather(layer, 0)[0], c1.gather(layer, 0)[0], rtol=0, atol=1e-5)
 
 
+def test_last_token_prefill_is_the_last_row_of_the_whole_one():
+    """Without ``all_logits`` the last layer computes its queries, attention and MLP for the
+    last token only; the rows are independent, so the logits and the cache are the same bits."""
+    cfg = _tiny()
+    w = LlamaWeights.random(cfg, seed=9)
+    p = np.random.default_rng(9).integers(0, cfg.vocab_size, 37)
+    c1, c2 = (PagedKVCache.for_model(cfg, num_blocks=4) for _ in range(2))
+    whole = prefill(w, c1, 0, p, all_logits=True)
+    last = prefill(w, c2, 0, p)
+    assert cfg.num_layers >= 2 and last.dtype == np.float32
+    assert np.array_equal(last.view(np.uint32), whole[-1].view(np.uint32))
+    for layer in range(cfg.num_layers):
+        for a, b in zip(c1.gather(layer, 0), c2.gather(layer, 0)):
+            assert np.array_equal(a, b)
+
+
 def test_weights_are_deterministic_and_round_trip():
     cfg = CASES["qwen2-tied"]()
     a, b = LlamaWeights.random(cfg, 11), LlamaWeights.random(cfg, 11)

@@ -2,10 +2,12 @@
 
 A float32 BLAS product changes its last bits with the BLAS thread count (on this machine
 OpenBLAS's sgemm differs between one and two threads on most shapes); the golden models'
-products go through :func:`tricut.models.matmul.matmul`, which calls no BLAS. Checked here:
+products go through :func:`tricut.models.matmul.matmul`: each entry the exact sum of the
+products rounded once, whatever order a float64 BLAS sums them in. Checked here:
 
-* ``matmul`` against an exact sum (``math.fsum``) rounded once: within one float32 ulp, the
-  shapes ``np.matmul`` broadcasts, and a bad contraction named;
+* ``matmul`` bit for bit against the exact sum (``Fraction``) rounded once to float32: the
+  shapes ``np.matmul`` broadcasts, wide exponents and cancellation, the rounding edge cases
+  of every path (ties, just above and below a tie, +0, overflow), and a bad contraction;
 * the same bits under one and two BLAS threads: ``matmul``, a prefill and decode step of two
   models, and a whole co-simulation's golden side (``golden_run``: tokens and every TE
   attention output). The Verilator bench recomputing the golden step in its own process
@@ -15,6 +17,7 @@ products go through :func:`tricut.models.matmul.matmul`, which calls no BLAS. Ch
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -32,24 +35,104 @@ def _rand(rng, shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-@pytest.mark.parametrize("sa,sb", [((3, 5), (5, 7)), ((2, 3, 4, 5), (3, 5, 6)), ((5,), (5, 4)),
-                                   ((4, 5), (5,)), ((1, 300), (300, 2))])
-def test_matmul_is_the_exact_sum_rounded_once(sa, sb):
-    rng = np.random.default_rng(7)
-    a, b = _rand(rng, sa), _rand(rng, sb)
-    got = matmul(a, b)
-    assert got.dtype == np.float32 and got.shape == np.matmul(a, b).shape
+def _exact_rounded(row, col) -> np.float32:
+    """Independent reference: the exact sum as a Fraction, rounded to the nearest float32
+    (ties to the even significand; beyond the largest float32 plus half an ulp, infinity)."""
+    exact = sum((Fraction(float(x)) * Fraction(float(y)) for x, y in zip(row, col)), Fraction(0))
+    if abs(exact) >= Fraction(2 ** 128 - 2 ** 103):
+        return np.float32(math.copysign(math.inf, exact))
+    near = np.float32(float(exact))
+    candidates = [np.nextafter(near, np.float32(-np.inf)), near,
+                  np.nextafter(near, np.float32(np.inf))]
+    best = min((c for c in candidates if np.isfinite(c)),
+               key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(np.uint32)) & 1))
+    return best + np.float32(0.0)
+
+
+def _reference(a, b):
     a2 = a[None] if a.ndim == 1 else a                  # np.matmul's promotion of 1-D operands
     b2 = b[:, None] if b.ndim == 1 else b
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     a2 = np.broadcast_to(a2, batch + a2.shape[-2:])
     b2 = np.broadcast_to(b2, batch + b2.shape[-2:])
-    exact = np.empty(batch + (a2.shape[-2], b2.shape[-1]))
-    for idx in np.ndindex(*exact.shape):
-        row, col = a2[idx[:-1]], b2[idx[:-2] + (slice(None), idx[-1])]
-        exact[idx] = math.fsum(float(x) * float(y) for x, y in zip(row, col))
-    exact = exact.astype(np.float32).reshape(got.shape)
-    assert np.all(np.abs(got.astype(np.float64) - exact) <= np.spacing(np.abs(exact)))
+    want = np.empty(batch + (a2.shape[-2], b2.shape[-1]), dtype=np.float32)
+    for idx in np.ndindex(*want.shape):
+        want[idx] = _exact_rounded(a2[idx[:-1]], b2[idx[:-2] + (slice(None), idx[-1])])
+    return want.reshape(np.matmul(a, b).shape)
+
+
+def _same_bits(x, y):
+    return x.dtype == y.dtype == np.float32 and x.shape == y.shape and \
+        np.array_equal(x.view(np.uint32), y.view(np.uint32))
+
+
+@pytest.mark.parametrize("sa,sb", [((3, 5), (5, 7)), ((2, 3, 4, 5), (3, 5, 6)), ((5,), (5, 4)),
+                                   ((4, 5), (5,)), ((1, 300), (300, 2))])
+def test_matmul_is_the_exact_sum_rounded_once(sa, sb):
+    rng = np.random.default_rng(7)
+    a, b = _rand(rng, sa), _rand(rng, sb)
+    assert _same_bits(matmul(a, b), _reference(a, b))
+
+
+def test_matmul_is_exact_over_wide_exponents_and_cancellation():
+    """Operands spread over 2**±30 and columns that cancel a row almost exactly: the float64
+    sum is off by far more than a float32 ulp of the result, which must still be exact."""
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        k = int(rng.integers(1, 70))
+        a = (rng.standard_normal((3, k)) * 2.0 ** rng.integers(-30, 30, (3, k))).astype(np.float32)
+        b = (rng.standard_normal((k, 3)) * 2.0 ** rng.integers(-30, 30, (k, 3))).astype(np.float32)
+        b[:, 1] = -a[0] * np.float32(1.5)
+        a[0, -1] *= np.float32(3.0)
+        assert _same_bits(matmul(a, b), _reference(a, b)), f"trial {trial}"
+
+
+_TIE = 2.0 ** -24                   # 1 + 2**-24 is the midpoint between 1 and 1 + 2**-23
+
+
+@pytest.mark.parametrize("row,col,want", [
+    # an exact tie rounds to the even neighbour (float64 and exact sum agree)
+    ([1.0, _TIE], [1.0, 1.0], 1.0),
+    ([1.0 + 2.0 ** -23, _TIE], [1.0, 1.0], 1.0 + 2.0 ** -22),
+    # just above the tie: float64 loses the last term and would round down
+    ([1.0, _TIE, 2.0 ** -40], [1.0, 1.0, 2.0 ** -20], 1.0 + 2.0 ** -23),
+    # just below the tie
+    ([1.0, _TIE, -2.0 ** -40], [1.0, 1.0, 2.0 ** -20], 1.0),
+    # above the tie by less than the TwoSum tree's bound: decided by fsum's remainder
+    ([1.0, _TIE, 2.0 ** -60], [1.0, 1.0, 2.0 ** -45], 1.0 + 2.0 ** -23),
+    ([1.0, _TIE, -2.0 ** -60], [1.0, 1.0, 2.0 ** -45], 1.0),
+    # exact cancellation is +0, never -0
+    ([1.0, -1.0], [1.0, 1.0], 0.0),
+    ([-0.0, 0.0], [1.0, -1.0], 0.0),
+    # overflow: past the largest float32 plus half an ulp is infinity, below it is not
+    ([3e38, 3e38], [1.0, 1.0], math.inf),
+    ([float(np.finfo(np.float32).max), 2.0 ** 103], [1.0, 1.0], math.inf),
+    ([float(np.finfo(np.float32).max), 2.0 ** 102], [1.0, 1.0], float(np.finfo(np.float32).max)),
+])
+def test_matmul_rounding_edge_cases(row, col, want):
+    a = np.array([row], dtype=np.float32)
+    b = np.array(col, dtype=np.float32)[:, None]
+    got = matmul(a, b)[0, 0]
+    assert got.view(np.uint32) == np.float32(want).view(np.uint32), (got, want)
+    assert got.view(np.uint32) == _exact_rounded(a[0], b[:, 0]).view(np.uint32)
+
+
+def test_matmul_is_exact_where_float64_blas_is_not():
+    """A projection-sized product: most entries are settled by the float64 BLAS sum and its
+    error bound, the others by the TwoSum tree; those and sampled others equal the exact
+    reference."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 2048)).astype(np.float32)
+    b = (rng.standard_normal((2048, 96)) * 0.02).astype(np.float32)
+    got = matmul(a, b)
+    c = a.astype(np.float64) @ b.astype(np.float64)
+    bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64) * (2048 * 2.0 ** -52)
+    half_ulp = np.spacing(np.abs(got)).astype(np.float64) / 2
+    near = np.argwhere(np.abs(np.abs(c - got) - half_ulp) <= bound)
+    assert len(near) > 0, "no entry near a rounding boundary: the TwoSum path is not exercised"
+    picks = list(map(tuple, near[:20])) + list(zip(rng.integers(0, 64, 20), rng.integers(0, 96, 20)))
+    for i, j in picks:
+        assert got[i, j].view(np.uint32) == _exact_rounded(a[i], b[:, j]).view(np.uint32)
 
 
 def test_matmul_names_a_bad_contraction():

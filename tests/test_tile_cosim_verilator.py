@@ -158,7 +158,7 @@ def test_amaranth_and_verilator_runs_are_identical(capsys, monkeypatch):
 def test_a_bench_with_other_blas_threads_agrees_with_the_golden(monkeypatch):
     """The parent's golden step with two BLAS threads, the bench's recomputation (its own
     process, ``OPENBLAS_NUM_THREADS``) with one and with two: both runs bit-exact, identical
-    (the golden decode step calls no BLAS, ``models/matmul.py``)."""
+    (the golden decode step's products are exact sums, ``models/matmul.py``)."""
     from threadpoolctl import threadpool_limits
     s = dataclasses.replace(STATIC, prompt_lens=(3, 2), steps=1, seed=4)
     with threadpool_limits(limits=2, user_api="blas"):

@@ -219,9 +219,8 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None
     info = RunInfo(prep_s=time.perf_counter() - t0)
     env = {"PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(REPO_ROOT)] + sys.path),
            "TRICUT_PLANS": str(plan_path), "TRICUT_RESULTS": str(res_path),
-           # the golden step calls no BLAS (models/matmul.py: its bits are the same with any
-           # thread count); one thread keeps idle OpenBLAS threads from spinning against the
-           # simulator should any other numpy call use BLAS
+           # the golden step's bits do not depend on the BLAS threads (models/matmul.py: exact
+           # sums); one thread keeps idle OpenBLAS threads from spinning against the simulator
            "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", "1"),
            # cocotb rewrites the asserts of every module imported after the bench (pytest's
            # hook): seconds of start-up for nothing here
