@@ -12,10 +12,13 @@ only modules above it):
 * :mod:`.golden`: the inputs both sides share (:class:`~.golden.RunInputs`), the golden side
   (:func:`~.golden.golden_run`) and either side's :class:`~.golden.RunResult`;
 * :mod:`.compare`: tile against golden, CDU against its golden model, payload decoding;
-* :mod:`.amaranth_run`: the tile side in Amaranth's simulator (:func:`~.amaranth_run.cosim_run`);
+* :mod:`.loop`: the co-simulation loop both simulators run, behind a port
+  (:class:`~.loop.TileLoop`);
+* :mod:`.amaranth_run`: the loop in Amaranth's simulator (:func:`~.amaranth_run.cosim_run`);
 * :mod:`.verilator_top`: the co-simulation top for Verilator;
 * :mod:`.verilator`: its build and run;
-* :mod:`.bench`: the cocotb bench class of the Verilator co-simulation (simulator-side only);
+* :mod:`.bench`: the loop's port on Verilator and the DSU cluster's rounds (simulator-side
+  only);
 * :mod:`.cosim`: golden run, tile run, comparison (:func:`~.cosim.simulate`,
   :class:`~.cosim.Report`).
 """

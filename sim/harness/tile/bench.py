@@ -1,16 +1,15 @@
-"""The cocotb side of ``tricut tile run --sim verilator``: :class:`CosimBench`, the
-co-simulation loop of :func:`~.amaranth_run.cosim_run` on the Verilator top
+"""The cocotb side of ``tricut tile run --sim verilator``: :class:`CosimBench`, the port of the
+co-simulation loop (:mod:`.loop`, the same loop as Amaranth's) on the Verilator top
 (:class:`~.verilator_top.CosimVerilatorTop`), in phases:
 
 * set-up (:meth:`CosimBench.__init__`, :meth:`CosimBench.start`): the plan, the run's golden
-  side, the top's layouts, the inputs' first values, the clock and the CDU decision tap;
-* host traffic (:meth:`~CosimBench.send` one beat per cycle, :meth:`~CosimBench.play` through
-  the HDL players and the output reader, one Python wake-up per piece);
-* one layer (:meth:`~CosimBench.layer`: new K/V and q in, ``go``, ``done`` awaited as an edge,
-  outputs read and compared);
-* the rounds: the golden DSU model's (:meth:`~CosimBench.rounds`) or the DSU cluster's
+  side, the loop, the inputs' first values, the clock and the CDU decision tap;
+* the port: stream beats (:meth:`~CosimBench.send`, one per cycle), host traffic
+  (:meth:`~CosimBench.put`/:meth:`~CosimBench.read_out` through the HDL players and the
+  output reader, one Python wake-up per piece), ``go`` to ``done`` awaited as an edge;
+* the rounds: the golden DSU model's (the loop's) or the DSU cluster's
   (:meth:`~CosimBench.dsu_rounds`, taps on its transfers, aborts and rollbacks);
-* the end (:meth:`~CosimBench.finish`): the CDU's trailing decisions and counters, the pickled
+* the end (:meth:`~CosimBench.main`): the CDU's trailing decisions and counters, the pickled
   result.
 
 Imported only in the simulator's Python (it imports cocotb's triggers).
@@ -24,39 +23,26 @@ import pickle
 import time
 from pathlib import Path
 
-import numpy as np
 from cocotb import start_soon
 from cocotb.clock import Clock
 from cocotb.triggers import Event, FallingEdge, First, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
-from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.models.dsu import Descriptor, Outcome
-from tricut.models.llama import decode_step_layers
 from tricut.rtl.dsu.layouts import INTAKE_LAYOUT, OUTCOME_LAYOUT
 from tricut.rtl.dsu.regmap import Reason
-from tricut.rtl.te.layouts import pack_q_beats, unpack_out_beat
-from tricut.rtl.tile.attention_layouts import index_bits, q_write_layout
-from tricut.rtl.tile.behavioural.layouts import hbm_write_layout
-from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack, round_layout
+from tricut.rtl.tile.sequencer_layouts import DESCRIPTOR_LAYOUT, pack
 from tricut.sim.harness.cdu import fe_config
 from tricut.sim.harness.dsu import REASONS
 
 from .compare import payload_fields, txn_fields
-from .golden import RunInputs, RunResult
+from .golden import RunInputs
+from .loop import Aborted, Hang, TileLoop
 from .setup import Setup
 from .verilator_top import CLOCK_NS, CosimVerilatorTop
 
-__all__ = ["CosimBench", "Hang", "Aborted"]
-
-
-class Hang(Exception):
-    """Nothing happened within the run's cycle limit (reported as the run's ``timeout``)."""
-
-
-class Aborted(Exception):
-    """The DSU timed the round out and the tile aborted it (DSU mode)."""
+__all__ = ["CosimBench"]
 
 
 def _load_setup(plan):
@@ -75,26 +61,18 @@ class CosimBench:
         self.t_start = time.perf_counter()
         plan = pickle.loads(Path(os.environ["TRICUT_PLANS"]).read_bytes())
         self.s = s = _load_setup(plan)
-        # with the DSU the rounds differ from the golden's after a rollback: no early stop
-        self.golden = None if s.dsu else plan["golden"]
         self.max_layer_cycles = plan["max_layer_cycles"]
         self.run = run = RunInputs(s)
-        p = run.params()
         self.cached = s.policy is not None
-        self.top = top = CosimVerilatorTop(p)      # the layouts (not elaborated)
-        self.tile = tile = top.tile
-        self.cfg, self.G, self.H = run.cfg, run.cfg.group_size, run.cfg.num_kv_heads
-        self.rl = round_layout(p["max_slots"])
-        self.wl = hbm_write_layout(top.hbm.addr_bits, top.hbm.data_bits)
-        self.ql = q_write_layout(tile.streamer.slot_bits, tile.streamer.hb,
-                                 index_bits(tile.qbeats), s.lanes)
-        self.nl = tile.newkv_write.payload.shape() if self.cached else None
-        self.res = RunResult(run.tokens)
-        self.info = dict(setup_s=time.perf_counter() - self.t_start, golden_s=0.0, host_s=0.0,
-                         tile_s=0.0, cycles=0, tile_cycles=0, host_cycles=0)
+        self.top = top = CosimVerilatorTop(run.params())      # the layouts (not elaborated)
+        self.tile = top.tile
+        # with the DSU the rounds differ from the golden's after a rollback: no early stop
+        self.loop = TileLoop(run, self, top.tile, top.hbm, None if s.dsu else plan["golden"],
+                             self.max_layer_cycles)
+        self.res = self.loop.res
+        self.info = dict(self.loop.info, setup_s=time.perf_counter() - self.t_start, cycles=0)
         self.dut, self.clk, self.period = dut, dut.clk, CLOCK_NS
         self.clock = 0                  # falling edges counted by the bench
-        self.aborts = 0                 # the DSU link's abort count at the round's start
         self.played = {k: 0 for k in top.stage_depth}   # per player: its transfers so far
         self.stage_mem = {"kv": dut.kv_stage.mem, "q": dut.q_stage.mem,
                           "rd": dut.rd_stage.mem, "cap": dut.rd_capture.mem}
@@ -189,151 +167,51 @@ class CosimBench:
                 out.append(int(dut.out_data.value))
         return out
 
-    def _timed(self, key, t0, c0=None):
-        self.info[f"{key}_s"] += time.perf_counter() - t0
-        if c0 is not None:
-            self.info[f"{key}_cycles"] += self.clock - c0
+    async def put(self, name, words):
+        """Host traffic ``kv``/``q`` through its HDL player."""
+        await self.play(name, words)
 
-    # ---- one layer -------------------------------------------------------------------------
-    async def layer(self, ri, descs, lay):
-        """One layer of round ``ri``: inputs, ``go`` to ``done``, outputs; returns ``(go
-        cycle, attention output as float32)``."""
-        t0, c0 = time.perf_counter(), self.clock
-        await self._layer_inputs(descs, lay)
-        if self.s.dsu and int(self.dut.aborts.value) != self.aborts:
-            raise Aborted()
-        t_go = self.clock
-        self._timed("host", t0, c0)
-        t0 = time.perf_counter()
-        await self._go_to_done(ri, lay)
-        self.res.layer_cycles[(ri, lay.layer)] = self.clock - t_go
-        self._timed("tile", t0)
-        self.info["tile_cycles"] += self.clock - t_go
-        t0, c0 = time.perf_counter(), self.clock
-        attn = await self._layer_outputs(ri, descs, lay)
-        self._timed("host", t0, c0)
-        return t_go, M.b2f(attn)
+    async def read_out(self, addrs):
+        """Output buffer words through the output reader."""
+        return await self.play("rd", addrs)
 
-    async def _layer_inputs(self, descs, lay):
-        """The new tokens' K/V (into HBM, or the cached tile's new-K/V port) and the q of
-        every (slot, KV head)."""
-        run, G, s = self.run, self.G, self.s
-        words = []
-        for i, d in enumerate(descs):
-            pos = int(lay.positions[i])
-            if not self.cached:
-                words += [pack(self.wl, dict(addr=a, data=w))
-                          for a, w in run.token_words(lay.layer, d.request, pos).items()]
-            else:
-                words += [pack(self.nl, dict(request=d.request, kv_head=h, beat=b, data=w,
-                                             pos=pos))
-                          for h, beats in enumerate(run.token_beats(lay.layer, d.request, pos))
-                          for b, w in enumerate(beats)]
-        await self.play("kv", words)
-        if self.cached:
-            self.dut.layer.value = lay.layer
-        qw = []
-        for i, d in enumerate(descs):
-            for h in range(self.H):
-                qc = F.bf16_encode(lay.q[i, h * G:(h + 1) * G])
-                qw += [pack(self.ql, dict(slot=d.slot, kv_head=h, beat=b, data=w))
-                       for b, w in enumerate(pack_q_beats(qc, s.lanes))]
-        await self.play("q", qw)
-
-    async def _go_to_done(self, ri, lay):
-        """``go`` for one cycle, then ``done`` awaited as an edge (no Python per cycle)."""
+    async def go_to_done(self, limit):
+        """``go`` for one cycle, then ``done`` awaited as an edge (no Python per cycle):
+        ``done``, ``aborted`` (the DSU timed the round out) or ``hang``."""
         dut, period = self.dut, self.period
         dut.go.value = 1
         await self.tick()
         dut.go.value = 0
         if int(dut.done.value):
-            return
+            return "done"
         t_edge = get_sim_time("ns") - period / 2        # the rising edge ending go's cycle
-        limit = self.max_layer_cycles - 1
-        await First(RisingEdge(dut.done), Timer(limit * period, unit="ns"))
-        if self.s.dsu and int(dut.aborts.value) != self.aborts:
+        await First(RisingEdge(dut.done), Timer((limit - 1) * period, unit="ns"))
+        if self.s.dsu and int(dut.aborts.value) != self.loop.aborts:
             await FallingEdge(self.clk)
-            raise Aborted()
+            return "aborted"
         if not int(dut.done.value):
-            raise Hang(f"round {ri} layer {lay.layer}: tile not done after "
-                       f"{self.max_layer_cycles} cycles")
+            return "hang"
         k = round((get_sim_time("ns") - t_edge) / period)
         await FallingEdge(self.clk)
         self.clock += k
+        return "done"
 
-    async def _layer_outputs(self, ri, descs, lay):
-        """The tile's flags and output buffer after ``done``, compared with the golden."""
-        dut, res, s, tile = self.dut, self.res, self.s, self.tile
-        err, te_status = int(dut.err.value), int(dut.te_status.value)
-        if (err or te_status) and not s.dsu:
-            res.problems.append(f"round {ri} layer {lay.layer}: HBM err {err}, "
-                                f"TE status {te_status:#x}")
-        if self.cached and int(dut.misorder.value):
-            res.problems.append(f"round {ri} layer {lay.layer}: misorder (a CDU ready entry or "
-                                f"a job not the one expected)")
-        attn = np.zeros(lay.q.shape, dtype=np.int64)
-        read = iter(await self.play("rd", [tile.streamer.qbuf_addr(d.slot, h, b) for d in descs
-                                           for h in range(self.H) for b in range(tile.qbeats)]))
-        for i, d in enumerate(descs):
-            for h in range(self.H):
-                for b in range(tile.qbeats):
-                    row = unpack_out_beat(next(read), s.lanes)[0]
-                    g, c = divmod(b * s.lanes, self.cfg.head_dim)
-                    attn[i, h * self.G + g, c:c + s.lanes] = row
-        golden = self.golden
-        for i, d in enumerate(descs):
-            key = (ri, lay.layer, d.request)
-            res.attn[key] = attn[i].copy()
-            if golden is not None and not np.array_equal(golden.attn[key], attn[i]):
-                res.stopped = True
-        res.stopped |= golden is not None and bool(res.problems)
-        return attn
+    async def cdu_settled(self, limit):
+        if not int(self.dut.cdu_idle.value):
+            await First(RisingEdge(self.dut.cdu_idle), Timer(limit * self.period, unit="ns"))
+            await ReadOnly()
 
-    # ---- rounds ----------------------------------------------------------------------------
-    def golden_first(self, descs):
-        t0 = time.perf_counter()
-        steps = decode_step_layers(self.run.weights, self.run.cache, self.run.batch(descs))
-        lay = next(steps)
-        self._timed("golden", t0)
-        return steps, lay
+    def get(self, name):
+        return int(getattr(self.dut, name).value)
 
-    def golden_next(self, steps, descs, attn):
-        """The golden step's next layer given this layer's attention output, or None after
-        the last layer (its tokens then sampled)."""
-        t0 = time.perf_counter()
-        try:
-            return steps.send(attn)
-        except StopIteration as stop:
-            self.run.sampled(descs, stop.value)
-            return None
-        finally:
-            self._timed("golden", t0)
+    def set(self, name, value):
+        getattr(self.dut, name).value = value
 
-    async def rounds(self):
-        """The golden DSU model's rounds: each round's beats, then its layers."""
-        run, res = self.run, self.res
-        for ri, descs in enumerate(run.rounds):
-            t0, c0 = time.perf_counter(), self.clock
-            last = self.cached or ri == len(run.rounds) - 1
-            await self.send("round", [pack(self.rl, dict(step=descs[0].step, count=len(descs),
-                                                         end=int(last)))])
-            await self.send("descriptor", [pack(DESCRIPTOR_LAYOUT, dataclasses.asdict(d))
-                                           for d in descs])
-            self._timed("host", t0, c0)
-            steps, lay = self.golden_first(descs)
-            first = None
-            while lay is not None:
-                t_go, attn = await self.layer(ri, descs, lay)
-                first = t_go if first is None else first
-                res.step_cycles[ri] = self.clock - first
-                if res.stopped:
-                    return
-                lay = self.golden_next(steps, descs, attn)
-
+    # ---- rounds of the DSU cluster ---------------------------------------------------------
     def _dsu_taps(self):
         """Taps on the DSU top's transfer counters: ``(seen, wake)``, ``seen[name]`` the
         payloads in order, ``wake`` set on each."""
-        dut, rl = self.dut, self.rl
+        dut, rl = self.dut, self.loop.rl
         seen = {"round": [], "desc": [], "comp": [], "outcome": []}
         wake = Event()
 
@@ -406,13 +284,13 @@ class CosimBench:
     async def _dsu_round(self, ri, descs, first_cycle):
         """The layers of one DSU round; False if the DSU aborted it (every step timed out:
         no token, its K/V dropped)."""
-        res, dut = self.res, self.dut
-        self.aborts = int(dut.aborts.value)
-        steps, lay = self.golden_first(descs)
+        res, dut, loop = self.res, self.dut, self.loop
+        loop.aborts = int(dut.aborts.value)
+        steps, lay = loop.golden_first(descs)
         try:
             while lay is not None:
-                _, attn = await self.layer(ri, descs, lay)
-                lay = self.golden_next(steps, descs, attn)
+                _, attn = await loop.layer(ri, descs, lay)
+                lay = loop.golden_next(steps, descs, attn)
         except Aborted:
             res.step_cycles[ri] = int(dut.abort_cycle.value) - first_cycle + 1
             res.round_spans[ri] = (first_cycle, int(dut.abort_cycle.value))
@@ -424,24 +302,13 @@ class CosimBench:
         return True
 
     # ---- the end ---------------------------------------------------------------------------
-    async def _cdu_settled(self):
-        """The CDU's trailing decisions, then its counters (cached tile)."""
-        dut = self.dut
-        if not self.res.stopped and not int(dut.cdu_idle.value):
-            await First(RisingEdge(dut.cdu_idle), Timer(self.max_layer_cycles * self.period,
-                                                        unit="ns"))
-            await ReadOnly()
-        self.res.cdu_counters = payload_fields(self.tile.cdu_counters.shape(),
-                                        int(dut.cdu_counters.value))
-
     async def main(self):
         """The whole run: set-up, the rounds, the end; writes the pickled result."""
         await self.start()
         out, dut, res = {}, self.dut, self.res
         try:
-            await (self.dsu_rounds() if self.s.dsu else self.rounds())
-            if self.cached:
-                await self._cdu_settled()
+            await (self.dsu_rounds() if self.s.dsu else self.loop.rounds())
+            await self.loop.finish()
         except Hang as e:
             out["timeout"] = str(e)
         if self.cached:
@@ -449,7 +316,7 @@ class CosimBench:
             n = int(dut.txn_count.value)
             assert n == len(res.txns), f"recorded {len(res.txns)} CDU decisions of {n}"
         res.hbm_beats = (int(dut.hbm_read_beats.value), int(dut.hbm_write_beats.value))
-        self.info["cycles"] = self.clock
+        self.info.update(self.loop.info, cycles=self.clock)
         self.info["bench_s"] = time.perf_counter() - self.t_start
         out.update(result=res, info=self.info)
         Path(os.environ["TRICUT_RESULTS"]).write_bytes(pickle.dumps(out))

@@ -6,13 +6,14 @@ the run loads (:func:`write_hex`).
 The same run as :func:`~.amaranth_run.cosim_run` (same :class:`~.setup.Setup`, same
 :class:`~.golden.RunResult`, cycle for cycle), with the RTL
 (:class:`~.verilator_top.CosimVerilatorTop`) in a Verilator build driven by a cocotb bench
-(``sim/harness/benches/tile_cosim.py``, whose body is :class:`~.bench.CosimBench`). The whole
-co-simulation loop runs in the cocotb process: the golden decode step
+(``sim/harness/benches/tile_cosim.py``, whose body is :class:`~.bench.CosimBench`, the port of
+the same loop, :class:`~.loop.TileLoop`). The whole co-simulation loop runs in the cocotb
+process: the golden decode step
 (:func:`tricut.models.llama.decode_step_layers`), the DSU rounds and the host traffic; the
 parent process only writes the HBM image (``$readmemh``) and the run's parameters, and reads
 back the pickled :class:`~.golden.RunResult`.
 
-The bench mirrors the Amaranth testbench cycle for cycle (inputs change between clock
+The port mirrors Amaranth's cycle for cycle (inputs change between clock
 edges, one beat per cycle while ``ready`` from the cycle the bench starts the burst, ``go``
 for one cycle, ``done`` awaited as an edge with no Python in between, the output buffer read
 one word per cycle): the same setup gives the same cycles, outputs, tokens and CDU decisions
