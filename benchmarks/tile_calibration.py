@@ -1,6 +1,6 @@
 """Integration calibration of the decode tile: the tile's measured cycles per layer and per
 step against the tile timing model's prediction for the same configuration
-(``models/cached_tile_timing.py``, with and without the CDU), on whole decode steps co-simulated with the golden decode step
+(``models/tile_timing.py``, with and without the CDU), on whole decode steps co-simulated with the golden decode step
 (``sim/harness/tile/cosim.py``).
 
     .venv/bin/python benchmarks/tile_calibration.py            # run, print the table
@@ -87,7 +87,7 @@ def measure(s):
 def report(results, cmd):
     lines = [f"Measured by `{cmd}` (on Verilator, cycle-identical to Amaranth's simulator; "
              f"every run bit-exact with the golden, the runs' CDU decisions equal to the CDU "
-             f"golden model's; the model: `models/cached_tile_timing.py`):",
+             f"golden model's; the model: `models/tile_timing.py`):",
              "", "| tile | K/V | engines | split | step | contexts | measured (layers) | "
                  "predicted (layers) | error per step |", "|---|---|---|---|---|---|---|---|---|"]
     worst, tot_m, tot_p = 0.0, 0, 0

@@ -11,8 +11,8 @@ the rounds, the failed steps and the outcomes equal to the DSU model's run with 
 every attention output of a completed step bit-exact with the golden decode step on the same
 rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU policy, every
 CDU decision equal to the CDU golden model's; the fast model's cycles per round against the
-measured (without the CDU: ``predict_cached_dsu_rounds`` per round, ``predict_dsu_timeout`` for a
-timed-out round; cached: ``models/cached_tile_timing.predict_dsu_run`` from each round's
+measured (without the CDU: ``predict_dsu_rounds`` per round, ``predict_dsu_timeout`` for a
+timed-out round; cached: ``models/tile_timing.predict_dsu_run`` from each round's
 first-descriptor cycle, the CDU's fill retries included). The run
 whose fault outlasts the retries must
 report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles
@@ -79,19 +79,19 @@ def run_all(only=None):
 
 
 def _predicted(s, t):
-    """The tile timing model against the measured rounds: ``predict_cached_dsu_rounds`` from
+    """The tile timing model against the measured rounds: ``predict_dsu_rounds`` from
     each round's first-descriptor cycle (the firmware's time between rounds is an input);
     without the CDU each round alone (it leaves no state behind), a round the DSU timed out
     ``predict_dsu_timeout``."""
     from tricut.models.tile_timing import predict_dsu_timeout
-    from tricut.sim.harness.tile.setup import predict_cached_dsu_rounds, watchdog_limit
+    from tricut.sim.harness.tile.setup import predict_dsu_rounds, watchdog_limit
     firsts = [t.round_spans[ri][0] for ri in range(len(t.rounds))]
     if s.policy is not None:
-        pred, _ = predict_cached_dsu_rounds(s, t.rounds, firsts)
+        pred, _ = predict_dsu_rounds(s, t.rounds, firsts)
     else:
         limit = watchdog_limit(s)
         pred = [predict_dsu_timeout([d["slot"] for d in r], limit) if ri in t.aborted else
-                predict_cached_dsu_rounds(s, [r], [firsts[ri]])[0][0]
+                predict_dsu_rounds(s, [r], [firsts[ri]])[0][0]
                 for ri, r in enumerate(t.rounds)]
     got = [t.step_cycles[ri] for ri in range(len(t.rounds))]
     worst = max(abs(p - g) / g for p, g in zip(pred, got))

@@ -115,7 +115,7 @@ def hbm_bytes(s, cfg, rounds, data_bits):
 
 
 def predicted_cycles(s, cfg, rounds):
-    """The tile timing model's layer cycles (``models/cached_tile_timing.py``, with or without
+    """The tile timing model's layer cycles (``models/tile_timing.py``, with or without
     the CDU: ``tricut.sim.harness.tile.setup.predict_layers``)."""
     from tricut.sim.harness.tile.setup import predict_layers
     return predict_layers(s)
@@ -262,7 +262,7 @@ def report(results, args, cmd):
             "CDU they equal the count from the jobs the sequencer issued (each job's "
             "tokens read once, `2*Dk` words per token and KV head). HBM port use: those bytes "
             "÷ (go→done cycles × the port's bytes per cycle, one word a cycle). The timing "
-            "model's cycles are `models/cached_tile_timing.py`'s (with and without the CDU).")
+            "model's cycles are `models/tile_timing.py`'s (with and without the CDU).")
     return head + "\n\n" + tables(results) + "\n" + note + "\n"
 
 

@@ -160,7 +160,7 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
         t.step_cycles[ri] > sum(t.layer_cycles[(ri, li)] for li in range(2)) for ri in range(3))
     for ri in range(3):
         assert f"step {ri}: {t.step_cycles[ri]} cycles" in cap.out
-    # the tile's timing model (models/cached_tile_timing.py, without the CDU) gives every
+    # the tile's timing model (models/tile_timing.py, without the CDU) gives every
     # layer's cycles
     assert t.layer_cycles == predict_layers(EQUIV)
     print(f"\n[tile cosim] layer cycles {t.layer_cycles}, step cycles {t.step_cycles}")

@@ -192,10 +192,10 @@ BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
 
 def predicted_rounds(s, t):
     """The timing model's cycles of every DSU round of run ``t`` from its first descriptor
-    (``predict_cached_dsu_rounds``; without the CDU a round leaves no state behind, so each is
+    (``predict_dsu_rounds``; without the CDU a round leaves no state behind, so each is
     predicted alone)."""
-    from tricut.sim.harness.tile.setup import predict_cached_dsu_rounds
-    return {ri: predict_cached_dsu_rounds(s, [r], [t.round_spans[ri][0]])[0][0]
+    from tricut.sim.harness.tile.setup import predict_dsu_rounds
+    return {ri: predict_dsu_rounds(s, [r], [t.round_spans[ri][0]])[0][0]
             for ri, r in enumerate(t.rounds)}
 
 

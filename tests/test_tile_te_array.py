@@ -27,7 +27,7 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 
 from tricut.models import te as M
-from tricut.models.tile_timing import (te_array_cycles, te_array_routed_cycles,
+from tricut.models.te_array_timing import (te_array_cycles, te_array_routed_cycles,
                                        te_array_routed_schedule, te_array_schedule)
 from tricut.rtl.te.layouts import desc_layout, out_layout, status_layout
 from tricut.rtl.te.layouts import kv_layout

@@ -79,8 +79,8 @@ class TEArray(CheckedComponent):
     While job ``k+1`` receives its Q/K/V, engine ``k`` emits its output: the overlap a serial
     input stream allows. Each engine takes its K/V at its compute rate (serial engine: one
     beat every ``G`` or ``2G`` cycles), so the input phases of successive jobs never overlap.
-    Unstalled cycle counts of serial engines: :func:`tricut.models.tile_timing.te_array_schedule`,
-    :func:`tricut.models.tile_timing.te_array_cycles`.
+    Unstalled cycle counts of serial engines: :func:`tricut.models.te_array_timing.te_array_schedule`,
+    :func:`tricut.models.te_array_timing.te_array_cycles`.
 
     **Routed K/V** (``routed_kv=True``): ``job`` and ``q`` are dispatched exactly as above,
     but after a job's ``q`` beats the dispatcher goes straight back to the next ``job`` beat.
@@ -109,8 +109,8 @@ class TEArray(CheckedComponent):
     ``j`` starts on its engine and drains its FIFO. A producer that breaks R1 (e.g. sends
     more than a FIFO's worth of engine ``e``'s next job, then a beat another engine's current
     job needs) can deadlock. Unstalled cycles:
-    :func:`tricut.models.tile_timing.te_array_routed_schedule`,
-    :func:`tricut.models.tile_timing.te_array_routed_cycles`.
+    :func:`tricut.models.te_array_timing.te_array_routed_schedule`,
+    :func:`tricut.models.te_array_timing.te_array_routed_cycles`.
 
     The ``status`` beat is held in one register: a job's last ``out`` beat is offered only
     once the previous job's ``status`` beat has been taken (``out.valid`` never depends on

@@ -27,7 +27,7 @@ import numpy as np
 from tricut.models import te as M
 from tricut.rtl.te.layouts import out_layout, status_layout
 from tricut.rtl.tile.array_layouts import pack_job, pack_routed_kv, split_tag, tag_word
-from tricut.models.tile_timing import te_array_routed_schedule, te_array_schedule
+from tricut.models.te_array_timing import te_array_routed_schedule, te_array_schedule
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
 from tricut.sim.harness.te import TEVector, make_vector
@@ -243,8 +243,8 @@ def run_plan_amaranth(plan, dut):
 
 def make_array(jobs, engines, tag_bits=16, routed_kv=False, kv_fifo_depth=None):
     """A serial-engine array for ``jobs`` (their outputs are the serial engine's golden, their
-    cycles :func:`~tricut.models.tile_timing.te_array_schedule`'s); the pipelined engine is
-    checked inside the tile (``tests/test_tile_cached.py``, ``tests/test_cached_tile_timing.py``)."""
+    cycles :func:`~tricut.models.te_array_timing.te_array_schedule`'s); the pipelined engine is
+    checked inside the tile (``tests/test_tile_cached.py``, ``tests/test_tile_timing.py``)."""
     from tricut.rtl.tile.te_array import TEArray
     v0 = jobs[0].vec
     return TEArray(engines=engines, head_dim=v0.d, G=v0.G, lanes=v0.lanes,
@@ -310,14 +310,14 @@ def check_results(jobs, res, tag_bits=16):
 
 
 def unstalled_schedule(jobs, engines):
-    """:func:`~tricut.models.tile_timing.te_array_schedule` of these jobs (exact K/V only)."""
+    """:func:`~tricut.models.te_array_timing.te_array_schedule` of these jobs (exact K/V only)."""
     v0 = jobs[0].vec
     return te_array_schedule([(j.vec.n_announced, j.vec.partial) for j in jobs], v0.d, v0.G,
                              v0.lanes, engines)
 
 
 def unstalled_routed_schedule(jobs, engines):
-    """:func:`~tricut.models.tile_timing.te_array_routed_schedule` of these jobs."""
+    """:func:`~tricut.models.te_array_timing.te_array_routed_schedule` of these jobs."""
     v0 = jobs[0].vec
     return te_array_routed_schedule([(j.vec.n_announced, j.vec.partial) for j in jobs], v0.d,
                                     v0.G, v0.lanes, engines)

@@ -2,7 +2,7 @@
 :class:`Setup` and its checks (:func:`check_setup`, :class:`SetupError`), the synthetic prompt
 lengths, the DSU model's schedule of the run (:func:`dsu_schedule`, :func:`schedule`), the DSU's
 slot watchdog limit (:func:`watchdog_limit`), and the timing model's configuration of the
-setup's tile (:func:`tile_config`, :func:`predict_cached_dsu_rounds`). :class:`CosimError` is
+setup's tile (:func:`tile_config`, :func:`predict_dsu_rounds`). :class:`CosimError` is
 the error of a run whose tile and golden differ.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tricut.models import te as M
-from tricut.models.cached_tile_timing import (CachedTileConfig, cdu_decisions, predict_dsu_run,
+from tricut.models.tile_timing import (TileConfig, cdu_decisions, predict_dsu_run,
                                              predict_run)
 from tricut.models.cdu import HINT_OF_RESIDENCY, POLICIES, SlotDesc, StepDesc
 from tricut.models.config import load_model
@@ -25,7 +25,7 @@ from tricut.rtl.tile.attention_layouts import kv_image_words
 
 __all__ = ["Setup", "SetupError", "CosimError", "check_setup", "prompt_lengths", "dsu_schedule",
            "schedule", "watchdog_limit", "tile_config", "predict_layers",
-           "predict_cached_dsu_rounds",
+           "predict_dsu_rounds",
            "fill_retries", "ENGINES", "MAX_REQUESTS", "MAX_IMAGE_WORDS", "DSU_WATCHDOG_LIMIT",
            "DSU_HEARTBEAT_LIMIT", "WATCHDOG_MARGIN", "CDU_RETRIES", "FAULT_SLOTS"]
 
@@ -42,7 +42,7 @@ DSU_WATCHDOG_LIMIT = (1 << 24) - 1
 DSU_HEARTBEAT_LIMIT = (1 << 24) - 1
 #: the automatic slot watchdog with ``hang``: twice the longest predicted round plus this
 WATCHDOG_MARGIN = 1024
-#: the CDU's HBM retries in a cached tile (``CDU_DEFAULTS["max_retries"]``)
+#: the CDU's HBM retries (``CDU_DEFAULTS["max_retries"]``)
 CDU_RETRIES = 2
 
 
@@ -219,10 +219,10 @@ def check_setup(s: Setup):
 
 def tile_config(s: Setup):
     """The timing model's configuration of the setup's tile
-    (:class:`~tricut.models.cached_tile_timing.CachedTileConfig`; ``l2`` False without a CDU
+    (:class:`~tricut.models.tile_timing.TileConfig`; ``l2`` False without a CDU
     policy)."""
     cfg = load_model(s.model)
-    return CachedTileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size,
+    return TileConfig(engines=s.engines, head_dim=cfg.head_dim, G=cfg.group_size,
                             lanes=s.lanes, num_kv_heads=cfg.num_kv_heads,
                             num_layers=cfg.num_layers, split_tokens=s.split_tokens,
                             latency=s.latency, max_beats=s.max_beats,
@@ -259,9 +259,9 @@ def predict_layers(s: Setup):
                                         for r in rounds], _decisions(s, rounds))
 
 
-def predict_cached_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
-    """The cached tile's fast model with the DSU in the loop
-    (:func:`~tricut.models.cached_tile_timing.predict_dsu_run`) for setup ``s`` on
+def predict_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
+    """The tile timing model with the DSU in the loop
+    (:func:`~tricut.models.tile_timing.predict_dsu_run`) for setup ``s`` on
     ``rounds`` (descriptor dicts, as ``RunResult.rounds``) starting at the ``firsts`` cycles
     (each round's first descriptor, ``RunResult.round_spans``: the DSU firmware's time between
     rounds is an input), with the CDU golden model's decisions under ``policy`` (default the

@@ -1,4 +1,4 @@
-"""The cached tile's fast model (``models/cached_tile_timing.py``) against the tile on
+"""The cached tile's fast model (``models/tile_timing.py``) against the tile on
 Verilator (docs/tile/timing.md, "Integration calibration"): every layer's cycles (``go`` to
 ``done``) predicted exactly from the configuration and the CDU golden model's decisions, on
 a ``static`` run (L2 fills, prefetches, new-token writes waiting for fills, a second pass
@@ -19,7 +19,7 @@ import pytest
 
 from tricut.models.cdu import HINT_OF_RESIDENCY, SlotDesc, StepDesc
 from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
-from tricut.models.cached_tile_timing import cdu_decisions, predict_run
+from tricut.models.tile_timing import cdu_decisions, predict_run
 from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.setup import Setup, predict_layers, schedule, tile_config
 from tricut.sim.harness.tile import verilator as V

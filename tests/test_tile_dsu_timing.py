@@ -1,5 +1,5 @@
 """The cached tile's fast model with the DSU cluster in the loop
-(``models/cached_tile_timing.predict_dsu_run``): every round's cycles (first descriptor to
+(``models/tile_timing.predict_dsu_run``): every round's cycles (first descriptor to
 last completion) and every layer's predicted exactly from the configuration, the CDU golden
 model's decisions and each round's first-descriptor cycle, on a real Verilator run (CDU
 ``static``, the configuration ``tests/test_tile_dsu.py`` builds); a wrong configuration or
@@ -21,7 +21,7 @@ import dataclasses
 import pytest
 
 from tricut.sim.harness.tile.cosim import simulate
-from tricut.sim.harness.tile.setup import Setup, predict_cached_dsu_rounds, schedule
+from tricut.sim.harness.tile.setup import Setup, predict_dsu_rounds, schedule
 
 
 STATIC = Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
@@ -75,7 +75,7 @@ def _measured(t):
 
 
 def test_every_round_and_layer_exact(run):
-    pred, layers = predict_cached_dsu_rounds(STATIC, run.rounds, _firsts(run))
+    pred, layers = predict_dsu_rounds(STATIC, run.rounds, _firsts(run))
     assert pred == _measured(run)
     assert layers == run.layer_cycles
     # the DSU's time between rounds is there (and is not in the prediction)
@@ -89,20 +89,20 @@ def test_round_start_only_shifts_the_round(run):
     starting before the previous one ended is refused."""
     firsts = _firsts(run)
     later = [f + 1000 * ri for ri, f in enumerate(firsts)]
-    assert predict_cached_dsu_rounds(STATIC, run.rounds, later)[0] == _measured(run)
+    assert predict_dsu_rounds(STATIC, run.rounds, later)[0] == _measured(run)
     early = list(firsts)
     early[2] = run.round_spans[1][1] - 500
     with pytest.raises(ValueError, match="round 2"):
-        predict_cached_dsu_rounds(STATIC, run.rounds, early)
+        predict_dsu_rounds(STATIC, run.rounds, early)
 
 
 def test_wrong_configuration_or_decisions_predict_differently(run):
     measured, firsts = _measured(run), _firsts(run)
     for wrong in (dict(latency=STATIC.latency + 1), dict(engines=2), dict(max_beats=8)):
-        got = predict_cached_dsu_rounds(dataclasses.replace(STATIC, **wrong), run.rounds,
+        got = predict_dsu_rounds(dataclasses.replace(STATIC, **wrong), run.rounds,
                                           firsts)[0]
         assert got != measured, wrong
-    assert predict_cached_dsu_rounds(STATIC, run.rounds, firsts,
+    assert predict_dsu_rounds(STATIC, run.rounds, firsts,
                                        policy="disabled")[0] != measured
 
 
@@ -114,10 +114,10 @@ def test_cdu_fill_retries_exact(faults_run, run):
     (``retries={}``) predict differently, and the faults do cost cycles."""
     t = faults_run
     firsts = _firsts(t)
-    pred, layers = predict_cached_dsu_rounds(FAULTS, t.rounds, firsts)
+    pred, layers = predict_dsu_rounds(FAULTS, t.rounds, firsts)
     assert pred == _measured(t)
     assert layers == t.layer_cycles
-    ignored, ignored_layers = predict_cached_dsu_rounds(FAULTS, t.rounds, firsts, retries={})
+    ignored, ignored_layers = predict_dsu_rounds(FAULTS, t.rounds, firsts, retries={})
     assert ignored != pred and ignored_layers != layers
     assert sum(ignored) < sum(pred)
     # the steps are the fault-free ones (the CDU recovers every error); the errors cost cycles
@@ -133,7 +133,7 @@ def test_split_k_combine_unit_recorded_run():
     gave 21-22 cycles less per layer)."""
     rounds = [[dataclasses.asdict(d) for d in descs] for descs in schedule(ADAPTIVE)]
     assert [len(r) for r in rounds] == [3, 3, 3, 1, 1, 1]
-    pred, layers = predict_cached_dsu_rounds(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
+    pred, layers = predict_dsu_rounds(ADAPTIVE, rounds, [a for a, _ in ADAPTIVE_SPANS])
     assert pred == [z - a + 1 for a, z in ADAPTIVE_SPANS]
     assert layers == {(ri, li): c for ri, pair in enumerate(ADAPTIVE_LAYERS)
                       for li, c in enumerate(pair)}

@@ -1,11 +1,11 @@
 """The cached tile's fast model with the DSU cluster in the loop
-(``models/cached_tile_timing.predict_dsu_run``) against the tile on Verilator: each round's
+(``models/tile_timing.predict_dsu_run``) against the tile on Verilator: each round's
 cycles, from its first descriptor to its last completion, predicted from the configuration,
 the CDU golden model's decisions on the run's rounds and each round's first-descriptor cycle
 (the DSU firmware's time between rounds is an input, not modelled).
 
-    .venv/bin/python benchmarks/tile_dsu_cached_timing.py              # the 3 policy runs
-    .venv/bin/python benchmarks/tile_dsu_cached_timing.py --steps 3    # shorter runs
+    .venv/bin/python benchmarks/tile_dsu_timing.py              # the 3 policy runs
+    .venv/bin/python benchmarks/tile_dsu_timing.py --steps 3    # shorter runs
 
 The runs are ``benchmarks/tile_dsu.py``'s fault-free runs with a CDU policy (``CDU static``,
 ``CDU adaptive, split-K 12``, ``CDU disabled``), each checked as ``simulate`` checks it
@@ -18,7 +18,7 @@ import argparse
 
 from tile_dsu import BASE, RUNS           # benchmarks/ is on sys.path when a script runs
 
-SCRIPT = "benchmarks/tile_dsu_cached_timing.py"
+SCRIPT = "benchmarks/tile_dsu_timing.py"
 LABELS = ("CDU static", "CDU adaptive, split-K 12", "CDU disabled")
 
 
@@ -27,7 +27,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=BASE["steps"], help="decode steps per request")
     args = ap.parse_args(argv)
     from tricut.sim.harness.tile.cosim import simulate
-    from tricut.sim.harness.tile.setup import Setup, predict_cached_dsu_rounds
+    from tricut.sim.harness.tile.setup import Setup, predict_dsu_rounds
     tot_p = tot_m = 0
     for label, kw, _ in RUNS:
         if label not in LABELS:
@@ -38,7 +38,7 @@ def main(argv=None):
             raise SystemExit(f"{SCRIPT}: {label}: {rep.differences[0]}")
         t = rep.tile
         n = len(t.rounds)
-        pred, layers = predict_cached_dsu_rounds(s, t.rounds,
+        pred, layers = predict_dsu_rounds(s, t.rounds,
                                                  [t.round_spans[ri][0] for ri in range(n)])
         got = [t.step_cycles[ri] for ri in range(n)]
         errs = [(p - g) / g for p, g in zip(pred, got)]
