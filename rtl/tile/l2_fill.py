@@ -33,7 +33,7 @@ from .attention_layouts import (BLOCK_TOKENS, hbm_req_layout, hbm_resp_layout, h
 from .block_reader import HbmBlockReader, check_streamer_params
 from .sequencer_layouts import head_bits
 
-__all__ = ["L2Filler", "NewTokenWriter", "L2WriteArbiter", "frame_of",
+__all__ = ["L2Filler", "NewTokenWriter", "L2WriteArbiter", "frame_of", "frame_value",
            "frame_beat", "block_beats", "check_fill_params", "MAX_WAYS", "MAX_SETS"]
 
 MAX_WAYS = 1 << WAY_BITS
@@ -55,7 +55,7 @@ def frame_beat(t, h, w, num_kv_heads, head_dim, lanes):
     return (t * num_kv_heads + h) * 2 * (head_dim // lanes) + w
 
 
-def _frame_value(req, layer, block, way, sets, ways, frame_bits):
+def frame_value(req, layer, block, way, sets, ways, frame_bits):
     """:func:`frame_of` as an Amaranth value (``sets`` a power of 2: the mod is a mask)."""
     sb = (sets - 1).bit_length()
     if sb == 0:
@@ -197,7 +197,7 @@ class L2Filler(_FillGeometry, CheckedComponent):
         m.d.comb += [self.hbm_req.ready.eq(~issuing & q.w_rdy),
                      take.eq(self.hbm_req.valid & self.hbm_req.ready),
                      q.w_en.eq(take),
-                     q.w_data.eq(Cat(r.id, r.alloc, _frame_value(r.req, r.layer, r.block, r.way,
+                     q.w_data.eq(Cat(r.id, r.alloc, frame_value(r.req, r.layer, r.block, r.way,
                                                                  self.sets, self.ways, fb)))]
         with m.If(take & r.alloc):
             m.d.sync += [issuing.eq(1), ireq.eq(r.req), ilayer.eq(r.layer), iblock.eq(r.block),
@@ -350,7 +350,7 @@ class NewTokenWriter(_FillGeometry, CheckedComponent):
         m.d.comb += [hw.addr.eq((region * self.region + pos * two_dk + wd)[:self.addr_bits]),
                      hw.data.eq(br.data)]
         lw = self.l2_write.payload
-        m.d.comb += [lw.frame.eq(_frame_value(t.req, t.layer, t.block, t.way, self.sets,
+        m.d.comb += [lw.frame.eq(frame_value(t.req, t.layer, t.block, t.way, self.sets,
                                               self.ways, self.frame_bits)),
                      lw.beat.eq(((pos[:4] * H + h) * two_dk + wd)[:len(lw.beat)]),
                      lw.data.eq(br.data)]

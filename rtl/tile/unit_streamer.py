@@ -21,7 +21,7 @@ from .attention_layouts import (BLOCK_TOKENS, count_bits, hbm_req_layout, hbm_re
                                 q_write_layout, tag_layout)
 from .block_reader import (HbmBlockReader, check_streamer_params, combine_parts,
                            default_scale_bits)
-from .l2_fill import _frame_value, block_beats
+from .l2_fill import frame_value, block_beats
 from .sequencer_layouts import attn_job_layout, head_bits
 from .te_array import MAX_ENGINES
 
@@ -297,7 +297,7 @@ class UnitStreamer(CheckedComponent):
         use_entry = Signal()                     # the block's source is its ready entry
         m.d.comb += use_entry.eq((next_block == blk) if self.l2 else 0)
         frame = Signal(index_bits(self.frames))
-        m.d.comb += frame.eq(_frame_value(request, layer, blk[:self.w.block], rdy.way, self.sets,
+        m.d.comb += frame.eq(frame_value(request, layer, blk[:self.w.block], rdy.way, self.sets,
                                           self.ways, len(frame)))
         last_blk = Signal(sb + 1)
         m.d.comb += last_blk.eq((hi - 1) >> 4)
