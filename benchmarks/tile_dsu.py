@@ -12,7 +12,7 @@ every attention output of a completed step bit-exact with the golden decode step
 rounds, the tokens equal to the golden's and to the fault-free run's; with a CDU policy, every
 CDU decision equal to the CDU golden model's; the fast model's cycles per round against the
 measured (without the CDU: ``predict_dsu_rounds`` per round, ``predict_dsu_timeout`` for a
-timed-out round; cached: ``models/tile_timing.predict_dsu_run`` from each round's
+timed-out round; with the CDU: ``models/tile_timing.predict_dsu_run`` from each round's
 first-descriptor cycle, the CDU's fill retries included). The run
 whose fault outlasts the retries must
 report exactly one difference kind: that request's tokens (it failed, and says so). Step cycles

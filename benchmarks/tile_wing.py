@@ -9,8 +9,8 @@ tests that compose a tile-level design.
 Files are read from git (``git show REV:PATH``), so the working tree does not matter. The tile
 wing is ``rtl/tile/`` (all of it), the co-simulation harness (``sim/harness/tile/``, or before
 it the modules ``sim/harness/attention_tile*.py`` and ``sim/harness/tile_cosim*.py``) and the
-tile's timing models (``models/tile_timing.py``, ``models/tile_timing.py``, or before
-them ``sim/fast/tile_timing.py`` and ``sim/fast/tile_timing.py``). An import cycle is a
+tile's timing models (``models/tile_timing.py`` and ``models/te_array_timing.py``, or before
+them ``sim/fast/tile_timing.py`` and ``sim/fast/cached_tile_timing.py``). An import cycle is a
 cycle among the harness's modules counting every ``import`` statement, module-level or inside a
 function; a private-name import is ``from M import _name`` between two of them. A simulation
 top is a class of the harness whose name ends in ``Top``; a composition site is a call of
