@@ -35,7 +35,7 @@ SCRIPT = "benchmarks/tile_calibration.py"
 
 def setups():
     from tricut.sim.harness.tile.setup import Setup
-    base = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+    base = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32)
     return [base,
             dataclasses.replace(base, engines=2, kv_dtype="fp8"),
@@ -51,18 +51,18 @@ def cached_setups():
     fills, eviction holds), and a long context (81 tokens, 6 blocks per unit: the CDU's MSHRs
     and ready queue full, the layer ending on a mostly dropped L2 frame)."""
     from tricut.sim.harness.tile.setup import Setup
-    static = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+    static = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                    max_ctx=32, policy="static")
     return [static, dataclasses.replace(static, policy="disabled"),
             dataclasses.replace(static, engines=2, split_tokens=12, kv_dtype="fp8"),
-            Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
+            Setup(lanes=16, model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
                   max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8"),
-            Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
+            Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
                   max_ctx=32, policy="disabled", kv_dtype="nvfp4"),
-            Setup(model="tiny-te", requests=2, prompt_lens=(33, 14), steps=1, engines=4,
+            Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(33, 14), steps=1, engines=4,
                   max_ctx=48, policy="static", split_tokens=16, cdu_sets=1, cdu_ways=2,
                   latency=20),
-            Setup(model="tiny-te", requests=1, prompt_lens=(80,), steps=1, engines=2,
+            Setup(lanes=16, model="tiny-te", requests=1, prompt_lens=(80,), steps=1, engines=2,
                   max_ctx=96, policy="adaptive")]
 
 

@@ -57,11 +57,11 @@ def _setups(steps):
     from tricut.sim.harness.tile.setup import Setup
     base = dict(model="tiny-te", max_ctx=32, steps=steps)
     return {
-        "hbm-e1": Setup(**base, requests=2, prompt_lens=(3, 17), engines=1),
-        "hbm-e4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4, split_tokens=12,
+        "hbm-e1": Setup(**base, lanes=16, requests=2, prompt_lens=(3, 17), engines=1),
+        "hbm-e4": Setup(**base, lanes=16, requests=3, prompt_lens=(3, 17, 9), engines=4, split_tokens=12,
                         kv_dtype="fp8"),
-        "static-e1": Setup(**base, requests=2, prompt_lens=(3, 17), engines=1, policy="static"),
-        "adaptive-e4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
+        "static-e1": Setup(**base, lanes=16, requests=2, prompt_lens=(3, 17), engines=1, policy="static"),
+        "adaptive-e4": Setup(**base, lanes=16, requests=3, prompt_lens=(3, 17, 9), engines=4,
                              split_tokens=12, kv_dtype="fp8", policy="adaptive"),
         "hbm-e4-l4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
                            split_tokens=12, kv_dtype="fp8", lanes=4),

@@ -33,7 +33,8 @@ DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:dsu:begin -->", "<!-- tile:dsu:end -->"
 SCRIPT = "benchmarks/tile_dsu.py"
 
-BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=8, max_batch=3, max_ctx=32, dsu=True)
+BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=8, max_batch=3, max_ctx=32, dsu=True,
+            lanes=16)
 #: (label, setup changes, whether the run must be bit-exact with equal tokens)
 RUNS = [
     ("no CDU", dict(engines=1), True),

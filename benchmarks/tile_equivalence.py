@@ -60,7 +60,7 @@ def setups(args):
     """The matrix: one ``Setup`` per (dtype, policy, engines), in table order."""
     from tricut.sim.harness.tile.setup import Setup
     lens = tuple(args.prompt_lens)
-    base = Setup(model="tiny-te", requests=len(lens), prompt_lens=lens, steps=args.steps,
+    base = Setup(lanes=16, model="tiny-te", requests=len(lens), prompt_lens=lens, steps=args.steps,
                  split_tokens=args.split_tokens, max_ctx=args.max_ctx, seed=args.seed,
                  long_context=args.long_context, dsu=args.scheduler == "dsu")
     out = []

@@ -181,7 +181,7 @@ def test_decode_step_bits_do_not_depend_on_blas_threads(model):
 
 
 def test_cosim_golden_side_does_not_depend_on_blas_threads():
-    s = Setup(requests=4, max_prompt=6, steps=2, kv_dtype="fp8", engines=2, seed=5)
+    s = Setup(lanes=16, requests=4, max_prompt=6, steps=2, kv_dtype="fp8", engines=2, seed=5)
     one, two = _both_thread_counts(lambda: golden_run(s))
     assert one.tokens == two.tokens and one.attn.keys() == two.attn.keys() and one.attn
     assert all(np.array_equal(one.attn[k], two.attn[k]) for k in one.attn)

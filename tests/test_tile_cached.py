@@ -44,9 +44,9 @@ from tricut.sim.harness.tile.setup import Setup
 
 from conftest import assert_one_line_error, run_cli
 
-STATIC = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+STATIC = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32, policy="static")
-ADAPTIVE = Setup(model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
+ADAPTIVE = Setup(lanes=16, model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
                    max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8")
 #: 32 lanes: a K/V word carries two NVFP4 block scales
 DISABLED = Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,

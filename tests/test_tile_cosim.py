@@ -115,10 +115,11 @@ def test_decode_step_layers_rejects_a_bad_attention_and_empty_batch():
 
 # ---- the co-simulation ----------------------------------------------------------------------
 
-EQUIV = Setup(requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
+EQUIV = Setup(lanes=16, requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
                 split_tokens=5, max_ctx=16, max_prompt=3, seed=1)
 EQUIV_ARGV = ["tile", "run", "--prompt-lens", "1,2,3", "--steps", "3", "--kv-dtype", "bf16",
-              "--engines", "2", "--split-tokens", "5", "--max-ctx", "16", "--seed", "1"]
+              "--engines", "2", "--split-tokens", "5", "--max-ctx", "16", "--seed", "1",
+              "--lanes", "16"]
 
 
 def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
@@ -167,7 +168,7 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
 
 
 def test_a_flipped_hbm_bit_is_reported():
-    s = Setup(requests=1, prompt_lens=(2,), steps=1, max_ctx=16)
+    s = Setup(lanes=16, requests=1, prompt_lens=(2,), steps=1, max_ctx=16)
     # token 1's first V word of request 0, layer 0, KV head 0: bit 14 (a bf16 exponent bit)
     addr = kv_addr(0, 0, 0, 1, num_layers=2, num_kv_heads=2, max_ctx=16, head_dim=64,
                    lanes=16) + 4

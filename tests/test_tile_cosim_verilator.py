@@ -40,7 +40,7 @@ from conftest import run_cli
 from test_tile_cached import ADAPTIVE, DISABLED, STATIC
 
 #: the HBM-only equivalence setup of ``tests/test_tile_cosim.py`` (its EQUIV)
-EQUIV = Setup(requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
+EQUIV = Setup(lanes=16, requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
                 split_tokens=5, max_ctx=16, max_prompt=3, seed=1)
 
 #: the C++ optimisation of the tests' builds
@@ -48,7 +48,7 @@ OPT = "-O0"
 #: the identity case: STATIC's tile shape (same build), short prompts, one step
 SMALL = dataclasses.replace(STATIC, prompt_lens=(2, 3), steps=1)
 SMALL_ARGV = ["tile", "run", "--prompt-lens", "2,3", "--steps", "1", "--max-ctx", "32",
-              "--policy", "static"]
+              "--policy", "static", "--lanes", "16"]
 
 
 @pytest.fixture(autouse=True)

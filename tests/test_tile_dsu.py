@@ -187,7 +187,7 @@ def test_cache_truncate_rolls_back_a_token():
 
 # ------------------------------------------------------------------ the loop on Verilator
 BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
-            max_batch=3, max_ctx=32)
+            max_batch=3, max_ctx=32, lanes=16)
 
 
 def predicted_rounds(s, t):
@@ -256,7 +256,7 @@ def test_dsu_loop_catches_a_corrupted_word():
 def test_dsu_tile_run_command(capsys):
     code, cap = run_cli(["tile", "run", "--dsu", "--sim", "verilator", "--prompt-lens",
                          "3,1,13,2", "--steps", "3", "--max-batch", "3", "--max-ctx", "32",
-                         "--faults", "0:1:1:0:1"], capsys)
+                         "--faults", "0:1:1:0:1", "--lanes", "16"], capsys)
     out = cap.out
     assert code == 0, cap.err
     assert "failed (rolled back): request 0" in out

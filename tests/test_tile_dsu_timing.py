@@ -24,7 +24,7 @@ from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.setup import Setup, predict_dsu_rounds, schedule
 
 
-STATIC = Setup(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
+STATIC = Setup(lanes=16, requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
                  max_batch=3, max_ctx=32, policy="static")
 
 #: ``STATIC`` with transient HBM errors (the HBM model's fault table is loaded at run time:

@@ -56,7 +56,7 @@ def test_both_cosim_tops_simulate_the_verilog_that_ships(tmp_path, capsys, polic
 
 
 def test_the_dsu_top_runs_the_decode_tiles_own_cluster_and_link():
-    s = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=1, max_ctx=32,
+    s = Setup(lanes=16, requests=2, prompt_lens=(2, 3), steps=1, engines=1, max_ctx=32,
                 policy="static", dsu=True)
     p = RunInputs(s).params()
     top = CosimVerilatorTop(p)

@@ -26,7 +26,7 @@ from tricut.sim.harness.tile import verilator as V
 
 
 #: tiny-te, bf16, 1 engine, prompts 3 and 17, two decode steps (STATIC of test_tile_cached)
-STATIC = Setup(model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
+STATIC = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
                  max_ctx=32, policy="static")
 
 

@@ -230,9 +230,9 @@ def add_commands(sub) -> None:
     p.add_argument("--engine", choices=TILE_ENGINES, default=None,
                    help="the TE engine design of the tile's array (docs/te.md; default: the "
                         "shipped pipelined engine)")
-    p.add_argument("--lanes", type=_int_arg(), default=16, metavar="L",
+    p.add_argument("--lanes", type=_int_arg(), default=32, metavar="L",
                    help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
-                        f"(default: %(default)s)")
+                        f"(default: %(default)s, the shipped tile's)")
     p.add_argument("--split-tokens", type=_int_arg(), default=0, metavar="T",
                    help="Flash-Decoding split-K: contexts longer than T tokens run in parts "
                         "through the combine unit; 0 never splits; T > 0 must split at least "

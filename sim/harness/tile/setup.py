@@ -71,7 +71,8 @@ class Setup:
     steps: int = 3
     kv_dtype: str = "bf16"
     engines: int = 2
-    lanes: int = 16
+    #: the shipped DecodeTile's lanes (``tricut tile run --lanes``' default too)
+    lanes: int = 32
     #: the TE array's engine design (``models.tile.TILE_ENGINES``); None: the shipped
     #: ``pipelined``
     engine: str | None = None
