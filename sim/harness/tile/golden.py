@@ -3,9 +3,9 @@
 
 The golden model plays the SMs (everything but attention: projections, RoPE, the MLP, the
 logits, greedy sampling) through :func:`tricut.models.llama.decode_step`, with
-:func:`te_golden_attention` as the attention: ``te_decode`` per KV head on the quantised
-history, ``combine_partials`` of the partial runs of each split part when ``split_tokens``
-splits the context. K/V quantisation: bf16 and fp8 element by element; NVFP4 with one tensor
+:func:`te_golden_attention` as the attention: ``te_decode`` (its compiled twin) per KV head
+on the quantised history, ``combine_partials`` of the partial runs of each split part when
+``split_tokens`` splits the context. K/V quantisation: bf16 and fp8 element by element; NVFP4 with one tensor
 scale for the whole run (``amax`` of the prefilled cache / 2688), since the tile has one
 ``tensor_scale`` input. Prefill (both sides, the same function on the same prompts): the
 float32 reference ``prefill`` (there is no TE prefill path), so the tile and the golden start
@@ -44,11 +44,14 @@ WEIGHT_SEED_OFFSET = 7
 def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, record=None,
                         engine="serial"):
     """An ``attention_fn`` for :func:`tricut.models.llama.decode_step`: per KV head
-    ``models.te.te_decode`` (the arithmetic of ``engine``) of its group's q (bf16) over the K/V history quantised as the TE
-    takes it (:func:`tricut.sim.harness.te.make_vector`; NVFP4 with ``tensor_scale``), or,
+    ``models.te.te_decode`` (the arithmetic of ``engine``; run as its compiled twin
+    ``sim/fast/te_twin.py``, bit for bit the same) of its group's q (bf16) over the K/V
+    history quantised as the TE takes it (:func:`tricut.sim.harness.te.make_vector`; NVFP4 with ``tensor_scale``), or,
     when ``split_tokens`` splits the context (``models.tile.split_parts``),
     ``models.te.combine_partials`` of the partial runs of its parts, as the tile computes it.
     ``record`` (a list) gets each call's output as fp32 bit patterns ``[num_heads, d]``."""
+    from tricut.sim.fast.te_twin import te_decode_fast
+
     def attention(q, k, v, scale):
         heads, d = q.shape
         n, kv_heads, _ = k.shape
@@ -60,11 +63,11 @@ def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, reco
             parts = split_parts(n, split_tokens)
             bounds = [(0, n)] if parts == 1 else \
                 [(i * split_tokens, min(n, (i + 1) * split_tokens)) for i in range(parts)]
-            res = [M.te_decode(vec.q_codes, vec.k_codes[lo:hi], vec.v_codes[lo:hi], kv_dtype,
-                               vec.scale_bits, lanes=lanes, partial=parts > 1,
-                               k_scales=None if vec.k_scales is None else vec.k_scales[lo:hi],
-                               v_scales=None if vec.v_scales is None else vec.v_scales[lo:hi],
-                               tensor_scale_bits=vec.ts_bits, engine=engine)
+            res = [te_decode_fast(vec.q_codes, vec.k_codes[lo:hi], vec.v_codes[lo:hi], kv_dtype,
+                                  vec.scale_bits, lanes=lanes, partial=parts > 1,
+                                  k_scales=None if vec.k_scales is None else vec.k_scales[lo:hi],
+                                  v_scales=None if vec.v_scales is None else vec.v_scales[lo:hi],
+                                  tensor_scale_bits=vec.ts_bits, engine=engine)
                    for lo, hi in bounds]
             flags = [name for r in res for name, on in r.status.items() if on]
             if flags:
