@@ -218,8 +218,9 @@ def add_commands(sub) -> None:
     req.add_argument("--prompt-lens", type=_prompt_lens, metavar="L1,L2,...",
                      help="instead of --synthetic: one request per length given")
     p.add_argument("--max-prompt", type=_int_arg(), default=3, metavar="P",
-                   help="longest synthetic prompt (default: %(default)s; the simulator runs "
-                        "~85-130 cycles/s, the TE ~3*G*head_dim/lanes cycles per token)")
+                   help="longest synthetic prompt (default: %(default)s; Amaranth's simulator runs "
+                        "tens to ~100 cycles/s, the TE ~(G+1)*head_dim/lanes cycles per "
+                        "token; --sim verilator is thousands of times faster)")
     p.add_argument("--steps", type=_int_arg(), default=2, metavar="S",
                    help="decode steps (tokens) per request, >= 1 (default: %(default)s)")
     p.add_argument("--kv-dtype", default="bf16",
