@@ -166,7 +166,7 @@ def report(rows, amaranth, steps, runs):
               f"300,000 whole bench cycles/s or more: {whole}."]
     lines += ["", "Where the wall time of a Verilator run goes (s, medians):", "",
               "| run | parent: prefill, image, files | simulator start-up, `$readmemh`, "
-              "exit | bench set-up (prefill, schedule) | golden decode step | host traffic "
+              "exit | bench set-up (plan, weights, schedule) | golden decode step | host traffic "
               "(HDL players, Python once per burst) | host cycles/s | `go`→`done` "
               "(Verilator) |",
               "|---|---|---|---|---|---|---|---|"]

@@ -13,9 +13,10 @@ A run passes when its report is ``ok`` (every attention output bit-exact, every 
 with a CDU policy every CDU decision and counter equal to the CDU golden model's); the script
 exits 1 otherwise. It reports the cycles per step, the HBM bytes the memory model served, the
 simulation rate (cycles/s, the build excluded) and where the wall time goes: the parent's
-golden run (prefill, the TE golden attention, the rest of the golden decode step) and the
+golden run (the one prefill of the run, the TE golden attention, the rest of the golden
+decode step) and the
 Verilator run (the parent's image, the simulator's start-up and ``$readmemh``, the bench's
-prefill, the golden decode step between layers, the host traffic stepped by Python, and
+set-up (the parent's prefill from its plan), the golden decode step between layers, the host traffic stepped by Python, and
 ``go`` to ``done`` in Verilator alone). ``--write`` replaces the text between
 ``<!-- tile:real-layer:begin -->`` and ``<!-- tile:real-layer:end -->`` in docs/tile/figures.md.
 
@@ -59,7 +60,7 @@ class Result:
     golden_s: float = 0.0            # golden_run, all of it
     golden_prefill_s: float = 0.0    # ... of which the prefill (and weights)
     golden_te_s: float = 0.0         # ... of which the TE golden attention
-    compare_s: float = 0.0           # compare (+ the CDU reference: another prefill)
+    compare_s: float = 0.0           # compare (+ the CDU reference)
     tile_s: float = 0.0              # the Verilator run, parent's wall time (build excluded)
     hbm_read_bytes: int = 0
     hbm_write_bytes: int = 0
@@ -208,8 +209,8 @@ def tables(results):
             f"{i.cycles / max(i.sim_s, 1e-9):,.0f} |")
     lines += ["", "Where the wall time went (s):", "",
               "| run | build: Verilog + C++ | golden run: prefill + TE golden + rest | "
-              "Verilator run: parent (prefill, image, hex) | simulator start-up, `$readmemh`, "
-              "exit | bench prefill | golden decode step | host traffic (Python) | go→done "
+              "Verilator run: parent (image, hex) | simulator start-up, `$readmemh`, "
+              "exit | bench set-up (plan, weights) | golden decode step | host traffic (Python) | go→done "
               "(Verilator) | compare |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if r.report is None:

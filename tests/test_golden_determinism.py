@@ -16,6 +16,7 @@ products rounded once, whatever order a float64 BLAS sums them in. Checked here:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from fractions import Fraction
 
@@ -28,7 +29,7 @@ from tricut.models.llama import LlamaWeights, decode_step, prefill
 from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
 from tricut.sim.harness.tile.golden import golden_run
-from tricut.sim.harness.tile.setup import Setup
+from tricut.sim.harness.tile.setup import CosimError, Setup
 
 
 def _rand(rng, shape):
@@ -185,3 +186,27 @@ def test_cosim_golden_side_does_not_depend_on_blas_threads():
     one, two = _both_thread_counts(lambda: golden_run(s))
     assert one.tokens == two.tokens and one.attn.keys() == two.attn.keys() and one.attn
     assert all(np.array_equal(one.attn[k], two.attn[k]) for k in one.attn)
+
+
+def test_a_run_prefills_its_prompts_once(monkeypatch):
+    """Both sides of a run start from copies of one prefill: the golden run's, reused by the
+    tile side in the same process and sent with the Verilator bench's plan (``Prefilled``)."""
+    from tricut.sim.harness.tile import golden as G
+    s = Setup(requests=3, prompt_lens=(4, 9, 2), steps=2, engines=2, seed=23)
+    calls = []
+    real = G.prefill
+    monkeypatch.setattr(G, "prefill", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(G, "_LAST_PREFILL", [])
+    first = G.golden_run(s)
+    assert calls == [0, 1, 2]
+    again = G.RunInputs(s)                      # the tile side: no prefill of its own
+    sent = G.RunInputs(s, again.prefilled())    # the bench, from the plan
+    assert calls == [0, 1, 2] and sent.weights is not again.weights
+    for r in range(3):
+        for a, b in zip(again.cache.gather(0, r), sent.cache.gather(0, r)):
+            assert np.array_equal(a, b)
+    assert again.tokens == sent.tokens == {r: [t[0]] for r, t in first.tokens.items()}
+    assert again.cache.seq_len(0) == 4          # a copy: the golden run's steps are not in it
+    with pytest.raises(CosimError, match="a prefill of"):
+        G.RunInputs(dataclasses.replace(s, seed=24), again.prefilled())
+    assert G.golden_run(s).tokens == first.tokens

@@ -62,7 +62,7 @@ class CosimBench:
         plan = pickle.loads(Path(os.environ["TRICUT_PLANS"]).read_bytes())
         self.s = s = _load_setup(plan)
         self.max_layer_cycles = plan["max_layer_cycles"]
-        self.run = run = RunInputs(s)
+        self.run = run = RunInputs(s, plan["prefilled"])     # the parent's prefill
         self.cached = s.policy is not None
         self.top = top = CosimVerilatorTop(run.params())      # the layouts (not elaborated)
         self.tile = top.tile

@@ -15,6 +15,7 @@ from the same KV cache (:class:`RunInputs`). :func:`golden_run` runs the DSU mod
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass, field
 
@@ -34,8 +35,8 @@ from .hbm_image import KV, kv_image
 from .setup import (DSU_HEARTBEAT_LIMIT, CosimError, Setup, SetupError, check_setup,
                     dsu_schedule, fill_retries, watchdog_limit)
 
-__all__ = ["te_golden_attention", "RunResult", "RunInputs", "cdu_fault_retries", "golden_run",
-           "WEIGHT_SEED_OFFSET"]
+__all__ = ["te_golden_attention", "RunResult", "RunInputs", "Prefilled", "cdu_fault_retries",
+           "golden_run", "WEIGHT_SEED_OFFSET"]
 
 #: the random weights' seed: the setup's seed plus this
 WEIGHT_SEED_OFFSET = 7
@@ -119,32 +120,76 @@ class RunResult:
     hbm_beats: tuple | None = None
 
 
+@dataclass
+class Prefilled:
+    """The prompts' prefill, the costliest part of a run's set-up: for ``key`` (what it
+    depends on: model, seed, prompt lengths, steps), the weights (None in a plan sent to the
+    Verilator bench, which makes its own), the prefilled cache and each request's first
+    token."""
+    key: tuple
+    weights: object
+    cache: PagedKVCache
+    first: list
+
+
+#: this process's last prefill (both sides of a run, and the runs of the same prompts, start
+#: from a copy of it)
+_LAST_PREFILL: list = []
+
+
 class RunInputs:
     """The inputs both sides of a co-simulation share, built from the setup ``s`` alike: the
     model, weights, prompts, the prefilled cache and the first tokens, the DSU schedule and
     the NVFP4 tensor scale; the HBM image of the prefilled cache and each new token's K/V
     words, the run's parameter dict (:meth:`params`), the CDU golden model's decisions. A side
     advances the cache and the tokens as it runs the steps (:meth:`batch`, :meth:`sampled`,
-    :meth:`roll_back`), so each side builds its own."""
+    :meth:`roll_back`), so each side builds its own, from a copy of one prefill: this
+    process's last one for the same prompts, or ``prefilled`` (:meth:`prefilled`, sent with
+    the Verilator bench's plan)."""
 
-    def __init__(self, s: Setup):
+    def __init__(self, s: Setup, prefilled: Prefilled | None = None):
         self.s = s
         self.cfg = cfg = check_setup(s)
-        self.weights = LlamaWeights.random(cfg, seed=s.seed + WEIGHT_SEED_OFFSET,
-                                           std=0.15 * (64 / cfg.hidden_size) ** 0.5)
         rng = np.random.default_rng(s.seed)
         self.lens = s.lens()
         self.prompts = [rng.integers(0, cfg.vocab_size, n) for n in self.lens]
         self.rounds, self.failed, self.outcomes = dsu_schedule(s)
-        self.cache = PagedKVCache.for_model(
-            cfg, sum(-(-(p + s.steps) // 16) for p in self.lens), 16)
-        first = [prefill(self.weights, self.cache, r, p) for r, p in enumerate(self.prompts)]
-        self.tokens = {r: [int(np.argmax(lg))] for r, lg in enumerate(first)}
+        key = (s.model, s.seed, tuple(self.lens), s.steps)
+        if prefilled is None and _LAST_PREFILL and _LAST_PREFILL[0].key == key:
+            prefilled = _LAST_PREFILL[0]
+        if prefilled is not None and prefilled.key != key:
+            raise CosimError(f"a prefill of {prefilled.key} given for a run of {key}")
+        if prefilled is None:
+            prefilled = self._prefill(key)
+            _LAST_PREFILL[:] = [prefilled]
+        self._source = prefilled
+        self.weights = prefilled.weights or self._weights()
+        self.cache = copy.deepcopy(prefilled.cache)
+        self.tokens = {r: [t] for r, t in enumerate(prefilled.first)}
         self.ts = None
         if s.kv_dtype == "nvfp4":
             amax = max(float(np.max(np.abs(a))) for li in range(cfg.num_layers)
                        for r in range(s.requests) for a in self.cache.gather(li, r))
             self.ts = np.float32(amax) / np.float32(2688.0) if amax > 0 else np.float32(1.0)
+
+    def _weights(self):
+        cfg = self.cfg
+        return LlamaWeights.random(cfg, seed=self.s.seed + WEIGHT_SEED_OFFSET,
+                                   std=0.15 * (64 / cfg.hidden_size) ** 0.5)
+
+    def _prefill(self, key) -> Prefilled:
+        weights = self._weights()
+        cache = PagedKVCache.for_model(
+            self.cfg, sum(-(-(p + self.s.steps) // 16) for p in self.lens), 16)
+        first = [int(np.argmax(prefill(weights, cache, r, p)))
+                 for r, p in enumerate(self.prompts)]
+        return Prefilled(key, weights, cache, first)
+
+    def prefilled(self) -> Prefilled:
+        """The prefill this run started from, without the weights (for the Verilator bench's
+        plan)."""
+        p = self._source
+        return Prefilled(p.key, None, p.cache, p.first)
 
     def batch(self, descs):
         for d in descs:

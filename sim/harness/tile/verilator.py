@@ -170,10 +170,11 @@ def _build_locked(b, bdir, p, cached, name, key, args, opt):
 # ----------------------------------------------------------------------------------------------
 @dataclass
 class RunInfo:
-    """Wall times of one :func:`run` (s): ``prep_s`` the parent's setup (prefill, HBM image,
-    files), ``sim_s`` the simulator process (start, ``$readmemh``, the bench, exit); inside
-    the bench (``bench_s`` from its first statement to its last): ``setup_s`` its own
-    prefill and schedule, ``golden_s`` the golden decode step between layers, ``host_s`` the
+    """Wall times of one :func:`run` (s): ``prep_s`` the parent's setup (its prefill unless
+    the golden run's is reused, the HBM image, files), ``sim_s`` the simulator process
+    (start, ``$readmemh``, the bench, exit); inside the bench (``bench_s`` from its first
+    statement to its last): ``setup_s`` its set-up (the parent's prefill from the plan, the
+    weights, the schedule), ``golden_s`` the golden decode step between layers, ``host_s`` the
     host traffic (K/V, q, output reads: HDL players, one Python wake-up per burst; the
     round/descriptor beats: one Python step per cycle),
     ``tile_s`` from ``go`` to ``done`` (Verilator alone); ``cycles`` the clock edges of the
@@ -216,7 +217,8 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None
     plan_path, res_path = workdir / f"plan-{tag}.pkl", workdir / f"res-{tag}.pkl"
     write_hex(image, hex_path)
     plan_path.write_bytes(pickle.dumps(dict(setup=asdict(s), golden=golden,
-                                            max_layer_cycles=max_layer_cycles)))
+                                            max_layer_cycles=max_layer_cycles,
+                                            prefilled=r.prefilled())))
     info = RunInfo(prep_s=time.perf_counter() - t0)
     env = {"PYTHONPATH": os.pathsep.join([str(BENCH_DIR), str(REPO_ROOT)] + sys.path),
            "TRICUT_PLANS": str(plan_path), "TRICUT_RESULTS": str(res_path),
