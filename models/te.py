@@ -54,7 +54,7 @@ __all__ = [
     "STATUS_BITS", "KV_CODE_BITS", "KV_SIGNIFICAND_BITS", "ENGINES",
     "f2b", "b2f", "fmul", "fadd", "fsub", "fmax", "ceil_int", "exp2", "exp2_diff", "frecip", "ftz",
     "tree_sum", "dequant_bf16", "dequant_e4m3", "dequant_e2m1", "dequant_nvfp4",
-    "dequant_kv", "TEResult", "te_decode", "te_cycles", "te_token_cycles", "te_serial_phases", "te_out_passes", "rescale_events",
+    "dequant_kv", "TEResult", "te_decode", "softmax_recurrence", "te_cycles", "te_token_cycles", "te_serial_phases", "te_out_passes", "rescale_events",
     "PIPE_STAGES", "PipeTiming", "te_pipe_timing",
     "expected_rescale_events",
     "reference_f64",
@@ -573,9 +573,30 @@ def _scores(q, k, lanes, c, engine):
     return fmul(tree_sum(acc), c)
 
 
+def softmax_recurrence(q, k, v, c, lanes, engine, n):
+    """The engine's scores and online softmax over the first ``n`` tokens: ``q`` ``[G, d]``,
+    ``k``/``v`` ``[n, d]`` dequantised fp32 bits, ``c`` the scale times log2(e) ->
+    ``(m [G], l [G], o [G, d])``."""
+    G, d = q.shape
+    m = np.full(G, NEG_INF, dtype=np.int64)
+    l = np.zeros(G, dtype=np.int64)
+    o = np.zeros((G, d), dtype=np.int64)
+    # scores do not depend on the softmax state: all tokens at once ([n, G])
+    s2_all = _scores(q, k, lanes, c, engine)
+    for t in range(n):
+        s2 = s2_all[t]
+        mn = fmax(m, ceil_int(s2) if engine != "serial" else s2)
+        alpha = exp2_diff(m, mn)
+        p = exp2_diff(s2, mn)
+        l = fadd(fmul(l, alpha), p)
+        m = mn
+        o = fadd(fmul(o, alpha[:, None]), fmul(p[:, None], v[t][None, :]))
+    return m, l, o
+
+
 def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
               k_scales=None, v_scales=None, tensor_scale_bits=0, partial=False,
-              engine="serial"):
+              engine="serial", recurrence=None):
     """Run the engine's arithmetic on one (request, layer, KV head).
 
     Parameters
@@ -591,6 +612,8 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     tensor_scale_bits : fp32 bits of the NVFP4 tensor scale.
     partial : return unnormalised ``(o, m, l)``.
     engine : "serial" (exact running maximum) or "split" (integer running maximum).
+    recurrence : :func:`softmax_recurrence` (None) or a function equal to it bit for bit
+        (``sim/fast/te_twin.py``'s compiled one).
     """
     q_codes = np.asarray(q_codes)
     G, d = q_codes.shape
@@ -606,24 +629,12 @@ def te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
     q = dequant_bf16(q_codes)
     st["nonfinite_in"] = _nonfinite(q)
     c = fmul(_i64(scale_bits), LOG2E_BITS)
-    m = np.full(G, NEG_INF, dtype=np.int64)
-    l = np.zeros(G, dtype=np.int64)
-    o = np.zeros((G, d), dtype=np.int64)
     ks = None if k_scales is None else np.asarray(k_scales)[:n_proc]
     vs = None if v_scales is None else np.asarray(v_scales)[:n_proc]
     k = dequant_kv(k_codes[:n_proc], kv_dtype, ks, tensor_scale_bits)      # [n, d]
     v = dequant_kv(v_codes[:n_proc], kv_dtype, vs, tensor_scale_bits)
     st["nonfinite_in"] |= _nonfinite(k) | _nonfinite(v)
-    # scores do not depend on the softmax state: all tokens at once ([n, G])
-    s2_all = _scores(q, k, L, c, engine)
-    for t in range(n_proc):
-        s2 = s2_all[t]
-        mn = fmax(m, ceil_int(s2) if engine != "serial" else s2)
-        alpha = exp2_diff(m, mn)
-        p = exp2_diff(s2, mn)
-        l = fadd(fmul(l, alpha), p)
-        m = mn
-        o = fadd(fmul(o, alpha[:, None]), fmul(p[:, None], v[t][None, :]))
+    m, l, o = (recurrence or softmax_recurrence)(q, k, v, c, L, engine, n_proc)
     st["empty"] = n == 0
     st["early_end"] = n_stream < n
     st["too_long"] = n_stream > n

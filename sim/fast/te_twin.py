@@ -1,26 +1,19 @@
 """Compiled twin of the TE golden model's :func:`tricut.models.te.te_decode`, with numba.
 
-:func:`te_decode_fast` takes exactly ``te_decode``'s arguments and returns the same
-:class:`~tricut.models.te.TEResult`: ``out``, ``m``, ``l`` bit for bit, the same status flags
-and cycles, the same errors for bad parameters (it calls the same :func:`validate_params`).
-The golden stays the oracle (``tests/test_te_twin.py`` compares both on seeded random
-inputs, rising-maximum inputs and the edge cases); this module re-implements only the
-expensive part:
+:func:`te_decode_fast` is ``te_decode`` itself with its one expensive part, the scores and
+the online-softmax recurrence (:func:`tricut.models.te.softmax_recurrence`), replaced by
+:func:`compiled_recurrence`: ``out``, ``m``, ``l``, status flags, cycles and errors are the
+golden's by construction where the code is shared, and bit for bit where it is compiled. The
+golden stays the oracle (``tests/test_te_twin.py`` compares both on seeded random inputs,
+rising-maximum inputs and the edge cases). Compiled:
 
 * the bit-level fp32 primitives the datapath uses (``fmul``, ``fadd``, ``fmax``,
-  ``ceil_int``, ``exp2``/``exp2_diff``, the pairwise adder tree) as scalar compiled functions
-  on int64 bit patterns, each a transcription of the numpy helper in ``models/te.py``
-  (same rounding, flush to zero, special values, the same ``exp2`` table and interpolation);
+  ``ceil_int``, ``exp2``/``exp2_diff``, the pairwise adder tree) as scalar functions on int64
+  bit patterns, each a transcription of the numpy helper in ``models/te.py`` (same rounding,
+  flush to zero, special values, the same ``exp2`` table and interpolation);
 * the scores in the engine's order (serial: lane partial sums over the beats, then the
-  tree; split/pipelined: a tree per beat, then the beats in order) and the online-softmax
-  recurrence over the tokens, in one compiled loop per (token, head).
-
-What is cheap and vectorised stays the golden's numpy code: the dequantisation of q, K and V
-(E4M3 through a 256-entry table of the golden's decoder), the non-finite checks, ``c = fmul(scale, log2(e))``, the final ``o * frecip(l)`` over
-``[G, d]``, the status word and :func:`~tricut.models.te.te_cycles`. A context that ends early
-or is empty skips the recurrence (the golden computes it and then replaces its result with
-zeros). Inputs whose dequantised K/V are not ``[min(n, n_stream), d]`` (V shorter than K, odd
-block-scale arrays, ``n < 0``) or whose scale is not one number are handed to the golden.
+  tree; split/pipelined: a tree per beat, then the beats in order) and the recurrence over
+  the tokens, in one loop per (token, head).
 """
 
 from __future__ import annotations
@@ -28,12 +21,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tricut.models.te import (EXP2_FRAC_BITS, EXP2_INTERP_BITS, EXP2_TABLE, LOG2E_BITS,
-                              NEG_INF, ONE, POS_INF, QNAN, STATUS_BITS, TEResult, _i64,
-                              _nonfinite, dequant_bf16, dequant_e4m3, dequant_kv, fmul, frecip,
-                              te_cycles, te_decode, validate_params)
+from tricut.models.te import (EXP2_FRAC_BITS, EXP2_INTERP_BITS, EXP2_TABLE, NEG_INF, ONE,
+                              POS_INF, QNAN, softmax_recurrence, te_decode)
 
-__all__ = ["te_decode_fast", "primitives", "PRIMITIVES"]
+__all__ = ["te_decode_fast", "compiled_recurrence", "primitives", "PRIMITIVES"]
 
 _M32 = 0xFFFFFFFF
 _MAG = 0x7FFFFFFF
@@ -43,8 +34,6 @@ _D = _T[:-1] - _T[1:]
 _NSEG = _D.shape[0]
 _FRAC_MASK = (1 << EXP2_FRAC_BITS) - 1
 _INTERP_MASK = (1 << EXP2_INTERP_BITS) - 1
-#: the golden's E4M3 decoder over all 256 codes (it reads ``code & 0xFF``)
-_E4M3 = dequant_e4m3(np.arange(256))
 
 _OPTS = dict(cache=True, nogil=True)
 
@@ -295,57 +284,24 @@ def _decode_kernel(q, k, v, c, lanes, split, o, m, l):
 
 # --------------------------------------------------------------------------- public API
 
-def _dequant_kv(codes, kv_dtype, block_scales, tensor_scale_bits):
-    if kv_dtype == "fp8":           # dequant_e4m3 as a table: the same conversion and mask
-        return _E4M3[np.asarray(codes, dtype=np.int64) & 0xFF]
-    return dequant_kv(codes, kv_dtype, block_scales, tensor_scale_bits)
-
-
-def te_decode_fast(q_codes, k_codes, v_codes, kv_dtype, scale_bits, *, lanes, n=None,
-                   k_scales=None, v_scales=None, tensor_scale_bits=0, partial=False,
-                   engine="serial"):
-    """:func:`tricut.models.te.te_decode`, compiled: the same arguments, the same result."""
-    # te_decode's prologue, in its order (so bad input fails the same way)
-    q_codes = np.asarray(q_codes)
-    G, d = q_codes.shape
-    validate_params(d, G, lanes, kv_dtype, engine)
-    k_codes = np.asarray(k_codes).reshape(-1, d)
-    v_codes = np.asarray(v_codes).reshape(-1, d)
-    n_stream = k_codes.shape[0]
-    if n is None:
-        n = n_stream
-    n_proc = min(n, n_stream)
-    st = {key: False for key in STATUS_BITS}
-    q = dequant_bf16(q_codes)
-    st["nonfinite_in"] = _nonfinite(q)
-    c = fmul(_i64(scale_bits), LOG2E_BITS)
-    ks = None if k_scales is None else np.asarray(k_scales)[:n_proc]
-    vs = None if v_scales is None else np.asarray(v_scales)[:n_proc]
-    k = _dequant_kv(k_codes[:n_proc], kv_dtype, ks, tensor_scale_bits)
-    v = _dequant_kv(v_codes[:n_proc], kv_dtype, vs, tensor_scale_bits)
-    st["nonfinite_in"] |= _nonfinite(k) | _nonfinite(v)
-    rows = (max(n_proc, 0), d)
-    if k.shape != rows or v.shape != rows or c.ndim:
-        # V shorter than K, odd block-scale arrays, n < 0, a scale per head: whatever the
-        # golden's numpy broadcasting and indexing make of them, the twin does too
-        return te_decode(q_codes, k_codes, v_codes, kv_dtype, scale_bits, lanes=lanes, n=n,
-                         k_scales=k_scales, v_scales=v_scales,
-                         tensor_scale_bits=tensor_scale_bits, partial=partial, engine=engine)
-    st["empty"] = n == 0
-    st["early_end"] = n_stream < n
-    st["too_long"] = n_stream > n
-    zero_out = st["empty"] or st["early_end"]
+def compiled_recurrence(q, k, v, c, lanes, engine, n):
+    """:func:`tricut.models.te.softmax_recurrence`, compiled. Inputs whose dequantised K/V are
+    not ``[n, d]`` (V shorter than K, odd block-scale arrays, ``n < 0``) or whose scale is not
+    one number go to the golden's, so they fail or broadcast as it does."""
+    G, d = q.shape
+    rows = (max(n, 0), d)
+    if k.shape != rows or v.shape != rows or np.ndim(c):
+        return softmax_recurrence(q, k, v, c, lanes, engine, n)
     o = np.zeros((G, d), dtype=np.int64)
     m = np.full(G, NEG_INF, dtype=np.int64)
     l = np.zeros(G, dtype=np.int64)
-    if zero_out:
-        out = o         # the golden runs the recurrence, then replaces its result with this
-    else:
-        if n_proc > 0:
-            _decode_kernel(np.ascontiguousarray(q), np.ascontiguousarray(k),
-                           np.ascontiguousarray(v), int(c), lanes, engine != "serial", o, m, l)
-        out = o if partial else fmul(o, frecip(l)[:, None])
-    st["nonfinite_out"] = _nonfinite(out)
-    return TEResult(out=out, m=m, l=l, status=st,
-                    cycles=te_cycles(n if not st["early_end"] else n_proc, d, G, lanes, partial,
-                                     engine, st["early_end"], kv_dtype))
+    if n > 0:
+        _decode_kernel(np.ascontiguousarray(q), np.ascontiguousarray(k),
+                       np.ascontiguousarray(v), int(c), lanes, engine != "serial", o, m, l)
+    return m, l, o
+
+
+def te_decode_fast(*args, **kwargs):
+    """:func:`tricut.models.te.te_decode` with :func:`compiled_recurrence`: the same arguments,
+    the same result."""
+    return te_decode(*args, recurrence=compiled_recurrence, **kwargs)
