@@ -5,11 +5,11 @@ The golden model plays the SMs (everything but attention: projections, RoPE, the
 logits, greedy sampling) through :func:`tricut.models.llama.decode_step`, with
 :func:`te_golden_attention` as the attention: ``te_decode`` (its compiled twin) per KV head
 on the quantised history, ``combine_partials`` of the partial runs of each split part when
-``split_tokens`` splits the context. K/V quantisation: bf16 and fp8 element by element; NVFP4 with one tensor
-scale for the whole run (``amax`` of the prefilled cache / 2688), since the tile has one
-``tensor_scale`` input. Prefill (both sides, the same function on the same prompts): the
-float32 reference ``prefill`` (there is no TE prefill path), so the tile and the golden start
-from the same KV cache (:class:`RunInputs`). :func:`golden_run` runs the DSU model's rounds;
+``split_tokens`` splits the context. K/V quantisation: bf16 and fp8 element by element; NVFP4
+with one tensor scale for the whole run (``amax`` of the prefilled cache / 2688), since the
+tile has one ``tensor_scale`` input. Prefill (once per run; both sides start from copies of
+it): the float32 reference ``prefill`` (there is no TE prefill path), so the tile and the
+golden start from the same KV cache (:class:`RunInputs`). :func:`golden_run` runs the DSU model's rounds;
 :class:`RunResult` holds either side's tokens, attention outputs and cycles.
 """
 
@@ -47,9 +47,10 @@ def te_golden_attention(kv_dtype, lanes, split_tokens=0, tensor_scale=None, reco
     """An ``attention_fn`` for :func:`tricut.models.llama.decode_step`: per KV head
     ``models.te.te_decode`` (the arithmetic of ``engine``; run as its compiled twin
     ``sim/fast/te_twin.py``, bit for bit the same) of its group's q (bf16) over the K/V
-    history quantised as the TE takes it (:func:`tricut.sim.harness.te.make_vector`; NVFP4 with ``tensor_scale``), or,
-    when ``split_tokens`` splits the context (``models.tile.split_parts``),
-    ``models.te.combine_partials`` of the partial runs of its parts, as the tile computes it.
+    history quantised as the TE takes it (:func:`tricut.sim.harness.te.make_vector`; NVFP4
+    with ``tensor_scale``), or, when ``split_tokens`` splits the context
+    (``models.tile.split_parts``), ``models.te.combine_partials`` of the partial runs of its
+    parts, as the tile computes it.
     ``record`` (a list) gets each call's output as fp32 bit patterns ``[num_heads, d]``."""
     from tricut.sim.fast.te_twin import te_decode_fast
 
