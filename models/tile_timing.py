@@ -144,6 +144,12 @@ __all__ = ["TileConfig", "Decision", "host_gaps", "predict_run", "predict_dsu_ru
 BLOCK_TOKENS = 16
 
 
+def walk_depth(max_outstanding):
+    """Block reads the unit streamer's HBM walk keeps in flight (its ``routes`` FIFO,
+    ``rtl/tile/unit_streamer.py``): the block reader's burst slots, at least 8."""
+    return max(8, max_outstanding)
+
+
 @dataclass(frozen=True)
 class TileConfig:
     """The tile's configuration: the TE array (``engines``, ``lanes``, the engine design),
@@ -162,6 +168,8 @@ class TileConfig:
     max_beats: int = 16
     max_outstanding: int = 4
     hbm_outstanding: int = 4
+    #: the HBM's bandwidth: at most ``num`` beats per ``den`` cycles (``HbmModel(rate=)``)
+    hbm_rate: tuple = (1, 1)
     l2_latency: int = 2
     mshrs: int = 4
     rq_depth: int = 4
@@ -219,10 +227,13 @@ class _Burst:
 
 
 class _Hbm:
-    """The HBM model's request slots and in-order response channel."""
+    """The HBM model's request slots and in-order response channel, at most ``rate = (num,
+    den)`` beats per ``den`` cycles (the credit rule of ``burst_responder``)."""
 
-    def __init__(self, latency, slots):
+    def __init__(self, latency, slots, rate=(1, 1)):
         self.latency, self.slots = latency, slots
+        self.num, self.den = rate
+        self.credit = self.den
         self.q = deque()
         self.busy_port = False          # a request was accepted this cycle
 
@@ -236,7 +247,10 @@ class _Hbm:
 
     def tick(self, t):
         self.busy_port = False
-        if self.q and self.q[0].due <= t:
+        if self.credit < self.den:
+            self.credit += self.num
+        elif self.q and self.q[0].due <= t:
+            self.credit += self.num - self.den
             b = self.q[0]
             b.left -= 1
             if b.left == 0:
@@ -628,6 +642,7 @@ class _Streamer:
         self.cfg, self.E, self.H = cfg, cfg.engines, cfg.num_kv_heads
         self.two_dk, self.q = 2 * cfg.dk, cfg.G * cfg.dk
         self.reader = _Reader(cfg, hbm)
+        self.walk_depth = walk_depth(cfg.max_outstanding)
         self.engines = engines
         self.jobs = deque()             # the open layer's jobs (past the layer gate)
         self.ready = deque()            # CDU ready entries not yet popped
@@ -667,7 +682,7 @@ class _Streamer:
             return
         j = self.pass_[self.wj] if self.wj < len(self.pass_) else None
         cover = j is not None and j.start <= self.wt < j.end
-        issue = cover and routes_level < 8 and self.reader.ready()
+        issue = cover and routes_level < self.walk_depth and self.reader.ready()
         if issue:
             self.reader.request(t, 1, j.eng)
             self.routes.append(j.eng)
@@ -908,7 +923,7 @@ def _layer_jobs(cfg, descs, layer, unit0):
 class _Tile:
     def __init__(self, cfg, decisions, retries=None):
         self.cfg = cfg
-        self.hbm = _Hbm(cfg.latency, cfg.hbm_outstanding)
+        self.hbm = _Hbm(cfg.latency, cfg.hbm_outstanding, cfg.hbm_rate)
         if cfg.engine not in _ENGINE_MODELS:
             raise ValueError(f"the tile's timing model has the engines "
                              f"{', '.join(_ENGINE_MODELS)}, not {cfg.engine!r}")

@@ -25,7 +25,7 @@ from tricut.rtl.tile.behavioural.hbm import ALWAYS, HbmModel, lfsr_next
 from tricut.rtl.tile.behavioural.l2 import L2Data
 from tricut.sim.harness.memory import (HbmRef, Mismatch, bursts, expected_bursts, plan_json,
                                        random_requests, simulate_amaranth)
-from tricut.sim.harness.streams import IDLE_BACKPRESSURE, NotDrained, matrix_id
+from tricut.sim.harness.streams import IDLE_BACKPRESSURE, NotDrained, Schedule, matrix_id
 
 DB = 32
 
@@ -98,6 +98,11 @@ def check_in_order_formula(res, latency, id_field="id"):
     (dict(id_bits=17), "id_bits must be an int in 1..16, got 17"),
     (dict(reorder=1), "reorder must be a bool, got 1"),
     (dict(seed=0), "seed must be an int in 1..65535, got 0"),
+    (dict(rate=(3, 2)), "rate must be (beats, cycles), ints with 1 <= beats <= cycles <= 4096, "
+                        "got (3, 2)"),
+    (dict(rate=(0, 5)), "got (0, 5)"),
+    (dict(rate=(1, 5000)), "got (1, 5000)"),
+    (dict(rate=0.2), "got 0.2"),
     (dict(faults=[(99, 1)]), "got (99, 1)"),
     (dict(faults=[(3, 0)]), "got (3, 0)"),
     (dict(faults=[(3, 1), (3, 2)]), "got (3, 2)"),
@@ -180,6 +185,55 @@ def test_hbm_latency_and_bandwidth_exact(latency):
                             single)
     assert [c for c, _ in res.accepts] == list(range(12))   # latency + 1 slots keep up
     assert [c for c, _ in res.beats] == [k + latency for k in range(12)]
+
+
+def rate_beat_cycles(first, n, num, den):
+    """The cycles of ``n`` back-to-back beats under the credit rule (docs of
+    ``burst_responder``), the first due on cycle ``first`` with a full credit."""
+    out, credit, t = [], den, first
+    while len(out) < n:
+        if credit >= den:
+            out.append(t)
+            credit += num - den
+        else:
+            credit += num
+        t += 1
+    return out
+
+
+@pytest.mark.parametrize("rate", [(1, 4), (2, 5), (7, 8)], ids=lambda r: f"{r[0]}of{r[1]}")
+def test_hbm_rate_limits_beats_exactly(rate):
+    """``rate = (num, den)``: every response beat of a long in-order run lands on the cycle
+    the credit rule gives, so ``num`` beats per ``den`` cycles; cycle by cycle equal to the
+    reference; with idle gaps the credit holds one beat's worth, never a burst above the
+    rate."""
+    num, den = rate
+    img = image(3, 64)
+    reqs = random_requests(random.Random(num * 10 + den), 12, 64, 5, id_bits=6)
+    lat = 4
+    res = simulate_amaranth("hbm", hbm(img, latency=lat, max_outstanding=16, rate=rate), reqs)
+    check_transactions(res, reqs, img, reorder=False)
+    total = sum(r["beats"] for r in reqs)
+    assert [c for c, _ in res.beats] == rate_beat_cycles(lat, total, num, den)
+    # single beats spaced wider than the rate: each answered exactly latency after accept
+    single = [{"id": i, "addr": i, "beats": 1} for i in range(4)]
+    res = simulate_amaranth("hbm", hbm(img, latency=lat, max_outstanding=16, rate=rate), single,
+                            idle=Schedule("periodic", pattern=(1,) + (0,) * (den + 3)))
+    for (acc, _), (beat, _) in zip(res.accepts, res.beats):
+        assert beat == acc + lat
+
+
+def test_hbm_rate_under_idle_and_backpressure():
+    """A rate below one beat per cycle, reordered, with faults, under random idle and
+    backpressure: every cycle equal to the reference, every transaction equal to the image."""
+    img = image(5, 48)
+    reqs = random_requests(random.Random(5), 10, 48, 4, id_bits=6, oob=True)
+    faults = [(reqs[1]["addr"], 1), (reqs[4]["addr"], ALWAYS)]
+    for reorder in (False, True):
+        res = simulate_amaranth("hbm", hbm(img, reorder=reorder, faults=faults, seed=3,
+                                           rate=(3, 7)),
+                                reqs, idle="random", backpressure="random", seed=9)
+        check_transactions(res, reqs, img, reorder, fails=dict(faults))
 
 
 def test_hbm_slots_limit_and_in_order_formula():

@@ -38,36 +38,34 @@ def test_units_come_from_the_gpu_config():
     assert StepModel(L8B, EDGE, units=mine).units is mine
 
 
-def test_edge_te_throughput_scales_with_its_engines_and_clock():
-    """Llama-3-8B, NVFP4 KV, 20 requests × 64K tokens (the KV fits edge's 64 GB), on the
-    serial engine at 16 lanes (the TE before issue 12): TE compute bounds the step on both
-    GPUs, and edge's step is (528 × 1.98) / (64 × 1.3) times H100's. The shipped split
-    engine at 32 lanes does not bind there: HBM does."""
+def test_the_te_term_is_the_grid_of_tiles_of_the_gpu_config():
+    """Llama-3-8B, NVFP4 KV, 20 requests × 64K tokens (the KV fits edge's 64 GB): the te cut's
+    attention term is the grid of tiles (models/sm_slice.py) of each GPU's config, its engines
+    per SM, TE clock, SM count, HBM share and latency; the serial engine at 16 lanes is slower
+    than the shipped pipelined one at 32; and the config's engines per SM reach the tile."""
+    from tricut.models.sm_slice import grid_layer_cycles, slice_config, slice_timing
     b, ctx = 20, 65536
     assert b * ctx <= roofline(L8B, EDGE, "nvfp4", ctx, b).kv_tokens_fit
-    core = {}
     for gpu in (H100, EDGE):
-        serial = dataclasses.replace(UnitTiming.from_gpu(gpu), te_engine="serial", te_lanes=16)
-        sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}), units=serial,
-                       stack=get_stack("ideal"))     # no jitter, no launch gaps
-        st = sm.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
-        mem = (st.hbm_read_bytes + st.hbm_write_bytes) / (gpu.hbm_bandwidth * sm.assumptions.te_bw_efficiency)
-        assert st.te_busy_s > 1.1 * max(mem, st.sm_busy_s)        # TE compute binds ...
-        core[gpu.name] = st.time_s - st.sched_s
-        assert core[gpu.name] == pytest.approx(st.te_busy_s, rel=1e-12)   # ... the whole step
-    assert core["edge"] / core["h100-sxm5"] == pytest.approx((528 * 1.98) / (64 * 1.3), rel=1e-12)
-    for gpu in (H100, EDGE):
-        sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}), stack=get_stack("ideal"))
-        st = sm.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
-        mem = (st.hbm_read_bytes + st.hbm_write_bytes) / (gpu.hbm_bandwidth * sm.assumptions.te_bw_efficiency)
-        assert st.te_busy_s < mem, gpu.name                        # split engine: HBM binds
-    # and it is the config's field that does it: twice the engines per SM, half the TE time
-    serial = dataclasses.replace(UnitTiming.from_gpu(replace(EDGE, te_engines_per_sm=8)),
-                                 te_engine="serial", te_lanes=16)
-    doubled = StepModel(L8B, replace(EDGE, te_engines_per_sm=8), "nvfp4", cuts=frozenset({"te"}),
-                        units=serial)
-    st = doubled.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
-    assert st.te_busy_s == pytest.approx(core["edge"] / 2, rel=1e-12)
+        te = {}
+        for engine, lanes in (("serial", 16), ("pipelined", 32)):
+            units = dataclasses.replace(UnitTiming.from_gpu(gpu), te_engine=engine, te_lanes=lanes)
+            sm = StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"}), units=units,
+                           stack=get_stack("ideal"))     # no jitter, no launch gaps
+            st = sm.step_time([ctx + 1] * b, [1] * b, np.random.default_rng(0))
+            cfg = slice_config(gpu, L8B, "nvfp4", sm.assumptions.te_bw_efficiency, lanes, engine)
+            assert (cfg.engines, cfg.G, cfg.lanes, cfg.engine) == \
+                (gpu.te_engines_per_sm, L8B.group_size, lanes, engine)
+            slowest, _ = grid_layer_cycles(slice_timing(cfg), [ctx + 1] * b * L8B.num_kv_heads,
+                                           gpu.sm_count)
+            assert st.te_busy_s == pytest.approx(L8B.num_layers * slowest / gpu.te_clock_hz,
+                                                 rel=1e-12)
+            assert st.attn_s == st.te_busy_s
+            te[engine] = st.te_busy_s
+        assert te["serial"] > te["pipelined"], gpu.name
+    doubled = replace(EDGE, te_engines_per_sm=8)
+    sm = StepModel(L8B, doubled, "nvfp4", cuts=frozenset({"te"}))
+    assert sm.grid.cfg.engines == 8
 
 
 def test_the_data_file_is_what_the_timing_uses(tmp_path):

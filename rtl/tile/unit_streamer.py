@@ -11,6 +11,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from tricut.models.tile_timing import walk_depth
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, ready_layout, seq_bits
 from tricut.rtl.te.layouts import q_layout
@@ -120,7 +121,8 @@ class UnitStreamer(CheckedComponent):
     max_beats : int, 1..256
         Longest HBM burst (the HBM model's ``max_beats``).
     max_outstanding : int, 1..64
-        HBM bursts in flight (reorder-buffer slots; HBM ``id`` width ``ceil(log2)``).
+        HBM bursts in flight (reorder-buffer slots; HBM ``id`` width ``ceil(log2)``); the HBM
+        walk keeps :func:`walk_depth` block reads in flight.
     scale_bits : int
         fp32 bits of the softmax scale every job uses (default ``1/sqrt(head_dim)``).
     sets, ways
@@ -259,8 +261,9 @@ class UnitStreamer(CheckedComponent):
         l2_hit, l2_eng, l2_lastt = route(t_abs, head)
 
         # HBM walk: one block read per (token, pass job covering it), its engine and
-        # last flag queued for the answers (which come in order)
-        m.submodules.routes = routes = SyncFIFO(width=eb + 1, depth=8)
+        # last flag queued for the answers (which come in order); as deep as the reader's
+        # reorder buffer, so the walk keeps every burst slot busy
+        m.submodules.routes = routes = SyncFIFO(width=eb + 1, depth=walk_depth(self.reader.S))
         wt = Signal(sb + 1)                      # walker token
         wj = Signal(range(E + 1))                # walker job
         walking = Signal()

@@ -69,21 +69,45 @@ def _int_arg(lo=None):
     return parse
 
 
+def _slice(args):
+    """The ``Setup`` fields of ``--gpu``'s SM slice (empty without it)."""
+    if args.gpu is None:
+        return {}
+    from tricut.models.config import ConfigError, load_gpu, load_model
+    from tricut.models.sm_slice import slice_config
+    from tricut.sim.fast.timing import Assumptions
+    try:
+        gpu, model = load_gpu(args.gpu), load_model(args.model)
+    except ConfigError as e:
+        raise InputError(f"--gpu: {e}") from None
+    if args.engines is not None and args.engines != gpu.te_engines_per_sm:
+        raise InputError(f"--engines {args.engines}: --gpu {gpu.name} sets the tile's engines to "
+                         f"its {gpu.te_engines_per_sm} per SM; leave --engines out")
+    if args.kv_dtype not in KV_CODE_BITS or args.lanes not in LANES:
+        return {"engines": gpu.te_engines_per_sm}           # check_setup names the flag
+    cfg = slice_config(gpu, model, args.kv_dtype, Assumptions().te_bw_efficiency, args.lanes,
+                       args.engine or "pipelined")
+    return {"engines": cfg.engines, "latency": cfg.latency, "hbm_rate": cfg.hbm_rate,
+            "max_outstanding": cfg.max_outstanding}
+
+
 def _setup(args):
     from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
 
     lens = args.prompt_lens
     n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
+    slice_fields = _slice(args)
     s = Setup(model=args.model, requests=n, prompt_lens=lens,
               max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
-              engines=args.engines, engine=args.engine, lanes=args.lanes,
+              engines=slice_fields.pop("engines", 1 if args.engines is None else args.engines),
+              engine=args.engine, lanes=args.lanes,
               split_tokens=args.split_tokens,
               max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
               seed=args.seed, policy=None if args.policy == "none" else args.policy,
               cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
               long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
               max_retries=args.max_retries, faults=args.faults, hang=args.hang,
-              watchdog=args.watchdog)
+              watchdog=args.watchdog, **slice_fields)
     if args.dsu and args.sim != "verilator":
         raise InputError("--dsu: the DSU cluster runs on Verilator only (add --sim verilator)")
     try:
@@ -96,7 +120,43 @@ def _setup(args):
 _SIM_NAMES = {"amaranth": "Amaranth simulator", "verilator": "Verilator"}
 
 
-def _text(rep, sim="amaranth"):
+def _slice_prediction(rep):
+    """``(timing model, fast model)`` cycles per (round, layer) of an SM-slice run: the tile's
+    cycle-stepped timing model, and (no CDU) the expected-value model ``tricut simulate``
+    uses for the same units (None with a CDU policy)."""
+    from tricut.models.sm_slice import slice_timing
+    from tricut.sim.harness.tile.setup import predict_layers, schedule, tile_config
+    s = rep.setup
+    stepped = predict_layers(s)
+    if s.policy is not None:
+        return stepped, None
+    timing = slice_timing(tile_config(s))
+    lens = {ri: [d.seq_len for d in descs] for ri, descs in enumerate(schedule(s))}
+    fast = {k: timing.sm_cycles(lens[k[0]]) for k in stepped}
+    return stepped, fast
+
+
+def _slice_lines(rep, gpu):
+    s, t = rep.setup, rep.tile
+    stepped, fast = _slice_prediction(rep)
+    num, den = s.hbm_rate
+    out = [f"SM slice of {gpu}: HBM {num}/{den} words per cycle, latency {s.latency} cycles, "
+           f"{s.max_outstanding} burst slots"]
+    for k in sorted(t.layer_cycles):
+        rtl = t.layer_cycles[k]
+        line = f"  round {k[0]} layer {k[1]}: RTL {rtl}, timing model {stepped.get(k)}"
+        if fast is not None:
+            line += f", fast model {fast[k]:.0f} ({(fast[k] - rtl) / rtl:+.3%})"
+        out.append(line)
+    if fast is not None and t.layer_cycles:
+        rtl_sum = sum(t.layer_cycles.values())
+        fast_sum = sum(fast[k] for k in t.layer_cycles)
+        out.append(f"  summed over the run: RTL {rtl_sum}, fast model {fast_sum:.0f} "
+                   f"({(fast_sum - rtl_sum) / rtl_sum:+.3%})")
+    return out
+
+
+def _text(rep, sim="amaranth", sm_slice=None):
     s, t = rep.setup, rep.tile
     eng = f"{s.engines} engine{'s' * (s.engines > 1)}"
     split = f"split-K at {s.split_tokens} tokens" if s.split_tokens else "no split"
@@ -133,6 +193,8 @@ def _text(rep, sim="amaranth"):
                      f"{c.get('write_hits', 0)}, allocs {c.get('write_allocs', 0)}), fills "
                      f"{c.get('fills', 0)}, evictions {c.get('evictions', 0)}, HBM retries "
                      f"{c.get('hbm_retries', 0)}, failures {c.get('hbm_failures', 0)}")
+    if sm_slice:
+        lines.extend(_slice_lines(rep, sm_slice))
     if rep.ok:
         lines.append(f"golden decode step (TE golden attention): {len(rep.golden.attn)} "
                      f"attention outputs bit-exact, tokens equal"
@@ -140,9 +202,19 @@ def _text(rep, sim="amaranth"):
     return "\n".join(lines)
 
 
-def _json(rep, sim="amaranth"):
+def _json(rep, sim="amaranth", sm_slice=None):
     s, t = rep.setup, rep.tile
-    return json.dumps({
+    extra = {}
+    if sm_slice:
+        stepped, fast = _slice_prediction(rep)
+        extra["sm_slice"] = {
+            "gpu": sm_slice, "hbm_rate": list(s.hbm_rate), "latency": s.latency,
+            "max_outstanding": s.max_outstanding,
+            "timing_model_layer_cycles": [{"round": k[0], "layer": k[1], "cycles": v}
+                                          for k, v in sorted(stepped.items())],
+            "fast_model_layer_cycles": None if fast is None else
+            [{"round": k[0], "layer": k[1], "cycles": v} for k, v in sorted(fast.items())]}
+    return json.dumps(extra | {
         "sim": sim,
         "setup": {k: getattr(s, k) for k in ("model", "requests", "steps", "kv_dtype", "engines",
                                              "lanes", "split_tokens", "max_ctx", "max_batch",
@@ -180,7 +252,7 @@ def cmd_tile_run(args) -> int:
             CocotbFailure, ToolchainError) as e:   # --sim verilator: the bench or toolchain
         print(f"tricut: error: {one_line(e, 240)}", file=sys.stderr)
         return 1
-    print(_json(rep, args.sim) if args.json else _text(rep, args.sim))
+    print(_json(rep, args.sim, args.gpu) if args.json else _text(rep, args.sim, args.gpu))
     if not rep.ok:
         print(f"tricut: error: tile differs from the golden decode step "
               f"({len(rep.differences)} difference(s)); first: {one_line(rep.differences[0], 240)}",
@@ -226,8 +298,17 @@ def add_commands(sub) -> None:
     p.add_argument("--kv-dtype", default="bf16",
                    help=f"K/V format in the tile's HBM: {', '.join(KV_CODE_BITS)} "
                         f"(default: %(default)s)")
-    p.add_argument("--engines", type=_int_arg(), default=1, metavar="E",
-                   help="TE engines of the tile's array, 1..16 (default: %(default)s)")
+    p.add_argument("--engines", type=_int_arg(), default=None, metavar="E",
+                   help="TE engines of the tile's array, 1..16 (default: 1, or the GPU's "
+                        "engines per SM with --gpu)")
+    p.add_argument("--gpu", default=None, metavar="GPU",
+                   help="run the tile as one SM's slice of this GPU (a shipped name or a "
+                        "config file; docs/system-model.md, 'The TE term: a grid of tiles'): "
+                        "its TE engines per SM, its SM's share of HBM bandwidth (x the TE's "
+                        "bandwidth efficiency) as the HBM model's rate, its HBM latency in TE "
+                        "cycles and the burst slots that cover it; prints the fast model's "
+                        "cycles per layer beside the RTL's (no CDU: the expected-value tile "
+                        "model tricut simulate uses)")
     p.add_argument("--engine", choices=TILE_ENGINES, default=None,
                    help="the TE engine design of the tile's array (docs/te.md; default: the "
                         "shipped pipelined engine)")

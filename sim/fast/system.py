@@ -24,7 +24,7 @@ from tricut.models.dsu import DsuModel, DsuParams, RequestSpec, TIMEOUT
 
 from .metrics import RequestTimes, summarise
 from .stacks import PREFILL_MODES
-from .timing import StepModel
+from .timing import BOUNDS, StepModel
 from .workload import TIME_HORIZON_S, Request, arrival_span_s
 
 __all__ = ["SimResult", "simulate", "check_run_options", "check_horizon"]
@@ -128,7 +128,9 @@ class _Run:
         self.retired = 0        # requests whose slots the previous round's completions freed
         self.prefill_s = 0.0    # GPU time of colocated prefill batches / chunks
         self.rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
-        self.busy = dict.fromkeys(("sm", "te", "cdu", "sched", "l2", "l2_reuse", "kv"), 0.0)
+        self.busy = dict.fromkeys(("sm", "te", "cdu", "sched", "l2", "l2_reuse", "kv", "attn",
+                                   "attn_hbm", "imbalance"), 0.0)
+        self.bound = dict.fromkeys(BOUNDS, 0)
         if concurrency is None:
             self.pool, self.free_at = None, deque()
             for r in requests:
@@ -345,7 +347,11 @@ class _Run:
         busy["l2"] += st.l2_kv_bytes
         busy["l2_reuse"] += st.l2_reuse_bytes
         busy["kv"] += st.kv_read_bytes
-
+        busy["attn"] += st.attn_s
+        busy["attn_hbm"] += st.attn_hbm_bytes
+        if batch:
+            self.bound[st.bound] += 1
+            busy["imbalance"] += st.te_imbalance
     # -- the result ----------------------------------------------------------------------------
     def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
         model, busy = self.model, self.busy
@@ -386,6 +392,17 @@ class _Run:
             prefill_s_total=self.prefill_s,
             concurrency=self.concurrency,
             think_s=float(self.think_s),
+        )
+        # what bound the decode steps, and how well the attention phase used HBM
+        # (docs/system-model.md, "What binds")
+        decode_steps = sum(self.bound.values())
+        summary.update(
+            bound_share={k: (n / decode_steps if decode_steps else 0.0)
+                         for k, n in self.bound.items()},
+            attn_hbm_utilisation=(busy["attn_hbm"] / (busy["attn"] * self.sm.gpu.hbm_bandwidth)
+                                  if busy["attn"] else 0.0),
+            te_grid_imbalance=(busy["imbalance"] / decode_steps
+                               if decode_steps and "te" in self.sm.cuts else 1.0),
         )
         summary["requests"] = len(self.requests)
         return SimResult(summary, len(dt), dt, np.array(self.rows["end"]), hbm, floor, batches,

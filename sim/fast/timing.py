@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+
+import numpy as np
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 from tricut.models.cdu import BLOCK_TOKENS, POLICIES
 from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
+from tricut.models.sm_slice import grid_layer_cycles, slice_config, slice_timing
 from tricut.models.te import ENGINES as TE_ENGINES
 from tricut.models.te import LANES as TE_LANES
 
@@ -24,9 +27,11 @@ from .cdu_reduction import CduReduction, CduStep
 from .datafile import read_data_json
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
-__all__ = ["CUTS", "DEFAULT_TE_LANES", "DEFAULT_TE_ENGINE", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
+__all__ = ["CUTS", "BOUNDS", "DEFAULT_TE_LANES", "DEFAULT_TE_ENGINE", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
 CUTS = ("te", "cdu", "dsu")
+#: what can bind a decode step (:attr:`StepTiming.bound`)
+BOUNDS = ("gemv", "hbm", "te_feed", "cdu", "l2")
 #: the TE the fast model times: the pipelined engine (``rtl/te/pipelined_engine.py``) at 32
 #: lanes per lane array, the design that keeps up with HBM (docs/te.md);
 #: tests/test_calibration.py checks its cycles against that RTL
@@ -279,6 +284,13 @@ class StepTiming:
     te_busy_s: float
     sched_s: float
     cdu_busy_s: float = 0.0   # the CDU pipeline's time for this step's block operations
+    #: what bound the step's decode work: ``gemv`` (the weight GEMVs), ``hbm`` (total HBM
+    #: traffic, or the attention kernel's K/V stream without the TE), ``te_feed`` (the grid
+    #: of tiles' attention: the TE array as its streamer feeds it), ``cdu``, ``l2``
+    bound: str = ""
+    attn_s: float = 0.0       # the attention phase's time (the TE grid's with the te cut)
+    attn_hbm_bytes: float = 0.0   # K/V bytes the attention phase read from HBM
+    te_imbalance: float = 1.0     # the grid's slowest SM over its mean (te cut)
 
 
 @dataclass
@@ -310,6 +322,11 @@ class StepModel:
         self.gemv_flops_per_request = 2 * (m.param_count() - (0 if m.tie_embeddings else
                                                               m.vocab_size * m.hidden_size)) / self.tp
         self.kv_heads_here = max(1, m.num_kv_heads // self.tp)
+        self.grid = None
+        if "te" in self.cuts:
+            # the TE term: a grid of tiles, one per SM (models/sm_slice.py)
+            self.grid = slice_timing(slice_config(self.gpu, m, self.kv_dtype, a.te_bw_efficiency,
+                                                  self.units.te_lanes, self.units.te_engine))
         self.cdu = None
         if "cdu" in self.cuts:
             block_bytes = self.kv_token_bytes / m.num_layers * BLOCK_TOKENS   # one layer, this GPU
@@ -403,21 +420,31 @@ class StepModel:
             # TE engines stream K/V while the SMs run the GEMVs of the other micro-batch: both
             # share HBM, so the step is bound by total traffic, by the TE's compute, or by the
             # GEMVs, whichever is longest.
-            jobs = batch * m.num_layers * self.kv_heads_here
-            tokens = (kv_read_tokens + batch) * m.num_layers * self.kv_heads_here
-            te_cycles = u.te_job_cycles(tokens, m.head_dim, m.group_size, jobs,
-                                        self.kv_dtype) / u.te_engines
-            te_t = te_cycles / u.te_clock_hz
+            te_t, imbalance = 0.0, 1.0
+            if batch:
+                lengths = np.repeat(np.asarray(seq_lens, dtype=np.int64), self.kv_heads_here)
+                slowest, mean = grid_layer_cycles(self.grid, lengths, g.sm_count)
+                te_t = m.num_layers * slowest / u.te_clock_hz
+                imbalance = slowest / mean
             mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)
             l2_t = l2_kv / a.l2_bandwidth
-            busy = max(gemv_t, te_t, mem_t, l2_t, cdu_t)
+            terms = {"gemv": gemv_t, "te_feed": te_t, "hbm": mem_t, "l2": l2_t, "cdu": cdu_t}
+            bound = max(terms, key=terms.get)
+            busy = terms[bound]
             sm_busy, te_busy = gemv_t, te_t
+            attn_t = te_t
             core_t = busy + gaps + comm_t
         else:
             # the kernel reads the KV from HBM (per query head without gqa_shared_kv) and writes
             # the new tokens' K/V once
-            attn_t = max(stk.attention_s(hbm_kv, m.num_layers, bw, m.group_size)
-                         + kv_write / (bw * stk.attn_bw_efficiency), l2_kv / a.l2_bandwidth, cdu_t)
+            terms = {"hbm": stk.attention_s(hbm_kv, m.num_layers, bw, m.group_size)
+                     + kv_write / (bw * stk.attn_bw_efficiency), "l2": l2_kv / a.l2_bandwidth,
+                     "cdu": cdu_t}
+            bound = max(terms, key=terms.get)
+            attn_t = terms[bound]
+            if gemv_t >= attn_t:
+                bound = "gemv"
+            imbalance = 1.0
             core_t = gemv_t + attn_t + gaps + comm_t
             sm_busy, te_busy = gemv_t + attn_t, 0.0
         sched = self.sched_time(batch, degraded, rng, active, cap, profile, admitted, retired,
@@ -432,7 +459,7 @@ class StepModel:
         if total < floor * (1 - 1e-12):
             raise PhysicsViolation(f"step of {total:.3e} s beats the bandwidth floor {floor:.3e} s")
         return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
-                          sched, cdu_t)
+                          sched, cdu_t, bound, attn_t, hbm_kv, imbalance)
 
     def _prefill_compute_s(self, prompts: list[int], contexts: list[int] | None = None) -> float:
         """GEMMs (weights read once) and causal attention of whole prompts on this GPU, at the

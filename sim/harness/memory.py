@@ -52,8 +52,10 @@ class BurstRef:
     #: the response payload's name for the request's id
     id_field = "tag"
 
-    def __init__(self, slots, latency, reorder=False, seed=1):
+    def __init__(self, slots, latency, reorder=False, seed=1, rate=(1, 1)):
         self.S, self.latency, self.reorder = slots, latency, reorder
+        self.num, self.den = rate
+        self.credit = self.den
         self.slots = [None] * slots
         self.busy, self.cur, self.beat = False, 0, 0
         self.lfsr = seed
@@ -86,7 +88,7 @@ class BurstRef:
         ``err``) or None."""
         free, _ = self._free_alloc()
         any_due, pick = self._pick()
-        if not (self.busy or any_due):
+        if not (self.busy or any_due) or self.credit < self.den:
             return free, None
         s = self.slots[self.cur if self.busy else pick]
         oob = self.beat >= s["good"]
@@ -106,6 +108,11 @@ class BurstRef:
         free, beat = self.outputs()
         _, alloc = self._free_alloc()
         any_due, pick = self._pick()
+        present = self.busy or any_due
+        if beat is not None and resp_ready:
+            self.credit += self.num - self.den
+        elif self.credit < self.den:
+            self.credit += self.num
         for s in self.slots:
             if s is not None and s["t"] > 0:
                 s["t"] -= 1
@@ -115,13 +122,13 @@ class BurstRef:
             s["t"] = self.latency - 1
             self.slots[alloc] = s
         done = False
-        if beat is not None:
+        if present:
             sel = self.cur if self.busy else pick
             if not self.busy:
                 self.busy, self.cur = True, pick
                 if self.reorder:
                     self.lfsr = lfsr_next(self.lfsr)
-            if resp_ready:
+            if beat is not None and resp_ready:
                 self.beat += 1
                 if beat["last"]:
                     self.beat, self.busy, self.slots[sel], done = 0, False, None, True
@@ -141,10 +148,10 @@ class HbmRef(BurstRef):
     id_field = "id"
 
     def __init__(self, words, data_bits=256, latency=100, max_outstanding=8, max_beats=16,
-                 id_bits=4, reorder=False, seed=1, faults=()):
+                 id_bits=4, reorder=False, seed=1, faults=(), rate=(1, 1)):
         image, table = HbmModel.check(words, data_bits, latency, max_outstanding, max_beats,
-                                      id_bits, reorder, seed, faults)
-        super().__init__(max_outstanding, latency, reorder, seed)
+                                      id_bits, reorder, seed, faults, rate)
+        super().__init__(max_outstanding, latency, reorder, seed, tuple(rate))
         self.mem = list(image)
         self.fails = {a: f for a, f in table}
         self.nmax = (1 << LY.count_bits(max_beats)) - 1
@@ -237,6 +244,8 @@ def plan_json(kind, params, requests, writes=(), idle=None, backpressure=None, s
     rl, _, wl = _layouts(kind, params)
     nbeats = sum(max(1, r["beats"]) for r in requests)
     lat = params.get("latency", 100 if kind == "hbm" else 2)
+    num, den = params.get("rate", (1, 1))
+    nbeats_time = -(-nbeats * den // num)           # the beats at the HBM's rate
     stall = 1 - min(idle.duty, backpressure.duty)
     return {
         "kind": kind, "params": params,
@@ -244,7 +253,7 @@ def plan_json(kind, params, requests, writes=(), idle=None, backpressure=None, s
         "write": [LY.pack(wl, **w) for w in writes],
         "n_beats": nbeats, "writes_first": writes_first,
         "idle": idle.to_json(), "backpressure": backpressure.to_json(), "seed": seed,
-        "max_cycles": max_cycles or int((2 * nbeats + len(writes) + lat * (len(requests) + 2)
+        "max_cycles": max_cycles or int((2 * nbeats_time + len(writes) + lat * (len(requests) + 2)
                                          + 50) * (1 + 6 * stall)),
     }
 

@@ -15,7 +15,7 @@ from tricut.rtl.cdu.checked import CheckedComponent
 
 from .layouts import count_bits, hbm_req_layout, hbm_resp_layout, hbm_write_layout, index_bits
 
-__all__ = ["HbmModel", "ALWAYS", "LFSR_TAPS", "lfsr_next", "burst_responder",
+__all__ = ["HbmModel", "ALWAYS", "check_rate", "MAX_RATE_DEN", "LFSR_TAPS", "lfsr_next", "burst_responder",
            "MAX_DEPTH", "MAX_LATENCY", "MAX_OUTSTANDING", "MAX_BEATS", "MAX_FAULTS"]
 
 #: ``faults`` entry count meaning "every attempt fails" (a persistent fault)
@@ -44,8 +44,20 @@ def _int_in(name, v, lo, hi):
         raise ValueError(f"{name} must be an int in {lo}..{hi}, got {v!r}")
 
 
+MAX_RATE_DEN = 4096
+
+
+def check_rate(rate):
+    """``rate``: a pair ``(num, den)`` of ints, ``1 <= num <= den <= MAX_RATE_DEN``."""
+    ok = isinstance(rate, (tuple, list)) and len(rate) == 2 and all(_is_int(x) for x in rate) \
+        and 1 <= rate[0] <= rate[1] <= MAX_RATE_DEN
+    if not ok:
+        raise ValueError(f"rate must be (beats, cycles), ints with 1 <= beats <= cycles <= "
+                         f"{MAX_RATE_DEN}, got {rate!r}")
+
+
 def burst_responder(m, req_valid, req_ready, resp_valid, resp_ready, *, slots, latency,
-                    reorder, seed, n_bits, base_bits, tag_bits, accept):
+                    reorder, seed, n_bits, base_bits, tag_bits, accept, rate=(1, 1)):
     """Build the request slots and the response sequencer into module ``m``.
 
     ``accept`` holds, on the cycle a request transfers, ``tag``, ``base`` (word address of
@@ -62,6 +74,11 @@ def burst_responder(m, req_valid, req_ready, resp_valid, resp_ready, *, slots, l
       oldest request; with ``reorder``, the first due slot at or after index ``lfsr mod
       2**k`` (``k`` = index bits of ``slots``; none there: the lowest due slot), the LFSR
       stepping once per pick. Beats follow one per cycle while ``resp_ready``.
+    * ``rate = (num, den)`` (``num <= den``): at most ``num`` beats per ``den`` cycles. A
+      credit counter starts at ``den``; a beat is offered only while it holds at least
+      ``den``; a beat takes ``den`` and adds ``num``; a cycle without a beat adds ``num``
+      unless the counter already holds ``den`` (a beat's worth: no bursts above the rate).
+      ``(1, 1)`` builds no counter.
 
     Returns a dict of the current beat's signals: ``tag``, ``addr`` (word address), ``oob``,
     ``err``, ``last``, and ``xfer``.
@@ -119,11 +136,23 @@ def burst_responder(m, req_valid, req_ready, resp_valid, resp_ready, *, slots, l
     sel = Signal(range(S))
     m.d.comb += sel.eq(Mux(busy, cur, pick))
     present = Signal()
-    m.d.comb += [present.eq(busy | any_due), resp_valid.eq(present), req_ready.eq(free)]
+    offer = Signal()                # present and within the rate
+    m.d.comb += [present.eq(busy | any_due), resp_valid.eq(offer), req_ready.eq(free)]
+    num, den = rate
+    if num == den:
+        m.d.comb += offer.eq(present)
+    else:
+        credit = Signal(range(den + num), init=den)
+        ok = Signal()
+        m.d.comb += [ok.eq(credit >= den), offer.eq(present & ok)]
+        with m.If(offer & resp_ready):
+            m.d.sync += credit.eq(credit - den + num)
+        with m.Elif(~ok):
+            m.d.sync += credit.eq(credit + num)
     xfer = Signal()
     last = Signal()
     oob = Signal()
-    m.d.comb += [xfer.eq(present & resp_ready), last.eq(beat == n[sel] - 1),
+    m.d.comb += [xfer.eq(offer & resp_ready), last.eq(beat == n[sel] - 1),
                  oob.eq(beat >= good[sel])]
 
     take = Signal()
@@ -179,6 +208,9 @@ class HbmModel(CheckedComponent):
         (see :func:`burst_responder`), so answers complete out of order.
     seed : int, 1..65535
         The LFSR's initial state (deterministic order for a seed).
+    rate : (num, den), ints with 1 <= num <= den <= 4096
+        Bandwidth: at most ``num`` beats per ``den`` cycles (see :func:`burst_responder`);
+        ``(1, 1)``, the default, one beat per cycle.
     faults : sequence of ``(addr, fails)``
         At most 16 distinct in-range addresses. ``fails`` an int 1..255: the first ``fails``
         requests accepted whose ``addr`` equals ``addr`` answer ``err = 1`` on every beat
@@ -205,7 +237,7 @@ class HbmModel(CheckedComponent):
 
     @staticmethod
     def _check(words, data_bits, latency, max_outstanding, max_beats, id_bits, reorder, seed,
-               faults):
+               faults, rate=(1, 1)):
         if not _is_int(data_bits) or data_bits % 8 or not 8 <= data_bits <= 1024:
             raise ValueError(f"data_bits must be a multiple of 8 in 8..1024, got {data_bits!r}")
         if _is_int(words):
@@ -230,6 +262,7 @@ class HbmModel(CheckedComponent):
         if not isinstance(reorder, bool):
             raise ValueError(f"reorder must be a bool, got {reorder!r}")
         _int_in("seed", seed, 1, 0xFFFF)
+        check_rate(rate)
         try:
             table = [tuple(f) for f in faults]
         except TypeError:
@@ -247,9 +280,10 @@ class HbmModel(CheckedComponent):
         return image, table
 
     def __init__(self, words, data_bits=256, latency=100, max_outstanding=8, max_beats=16,
-                 id_bits=4, reorder=False, seed=1, faults=()):
+                 id_bits=4, reorder=False, seed=1, faults=(), rate=(1, 1)):
         self.image, self.faults = self._check(words, data_bits, latency, max_outstanding,
-                                              max_beats, id_bits, reorder, seed, faults)
+                                              max_beats, id_bits, reorder, seed, faults, rate)
+        self.rate = tuple(rate)
         self.depth = len(self.image)
         self.data_bits, self.latency = data_bits, latency
         self.max_outstanding, self.max_beats, self.id_bits = max_outstanding, max_beats, id_bits
@@ -299,7 +333,7 @@ class HbmModel(CheckedComponent):
             slots=self.max_outstanding, latency=self.latency, reorder=self.reorder,
             seed=self.seed, n_bits=nb, base_bits=self.addr_bits, tag_bits=self.id_bits,
             accept={"tag": req.id, "base": req.addr, "n": Mux(req.beats == 0, 1, req.beats),
-                    "good": Mux(req.beats == 0, 0, room), "err": fault})
+                    "good": Mux(req.beats == 0, 0, room), "err": fault}, rate=self.rate)
         m.d.comb += [rd.addr.eq(cur["addr"]),
                      self.resp.payload.id.eq(cur["tag"]),
                      self.resp.payload.data.eq(Mux(cur["oob"], 0, rd.data)),

@@ -237,7 +237,8 @@ class RunInputs:
                     slot_bits=s.slot_bits(), max_ctx=s.max_ctx, num_requests=s.requests,
                     max_beats=s.max_beats, max_outstanding=s.max_outstanding,
                     max_slots=n_slots, latency=s.latency, reorder=False, hbm_seed=1,
-                    hbm_outstanding=s.max_outstanding, engine=s.te_engine(),
+                    hbm_outstanding=s.max_outstanding, hbm_rate=s.hbm_rate,
+                    engine=s.te_engine(),
                     cdu=None if s.policy is None else dict(sets=s.cdu_sets, ways=s.cdu_ways),
                     **self.dsu_cluster_params())
 

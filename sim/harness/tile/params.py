@@ -9,7 +9,7 @@ __all__ = ["DEFAULTS", "TILE_KEYS", "with_defaults"]
 DEFAULTS = dict(engines=1, head_dim=64, G=2, lanes=16, kv_dtype="bf16", num_layers=2,
                 num_kv_heads=2, split_tokens=0, slot_bits=2, max_ctx=32, num_requests=4,
                 max_beats=16, max_outstanding=4, max_slots=4, latency=8, reorder=False,
-                hbm_seed=1, hbm_outstanding=4)
+                hbm_seed=1, hbm_outstanding=4, hbm_rate=(1, 1))
 
 #: the keys of a run's parameters that are the tile's (``AttentionPath`` and ``DecodeTile``
 #: take them as they are)

@@ -22,6 +22,7 @@ from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.tile import TILE_ENGINES, TILE_LANES
 from tricut.rtl.cdu.layouts import Widths
 from tricut.rtl.tile.attention_layouts import kv_image_words
+from tricut.rtl.tile.behavioural.hbm import MAX_LATENCY, MAX_OUTSTANDING, check_rate
 
 __all__ = ["Setup", "SetupError", "CosimError", "check_setup", "prompt_lengths", "dsu_schedule",
            "schedule", "watchdog_limit", "tile_config", "predict_layers",
@@ -84,6 +85,9 @@ class Setup:
     latency: int = 8
     max_beats: int = 16
     max_outstanding: int = 4
+    #: the HBM model's bandwidth: at most ``num`` beats per ``den`` cycles
+    #: (``HbmModel(rate=)``); ``(1, 1)``: one beat per cycle
+    hbm_rate: tuple = (1, 1)
     #: the CDU in the K/V path with this policy (``disabled``, ``static``, ``adaptive``);
     #: None: the tile without the CDU (``DecodeTile(cdu=None)``: the unit streamer reads
     #: every block from HBM, no L2)
@@ -191,6 +195,15 @@ def check_setup(s: Setup):
             raise SetupError("distance", f"must be in 0..255, got {s.distance!r}")
         if not _int(s.long_context) or s.long_context < 1:
             raise SetupError("long_context", f"must be >= 1, got {s.long_context!r}")
+    if not _int(s.latency) or not 1 <= s.latency <= MAX_LATENCY:
+        raise SetupError("latency", f"must be in 1..{MAX_LATENCY} cycles, got {s.latency!r}")
+    if not _int(s.max_outstanding) or not 1 <= s.max_outstanding <= MAX_OUTSTANDING:
+        raise SetupError("max_outstanding", f"must be in 1..{MAX_OUTSTANDING}, "
+                                            f"got {s.max_outstanding!r}")
+    try:
+        check_rate(s.hbm_rate)
+    except ValueError as e:
+        raise SetupError("hbm_rate", str(e).removeprefix("rate must be ")) from None
     if s.profile not in PROFILES:
         raise SetupError("profile", f"must be one of {', '.join(PROFILES)}, got {s.profile!r}")
     if s.max_batch is not None and (not _int(s.max_batch) or
@@ -228,7 +241,8 @@ def tile_config(s: Setup):
                             num_layers=cfg.num_layers, split_tokens=s.split_tokens,
                             latency=s.latency, max_beats=s.max_beats,
                             max_outstanding=s.max_outstanding,
-                            hbm_outstanding=s.max_outstanding, engine=s.te_engine(),
+                            hbm_outstanding=s.max_outstanding, hbm_rate=s.hbm_rate,
+                            engine=s.te_engine(),
                             kv_dtype=s.kv_dtype, l2=s.policy is not None)
 
 

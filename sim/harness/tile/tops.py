@@ -49,7 +49,8 @@ class CosimTop(Elaboratable):
         self.seq = self.dut.seq
         self.hbm = HbmModel(image, data_bits=t.data_bits, latency=p["latency"],
                             max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
-                            id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+                            id_bits=t.id_bits, reorder=p["reorder"], seed=p["hbm_seed"],
+                            rate=tuple(p.get("hbm_rate", (1, 1))))
         st = t.streamer
         self.l2 = None if t.cdu is None else \
             L2Data(st.frames, st.block_beats, data_bits=t.data_bits, latency=l2_latency,
@@ -87,7 +88,8 @@ class BlockReaderTop(Elaboratable):
         r = self.reader
         self.hbm = HbmModel(image, data_bits=r.data_bits, latency=p["latency"],
                             max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
-                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+                            id_bits=r.id_bits, reorder=p["reorder"], seed=p["hbm_seed"],
+                            rate=tuple(p.get("hbm_rate", (1, 1))))
 
     def elaborate(self, platform):
         from amaranth.hdl import Module

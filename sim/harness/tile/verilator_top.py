@@ -101,9 +101,9 @@ class HbmRwModel(HbmModel):
     the responder (the requests in flight are dropped), not what the tables have counted."""
 
     def __init__(self, words, data_bits=256, latency=100, max_outstanding=8, max_beats=16,
-                 id_bits=4, reorder=False, seed=1, faults=()):
+                 id_bits=4, reorder=False, seed=1, faults=(), rate=(1, 1)):
         super().__init__(words, data_bits, latency, max_outstanding, max_beats, id_bits,
-                         reorder, seed, faults)
+                         reorder, seed, faults, rate)
         self.fault_in = Signal(FAULT_SLOTS * (self.addr_bits + 8))
         self.lost_in = Signal(FAULT_SLOTS * (self.addr_bits + 8))
 
@@ -151,7 +151,7 @@ class HbmRwModel(HbmModel):
             slots=self.max_outstanding, latency=self.latency, reorder=self.reorder,
             seed=self.seed, n_bits=nb, base_bits=self.addr_bits, tag_bits=self.id_bits,
             accept={"tag": req.id, "base": req.addr, "n": Mux(req.beats == 0, 1, req.beats),
-                    "good": Mux(req.beats == 0, 0, room), "err": fault})
+                    "good": Mux(req.beats == 0, 0, room), "err": fault}, rate=self.rate)
         m.d.comb += [raddr.eq(cur["addr"]),
                      self.resp.payload.id.eq(cur["tag"]),
                      self.resp.payload.data.eq(Mux(cur["oob"], 0, rdata)),
@@ -190,7 +190,8 @@ class CosimVerilatorTop(wiring.Component):
         id_bits, data_bits = t.id_bits, t.data_bits
         self.hbm = HbmRwModel(_image_depth(p), data_bits=data_bits, latency=p["latency"],
                               max_outstanding=p["hbm_outstanding"], max_beats=p["max_beats"],
-                              id_bits=id_bits, reorder=p["reorder"], seed=p["hbm_seed"])
+                              id_bits=id_bits, reorder=p["reorder"], seed=p["hbm_seed"],
+                              rate=tuple(p.get("hbm_rate", (1, 1))))
         ports = {"clk": In(1)}
         if self.dsu:
             ports.update(self._dsu_ports(p, s))

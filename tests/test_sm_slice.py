@@ -1,0 +1,135 @@
+"""A GPU as a grid of decode tiles (models/sm_slice.py, docs/system-model.md "The TE term: a
+grid of tiles"): the SM slice of a GPU config, the expected-value tile model against the
+cycle-stepped one (``models/tile_timing.py``) on the slices the fast model uses, the placement
+rule, and one short RTL calibration case: the tile on Verilator behind a rate-limited HBM,
+every layer as the cycle-stepped model predicts and as the expected-value model sums it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from tricut.models.config import load_gpu, load_model
+from tricut.models.sm_slice import (SliceTiming, grid_layer_cycles, kv_word_bytes,
+                                    layer_cycles_stepped, place_parts, slice_config,
+                                    slice_outstanding, slice_rate, split_length)
+
+SLICES = [("h100-sxm5", "llama-3-70b", "bf16"), ("h100-sxm5", "llama-3-8b", "fp8"),
+          ("h200", "llama-3-70b", "fp8")]
+
+
+def test_slice_of_h100_is_its_sm_share():
+    gpu, model = load_gpu("h100-sxm5"), load_model("llama-3-70b")
+    cfg = slice_config(gpu, model, "bf16", 0.9)
+    share = 3.35e12 * 0.9 / 132 / 1.98e9 / 64          # words per TE cycle
+    num, den = cfg.hbm_rate
+    assert den <= 4096 and num / den <= share and num / den == pytest.approx(share, rel=1e-3)
+    assert cfg.latency == 990 and cfg.engines == 4 and cfg.G == 8 and cfg.num_kv_heads == 1
+    # Little's law: the burst slots cover the latency at the rate (8-word reads)
+    assert cfg.max_outstanding * 8 >= cfg.latency * num / den
+    assert slice_outstanding(990, (1, 1), 8) == 64 and slice_outstanding(10, (1, 10), 8) == 4
+    assert kv_word_bytes(32, "fp8") == 32 and kv_word_bytes(32, "nvfp4") == 18
+    assert slice_rate(dataclasses.replace(gpu, hbm_bandwidth=1e15), 32, "bf16", 1.0) == (1, 1)
+    with pytest.raises(ValueError, match="kv_dtype must be one of"):
+        kv_word_bytes(32, "int4")
+
+
+@pytest.mark.parametrize("gpu,model,kv", SLICES, ids=lambda x: x)
+def test_expected_value_model_equals_the_cycle_stepped_one(gpu, model, kv):
+    cfg = slice_config(load_gpu(gpu), load_model(model), kv, 0.9)
+    st = SliceTiming(cfg)
+    rng = random.Random(7)
+    for _ in range(4):
+        lengths = [rng.randint(1, 900) for _ in range(rng.randint(1, 4))]
+        ref = layer_cycles_stepped(cfg, lengths)
+        assert st.sm_cycles(lengths) == pytest.approx(ref, rel=5e-4), lengths
+    for n in (1, 15, 16, 17, 31, 32):                         # probed: exact
+        assert st.unit(n) == layer_cycles_stepped(cfg, [n])
+
+
+def test_expected_value_model_is_exact_at_a_unit_rate_and_can_fail():
+    cfg = dataclasses.replace(slice_config(load_gpu("h100-sxm5"), load_model("llama-3-70b")),
+                              hbm_rate=(1, 5), max_outstanding=32, hbm_outstanding=32)
+    st = SliceTiming(cfg)
+    for lengths in ([700], [33, 300, 5], [16, 16, 16, 600]):
+        assert st.sm_cycles(lengths) == layer_cycles_stepped(cfg, lengths)
+    # another configuration's timing does not fit
+    other = SliceTiming(dataclasses.replace(cfg, latency=cfg.latency // 2))
+    assert other.sm_cycles([700]) != layer_cycles_stepped(cfg, [700])
+    with pytest.raises(ValueError, match="without the CDU"):
+        SliceTiming(dataclasses.replace(cfg, l2=True))
+
+
+def test_placement_rule():
+    lengths = np.array([8001, 8001, 300, 17])
+    S, parts, sm = place_parts(lengths, 132)
+    assert S == split_length(int(lengths.sum()), 132) and S % 16 == 0
+    assert S * 132 >= lengths.sum() and (S - 16) * 132 < lengths.sum()
+    assert parts.sum() == lengths.sum() and parts.max() <= S
+    assert list(parts) == sorted(parts, reverse=True)
+    assert len(parts) <= 132 + len(lengths)                # about one part per SM
+    # snake order: the first 132 parts on SMs 0..131, the next back from 131
+    _, parts, sm = place_parts(np.full(300, 16), 132)
+    assert len(parts) == 300
+    assert list(sm[:132]) == list(range(132)) and list(sm[132:134]) == [131, 130]
+    assert split_length(10, 132) == 16
+    st = SliceTiming(slice_config(load_gpu("h100-sxm5"), load_model("llama-3-70b")))
+    slowest, mean = grid_layer_cycles(st, [8001] * 8, 132)
+    assert slowest >= mean > 0
+    # one request on a grid: split over the SMs, not one SM's tile for all of it
+    one, _ = grid_layer_cycles(st, [8001], 132)
+    assert one < st.unit(8001) / 50
+
+
+def test_rtl_calibration_case_on_verilator():
+    """The tile (tiny-te, no CDU) on Verilator behind an HBM of a third of a beat per cycle
+    and 30 cycles of latency: every layer's cycles as the cycle-stepped model predicts, and
+    within 1e-3 of the expected-value model's sum of its units."""
+    from tricut.models.tile_timing import TileConfig  # noqa: F401  (the configuration type)
+    from tricut.sim.harness.tile import verilator as V
+    from tricut.sim.harness.tile.cosim import simulate
+    from tricut.sim.harness.tile.setup import Setup, predict_layers, schedule, tile_config
+    s = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(40, 21), steps=2, engines=1,
+              max_ctx=64, latency=30, max_outstanding=8, hbm_rate=(1, 3))
+    old = V.DEFAULT_OPT
+    V.DEFAULT_OPT = "-O0"
+    try:
+        rep = simulate(s, sim="verilator")
+    finally:
+        V.DEFAULT_OPT = old
+    assert rep.ok, rep.differences[:3]
+    measured = rep.tile.layer_cycles
+    assert predict_layers(s) == measured
+    st = SliceTiming(tile_config(s))
+    for ri, descs in enumerate(schedule(s)):
+        lengths = [d.seq_len for d in descs]
+        for (r, layer), cycles in measured.items():
+            if r == ri:
+                assert st.sm_cycles(lengths) == pytest.approx(cycles, rel=1e-3), (ri, layer)
+    # the same run at the full rate is faster: the rate reaches the RTL
+    assert predict_layers(dataclasses.replace(s, hbm_rate=(1, 1))) != measured
+
+
+def test_tile_run_gpu_flag_sets_the_slice():
+    """``tricut tile run --gpu``: the tile's engines, HBM rate, latency and burst slots are
+    the SM slice's (the same function ``tricut simulate``'s grid uses)."""
+    import argparse
+    from tricut.sim.cli.tile_cmd import _setup
+    from tricut.sim.fast.timing import Assumptions
+    args = argparse.Namespace(
+        model="llama-3-70b-kv1", gpu="h100-sxm5", prompt_lens=(40, 20), synthetic=None,
+        max_prompt=3, steps=1, kv_dtype="fp8", engines=None, engine=None, lanes=32,
+        split_tokens=0, max_ctx=64, max_batch=None, profile="throughput-opt", seed=0,
+        policy="none", cdu_sets=4, cdu_ways=2, distance=4, long_context=1, dsu=False,
+        dsu_cores=1, max_retries=2, faults=(), hang=(), watchdog=None, sim="verilator")
+    s = _setup(args)
+    cfg = slice_config(load_gpu("h100-sxm5"), load_model("llama-3-70b-kv1"), "fp8",
+                       Assumptions().te_bw_efficiency)
+    assert (s.engines, s.latency, s.hbm_rate, s.max_outstanding) == \
+        (cfg.engines, cfg.latency, cfg.hbm_rate, cfg.max_outstanding)
+    args.gpu = None
+    s = _setup(args)
+    assert (s.engines, s.latency, s.hbm_rate) == (1, 8, (1, 1))
