@@ -1,7 +1,8 @@
 """The docs/results.md rows that involve the TE, re-measured with the TE before issue 12 (the
-serial engine at 16 lanes) and after (the split engine at 32 lanes, the fast model's default):
-the step time, the TE's compute time, the HBM time and the GEMV time of each row's first
-decode step with the ``te`` cut, and which one bounds the step.
+serial engine at 16 lanes) and after (the pipelined engine at 32 lanes, the fast model's
+default): the step time, the TE grid's time (the grid of decode tiles, one per SM:
+docs/system-model.md, "The TE term: a grid of tiles"), the HBM time and the GEMV time of each
+row's first decode step with the ``te`` cut, and which one bounds the step.
 
     .venv/bin/python benchmarks/te_rows.py            # print the table
     .venv/bin/python benchmarks/te_rows.py --write    # ... into docs/results.md
@@ -55,7 +56,7 @@ def measure(model, tp, kv_dtype, batch, ctx, engine, lanes, gpu="h100-sxm5") -> 
 
 
 def report() -> str:
-    head = ("| row | TE | step | TE compute | HBM | GEMV | bound |\n"
+    head = ("| row | TE | step | TE grid | HBM | GEMV | bound |\n"
             "|---|---|---|---|---|---|---|\n")
     lines = []
     for name, model, tp, dt, b, ctx in ROWS:

@@ -12,11 +12,12 @@ slots to cover that latency at that rate (Little's law, :func:`slice_outstanding
 
 **The placement rule.** A step's jobs on one GPU are its requests × the KV heads the GPU
 holds, each ``seq_len`` tokens long, the same in every layer. A layer's jobs are cut into
-parts of ``S`` tokens, ``S`` the smallest multiple of 16 with ``S × sm_count`` at least the
-layer's tokens (FlashDecoding's split: enough parts to fill the SMs, none shorter than a KV
-block); each part is a one-job unit of its SM's tile (the tile takes a unit's jobs in
-order). The parts, longest first, are dealt to the SMs in snake order (0, 1, …, n-1, n-1,
-…, 0, …). A layer ends when its slowest SM ends; the imbalance is slowest over mean. The
+parts of ``S`` tokens, ``S`` the smallest multiple of 16 with ``S × sm_count × m`` at least
+the layer's tokens, for ``m`` = 1 to 4 parts per SM (FlashDecoding's split: enough parts to
+fill the SMs, none shorter than a KV block); each part is a one-job unit of its SM's tile
+(the tile takes a unit's jobs in order). The parts, longest first, are dealt to the SMs in
+snake order (0, 1, …, n-1, n-1, …, 0, …); of the four ``m``, the one whose slowest SM ends
+first is used. A layer ends when its slowest SM ends; the imbalance is slowest over mean. The
 partial results of a split job are combined outside the tiles (``G × head_dim`` values and
 ``G`` log-sum-exps per part): not timed.
 
@@ -42,10 +43,11 @@ from functools import lru_cache
 import numpy as np
 
 from .config import GpuConfig, ModelConfig
-from .te import KV_CODE_BITS
+from .te import KV_CODE_BITS, te_token_cycles
 from .tile_timing import BLOCK_TOKENS, TileConfig, predict_run
 
-__all__ = ["MAX_RATE_DEN", "kv_word_bytes", "slice_rate", "slice_outstanding", "slice_config",
+__all__ = ["MAX_RATE_DEN", "SLICE_SPLIT_TOKENS", "kv_word_bytes", "slice_rate", "slice_outstanding",
+           "slice_split_tokens", "slice_config",
            "SliceTiming", "place_parts", "split_length"]
 
 #: the HBM model's largest rate denominator (``rtl/tile/behavioural/hbm.py``)
@@ -54,6 +56,10 @@ MAX_RATE_DEN = 4096
 NVFP4_BLOCK = 16
 #: most burst slots of the block reader (``rtl/tile/block_reader.py``)
 MAX_OUTSTANDING = 64
+#: the slice's split-K part when one engine cannot keep up with the SM's HBM share: 16
+#: blocks, so that a pass of 4 parts (about 1,000 tokens) pays its one HBM latency and its
+#: dispatch against some 20,000 cycles of streaming (benchmarks/tile_grid_steps.py)
+SLICE_SPLIT_TOKENS = 256
 
 
 def kv_word_bytes(lanes: int, kv_dtype: str) -> float:
@@ -86,20 +92,33 @@ def slice_outstanding(latency: int, rate: tuple, words_per_read: int) -> int:
     return min(MAX_OUTSTANDING, 1 << (need - 1).bit_length())
 
 
+def slice_split_tokens(model: ModelConfig, lanes: int, engine: str, rate: tuple,
+                       engines: int) -> int:
+    """The slice's split-K: :data:`SLICE_SPLIT_TOKENS` when one engine cannot take K/V as
+    fast as the SM's HBM share delivers it (``2·Dk`` words per token in
+    ``te_token_cycles``), so that a pass feeds up to ``engines`` parts side by side; else 0
+    (no split: one engine keeps up, and a split only adds passes)."""
+    dk = model.head_dim // lanes
+    one_engine = 2 * dk / te_token_cycles(model.head_dim, model.group_size, lanes, engine)
+    return SLICE_SPLIT_TOKENS if engines > 1 and one_engine < rate[0] / rate[1] else 0
+
+
 def slice_config(gpu: GpuConfig, model: ModelConfig, kv_dtype: str = "bf16",
                  efficiency: float = 1.0, lanes: int = 32, engine: str = "pipelined",
                  max_beats: int = 16) -> TileConfig:
     """The tile of one SM of ``gpu`` running ``model``'s attention (one KV head per job:
-    ``num_kv_heads = 1``, one layer), without the CDU, at the SM's HBM share."""
+    ``num_kv_heads = 1``, one layer), without the CDU, at the SM's HBM share, split-K by
+    :func:`slice_split_tokens`."""
     rate = slice_rate(gpu, lanes, kv_dtype, efficiency)
     latency = max(1, round(gpu.hbm_latency_s * gpu.te_clock_hz))
     dk = model.head_dim // lanes
     slots = slice_outstanding(latency, rate, 2 * dk)
+    split = slice_split_tokens(model, lanes, engine, rate, gpu.te_engines_per_sm)
     return TileConfig(engines=gpu.te_engines_per_sm, head_dim=model.head_dim,
                       G=model.group_size, lanes=lanes, num_kv_heads=1, num_layers=1,
-                      latency=latency, max_beats=max_beats, max_outstanding=slots,
-                      hbm_outstanding=slots, hbm_rate=rate, engine=engine, kv_dtype=kv_dtype,
-                      l2=False)
+                      split_tokens=split, latency=latency, max_beats=max_beats,
+                      max_outstanding=slots, hbm_outstanding=slots, hbm_rate=rate,
+                      engine=engine, kv_dtype=kv_dtype, l2=False)
 
 
 def layer_cycles_stepped(cfg: TileConfig, lengths) -> int:
@@ -110,7 +129,8 @@ def layer_cycles_stepped(cfg: TileConfig, lengths) -> int:
     return predict_run(cfg, rounds, [])[(0, 0)]
 
 
-#: blocks probed before the steady part starts, and the blocks its average is taken over
+#: blocks probed before the steady part starts (no split), and the blocks its average is
+#: taken over
 _LEAD_BLOCKS = 1
 _AVERAGE_BLOCKS = 16
 
@@ -124,25 +144,39 @@ class SliceTiming:
             raise ValueError("SliceTiming times the tile without the CDU (l2=False)")
         self.cfg = cfg
         B = BLOCK_TOKENS
-        self.window = (_LEAD_BLOCKS + 1) * B            # probed: 1 .. window tokens
-        self.table = np.array([0] + [layer_cycles_stepped(cfg, [n])
-                                     for n in range(1, self.window + 1)], dtype=np.int64)
-        far = layer_cycles_stepped(cfg, [self.window + _AVERAGE_BLOCKS * B])
-        #: cycles per further 16-token block (the mean over 16 blocks: with a rate whose
-        #: credit does not come back to the same phase every block, blocks differ by a cycle)
-        self.per_block = (far - int(self.table[self.window])) / _AVERAGE_BLOCKS
+        probe = lambda n: layer_cycles_stepped(cfg, [n])        # noqa: E731
+        if cfg.split_tokens == 0:
+            # one job per pass: U grows by the same cycles every block
+            self.period = B
+            points = list(range(1, (_LEAD_BLOCKS + 1) * B + 1))
+            values = [probe(n) for n in points]
+            far = probe(points[-1] + _AVERAGE_BLOCKS * B)
+            self.per_period = (far - values[-1]) / _AVERAGE_BLOCKS
+        else:
+            # split parts: U is linear between the first block after each part's start and
+            # the next part's start (the parts of a pass are fed side by side; a new pass pays
+            # one HBM latency); the first pass is a little cheaper than the later ones, so
+            # the probes cover two passes and the start of a third
+            P, B16 = cfg.split_tokens, BLOCK_TOKENS
+            self.period = cfg.engines * P
+            points = list(range(1, B16 + 1))
+            for k in range(1, 2 * cfg.engines + 1):
+                points += [k * P, k * P + B16]
+            values = [probe(n) for n in points]
+            self.per_period = values[-1] - values[points.index(self.period + B16)]
+        self.points = np.array(points, dtype=np.int64)
+        self.values = np.array(values, dtype=np.float64)
+        self.window = int(self.points[-1])
         lead = _LEAD_BLOCKS * B
-        pair = layer_cycles_stepped(cfg, [lead, lead])
-        self.overlap = 2 * int(self.table[lead]) - pair
+        self.overlap = 2 * probe(lead) - layer_cycles_stepped(cfg, [lead, lead])
 
     def unit(self, n):
         """``U(n)``: cycles of one job of ``n`` tokens alone (a float, or an array of them)."""
         n = np.asarray(n, dtype=np.int64)
         if np.any(n < 1):
             raise ValueError("a job has at least one token")
-        B = BLOCK_TOKENS
-        k = np.maximum(0, -(-(n - self.window) // B))      # whole blocks beyond the window
-        return self.table[n - k * B] + k * self.per_block
+        k = np.maximum(0, -(-(n - self.window) // self.period))   # periods beyond the window
+        return np.interp(n - k * self.period, self.points, self.values) + k * self.per_period
 
     def sm_cycles(self, lengths) -> float:
         """Cycles of one SM whose tile runs one-job units of ``lengths`` tokens in order."""
@@ -152,18 +186,24 @@ class SliceTiming:
         return float(self.unit(lengths).sum() - self.overlap * (lengths.size - 1))
 
 
-def split_length(total_tokens: int, sms: int) -> int:
-    """The placement rule's part length ``S``: the smallest multiple of 16 with ``S × sms >=
-    total_tokens`` (at least 16)."""
-    per = -(-int(total_tokens) // sms)
+#: the placement rule's candidate parts per SM (module docs)
+PARTS_PER_SM = (1, 2, 3, 4)
+
+
+def split_length(total_tokens: int, sms: int, per_sm: int = 1) -> int:
+    """A part length ``S`` of the placement rule: the smallest multiple of 16 with ``S × sms ×
+    per_sm >= total_tokens`` (at least 16)."""
+    per = -(-int(total_tokens) // (sms * per_sm))
     return max(BLOCK_TOKENS, -(-per // BLOCK_TOKENS) * BLOCK_TOKENS)
 
 
-def place_parts(lengths, sms: int):
-    """The placement rule (module docs): ``(S, parts, sm)`` for jobs of ``lengths`` tokens on
-    ``sms`` SMs: the part length, every part's tokens (longest first) and its SM."""
+def place_parts(lengths, sms: int, S: int | None = None):
+    """The parts of jobs of ``lengths`` tokens cut at ``S`` tokens (default
+    :func:`split_length`'s one part per SM) and dealt to ``sms`` SMs: ``(S, parts, sm)``,
+    every part's tokens (longest first) and its SM (snake order)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    S = split_length(int(lengths.sum()), sms)
+    if S is None:
+        S = split_length(int(lengths.sum()), sms)
     full = int((lengths // S).sum())
     rest = lengths % S
     parts = np.concatenate([np.full(full, S, dtype=np.int64), np.sort(rest[rest > 0])[::-1]])
@@ -179,14 +219,26 @@ def slice_timing(cfg: TileConfig) -> SliceTiming:
     return SliceTiming(cfg)
 
 
-def grid_layer_cycles(timing: SliceTiming, lengths, sms: int) -> tuple:
-    """One layer of a step on a grid of ``sms`` tiles: ``(slowest, mean)`` SM cycles, for jobs
-    of ``lengths`` tokens placed by :func:`place_parts`."""
-    _, parts, sm = place_parts(lengths, sms)
-    if parts.size == 0:
-        return 0, 0.0
+def _loads(timing: SliceTiming, lengths, sms: int, S: int):
+    _, parts, sm = place_parts(lengths, sms, S)
     cyc = timing.unit(parts)
     load = np.bincount(sm, weights=cyc, minlength=sms)
     units = np.bincount(sm, minlength=sms)
-    load = load - timing.overlap * np.maximum(units - 1, 0)
-    return float(load.max()), float(load.sum() / sms)
+    return load - timing.overlap * np.maximum(units - 1, 0)
+
+
+def grid_layer_cycles(timing: SliceTiming, lengths, sms: int) -> tuple:
+    """One layer of a step on a grid of ``sms`` tiles: ``(slowest, mean)`` SM cycles, for jobs
+    of ``lengths`` tokens placed by the rule (module docs): of the part lengths
+    :func:`split_length` gives for :data:`PARTS_PER_SM`, the one whose slowest SM ends first
+    (the shorter parts on a tie)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size == 0:
+        return 0.0, 0.0
+    total = int(lengths.sum())
+    best = None
+    for per_sm in PARTS_PER_SM:
+        load = _loads(timing, lengths, sms, split_length(total, sms, per_sm))
+        if best is None or load.max() < best.max():
+            best = load
+    return float(best.max()), float(best.sum() / sms)

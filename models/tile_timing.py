@@ -82,9 +82,12 @@ allocated entry reads the whole L2 frame (request one cycle, data from two cycle
 ``16*H*2*Dk`` words token-major, a word of a token no pass job covers dropped in its cycle, a
 covered word sent when its engine's FIFO has room), a bypass entry or a later pass reads HBM
 (one 1-token block read per (token, pass job), issued at most one per two cycles, the walker
-stepping over the ``E`` job slots per token, eight reads in flight); the entry is popped
-after the block; one cycle between blocks and at the pass's end. Without the CDU
-(``l2=False``: no decisions, no fills, no L2) every pass reads its blocks from HBM so.
+stepping over the ``E`` job slots per token, :func:`walk_depth` reads in flight); the entry
+is popped after the block; one cycle between blocks and at the pass's end. Without the CDU
+(``l2=False``: no decisions, no fills, no L2) every pass reads its tokens from HBM so, in one
+walk over the whole pass (not block by block: the reads of a block are in flight while the
+previous block's answers arrive) that steps offsets into every pass job in turn (job ``j``'s
+token ``start_j + offset``: split parts fed side by side).
 
 **Routed TE array** (``TEArray(routed_kv=True)``, ``engine`` of the config): per engine a
 FIFO of ``2*2*Dk`` words; a job is dispatched when its engine is idle; the engine takes its
@@ -681,7 +684,10 @@ class _Streamer:
         if not self.walking:
             return
         j = self.pass_[self.wj] if self.wj < len(self.pass_) else None
-        cover = j is not None and j.start <= self.wt < j.end
+        if self.cfg.l2:
+            cover = j is not None and j.start <= self.wt < j.end
+        else:                           # offsets into every pass job
+            cover = j is not None and j.start + self.wt < j.end
         issue = cover and routes_level < self.walk_depth and self.reader.ready()
         if issue:
             self.reader.request(t, 1, j.eng)
@@ -697,7 +703,11 @@ class _Streamer:
     def _start_walk(self):
         self.walking, self.wj = True, 0
         self.wt = max(self.lo, self.blk * BLOCK_TOKENS)
-        self.wend = min(self.hi, (self.blk + 1) * BLOCK_TOKENS)
+        if self.cfg.l2:
+            self.wend = min(self.hi, (self.blk + 1) * BLOCK_TOKENS)
+        else:                           # no L2: one walk over the pass, offsets into its jobs
+            self.wt, self.wend = 0, max(j.end - j.start for j in self.pass_)
+            self.blk = (self.hi - 1) // BLOCK_TOKENS
         self.state = "hbm"
 
     def tick(self, t):

@@ -102,8 +102,12 @@ class UnitStreamer(CheckedComponent):
     An entry that is not the expected (request, layer, block) raises sticky ``misorder``.
 
     Without the CDU (``l2=False``) there are no ``ready``, ``l2_read`` and ``l2_data`` ports:
-    every pass reads its blocks from HBM as a later pass does, so the engines of a pass still
-    overlap and CDU on against CDU off measures the CDU alone.
+    every pass reads its tokens from HBM, one request per (token, job), in one walk over the
+    whole pass rather than block by block, so the reads of the next block are in flight
+    while the previous block's answers arrive (a block-by-block walk waits for every answer
+    of a block before the next: one HBM latency per block); and the walk steps offsets into
+    every pass job in turn (job ``j``'s token ``start_j + offset``), so the split parts of a
+    pass are fed side by side rather than one after another.
 
     Parameters
     ----------
@@ -230,6 +234,7 @@ class UnitStreamer(CheckedComponent):
         next_block = Signal(self.w.block + 1)    # the unit's next ready entry's block
         lo = Signal(sb + 1)
         hi = Signal(sb + 1)
+        span = Signal(sb + 1)                    # the pass's longest job (no L2: the walk)
 
         # ------------------------------------------------------------ Q buffer, job beat
         k = Signal(range(E))                     # pass job being dispatched
@@ -262,21 +267,28 @@ class UnitStreamer(CheckedComponent):
 
         # HBM walk: one block read per (token, pass job covering it), its engine and
         # last flag queued for the answers (which come in order); as deep as the reader's
-        # reorder buffer, so the walk keeps every burst slot busy
+        # reorder buffer, so the walk keeps every burst slot busy. With the L2 the walker
+        # steps tokens of one block; without it, offsets into every pass job at once (token
+        # start + offset of each job in turn), so the split parts of a pass are fed side by
+        # side, not one after another
         m.submodules.routes = routes = SyncFIFO(width=eb + 1, depth=walk_depth(self.reader.S))
-        wt = Signal(sb + 1)                      # walker token
+        wt = Signal(sb + 1)                      # walker token (no L2: offset)
         wj = Signal(range(E + 1))                # walker job
         walking = Signal()
-        wend = Signal(sb + 1)                    # end of the block's walked tokens
+        wend = Signal(sb + 1)                    # end of the walked tokens (offsets)
         r = self.reader.rd_req.payload
-        jh = t_head[wj[:eb] if E > 1 else 0]
+        wsel = wj[:eb] if E > 1 else 0
+        jh = t_head[wsel]
         cover = Signal()
-        m.d.comb += cover.eq((wj < pc) & (t_start[wj[:eb] if E > 1 else 0] <= wt) &
-                             (wt < t_end[wj[:eb] if E > 1 else 0]))
+        wtok = Signal(sb + 2)                    # the token the walker reads
+        if self.l2:
+            m.d.comb += [wtok.eq(wt), cover.eq((wj < pc) & (t_start[wsel] <= wt) &
+                                               (wt < t_end[wsel]))]
+        else:
+            m.d.comb += [wtok.eq(t_start[wsel] + wt), cover.eq((wj < pc) & (wtok < t_end[wsel]))]
         m.d.comb += [r.request.eq(request), r.layer.eq(layer), r.kv_head.eq(jh),
-                     r.block.eq(wt[4:]), r.t0.eq(wt[:4]), r.ntok.eq(1),
-                     routes.w_data.eq(Cat(t_eng[wj[:eb] if E > 1 else 0],
-                                          wt == t_end[wj[:eb] if E > 1 else 0] - 1))]
+                     r.block.eq(wtok[4:]), r.t0.eq(wtok[:4]), r.ntok.eq(1),
+                     routes.w_data.eq(Cat(t_eng[wsel], wtok == t_end[wsel] - 1))]
         issue = Signal()
         m.d.comb += [self.reader.rd_req.valid.eq(walking & cover & routes.w_rdy),
                      routes.w_en.eq(issue),
@@ -338,6 +350,9 @@ class UnitStreamer(CheckedComponent):
                     m.d.sync += lo.eq(jl.start)
                 with m.If((pc == 0) | (jl.end > hi)):
                     m.d.sync += hi.eq(jl.end)
+                if not self.l2:
+                    with m.If((pc == 0) | (jl.end - jl.start > v.span)):
+                        m.d.sync += v.span.eq(jl.end - jl.start)
                 now_taken = Signal.like(taken)
                 unit_total = Signal.like(total)
                 m.d.comb += [now_taken.eq(Mux(unit_open, taken, 0) + 1),
@@ -385,7 +400,14 @@ class UnitStreamer(CheckedComponent):
         with m.State("BLOCK"):
             # choose the block's source
             with m.If(~use_entry):
-                m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
+                if self.l2:
+                    m.d.sync += [walking.eq(1), wt.eq(blk_lo), wj.eq(0), wend.eq(blk_hi)]
+                else:
+                    # no L2: one walk over the whole pass (offsets 0 .. its longest job),
+                    # so a block's reads are in flight while the previous one's answers
+                    # arrive, and the pass jobs are fed side by side
+                    m.d.sync += [walking.eq(1), wt.eq(0), wj.eq(0), wend.eq(v.span),
+                                 blk.eq(last_blk)]
                 m.next = "HBM"
             with m.Elif(ready.valid):
                 with m.If(~ent_block_ok):

@@ -10,6 +10,7 @@ are the golden decode step's, 1 on a difference (one ``tricut: error:`` line nam
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -88,7 +89,16 @@ def _slice(args):
     cfg = slice_config(gpu, model, args.kv_dtype, Assumptions().te_bw_efficiency, args.lanes,
                        args.engine or "pipelined")
     return {"engines": cfg.engines, "latency": cfg.latency, "hbm_rate": cfg.hbm_rate,
-            "max_outstanding": cfg.max_outstanding}
+            "max_outstanding": cfg.max_outstanding, "split_tokens": cfg.split_tokens}
+
+
+def _lens_ok(s):
+    """The setup's prompt lengths can be read (else ``check_setup`` names the flag)."""
+    try:
+        lens = s.lens()
+    except (ValueError, TypeError):
+        return False
+    return bool(lens) and all(isinstance(x, int) for x in lens)
 
 
 def _setup(args):
@@ -97,17 +107,25 @@ def _setup(args):
     lens = args.prompt_lens
     n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
     slice_fields = _slice(args)
+    if args.split_tokens is not None:
+        slice_fields.pop("split_tokens", None)
     s = Setup(model=args.model, requests=n, prompt_lens=lens,
               max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
               engines=slice_fields.pop("engines", 1 if args.engines is None else args.engines),
               engine=args.engine, lanes=args.lanes,
-              split_tokens=args.split_tokens,
+              split_tokens=slice_fields.pop(
+                  "split_tokens", 0 if args.split_tokens is None else args.split_tokens),
               max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
               seed=args.seed, policy=None if args.policy == "none" else args.policy,
               cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
               long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
               max_retries=args.max_retries, faults=args.faults, hang=args.hang,
               watchdog=args.watchdog, **slice_fields)
+    if args.split_tokens is None and s.split_tokens:
+        # the slice's split where a context is longer than a part (else none: nothing splits)
+        longest = max(s.lens()) + s.steps if _lens_ok(s) else 0
+        if longest <= s.split_tokens:
+            s = dataclasses.replace(s, split_tokens=0)
     if args.dsu and args.sim != "verilator":
         raise InputError("--dsu: the DSU cluster runs on Verilator only (add --sim verilator)")
     try:
@@ -315,10 +333,11 @@ def add_commands(sub) -> None:
     p.add_argument("--lanes", type=_int_arg(), default=32, metavar="L",
                    help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
                         f"(default: %(default)s, the shipped tile's)")
-    p.add_argument("--split-tokens", type=_int_arg(), default=0, metavar="T",
+    p.add_argument("--split-tokens", type=_int_arg(), default=None, metavar="T",
                    help="Flash-Decoding split-K: contexts longer than T tokens run in parts "
                         "through the combine unit; 0 never splits; T > 0 must split at least "
-                        "one context (default: %(default)s)")
+                        "one context (default: 0, or with --gpu the SM slice's split when a "
+                        "context is longer)")
     p.add_argument("--max-ctx", type=_int_arg(), default=64, metavar="C",
                    help="the tile's max_ctx: KV tokens per (request, layer, KV head) region of "
                         "the HBM image, a multiple of 16 (whole KV blocks); the longest prompt "
