@@ -197,8 +197,9 @@ def report(grid, rows, summary: dict, script_s: float, side: dict, command: str,
     for r in rows:
         by_te.setdefault(r["axes"]["unit.te_engines_per_sm"], []).append(r)
     te_lo, te_hi = min(by_te), max(by_te)
-    kv_lo = spread(by_te[te_lo], "kv_dtype", Y)[1]
-    kv_hi = spread(by_te[te_hi], "kv_dtype", Y)[1]
+    top = max(axes, key=lambda a: spread(rows, a, Y)[0])
+    top_means = per_value(grid, rows, top, Y, statistics.mean)
+    te_t, te_p = spread(rows, "unit.te_engines_per_sm", Y)[1], spread(rows, "unit.te_engines_per_sm", X)[1]
     reuse_max = max(m(r, "l2_reuse_rate") for r in rows)
     hit = sorted({round(m(r, "l2_hit_rate"), 3) for r in rows if r["axes"]["policy"] != "disabled"})
     cdu_t = max(spread(rows, a, Y)[1] for a in ("policy", "assume.cdu_l2_share"))
@@ -219,15 +220,21 @@ def report(grid, rows, summary: dict, script_s: float, side: dict, command: str,
         "",
         "Notes (every figure from this run):",
         "",
-        f"* **The TE engines per SM decide the result.** With {te_lo} engine per SM the TE is busy "
-        f"{te_util:.0%} of the decode time on average and the decode GPUs fall behind the sped-up "
-        f"arrivals: requests wait for a slot (decode-queue p99 {dq:.1f} s, which TPOT includes) and "
-        f"TPOT p99 reaches {max(m(r, X) for r in by_te[te_lo]):.2f} s."
-        + (f" The Pareto plot's x axis spans that range ({x_range:.0f}×), so the fast points sit "
-           "together at its left edge." if x_range > 20 else ""),
-        f"* **The KV format matters only once the TE is not the bound**: across bf16 / fp8 / nvfp4 "
-        f"tokens/s moves by at most {pct(kv_lo)} with {te_lo} engine per SM and by up to {pct(kv_hi)} "
-        f"with {te_hi}.",
+        f"* **`{top}` moves tokens/s most** (median spread {pct(spread(rows, top, Y)[0])}; mean "
+        + ", ".join(f"{v}: {mm:,.0f}" for v, mm in top_means) + " tokens/s).",
+        (f"* **The TE engines per SM decide the result.** With {te_lo} engine per SM the TE is busy "
+         f"{te_util:.0%} of the decode time on average and the decode GPUs fall behind the sped-up "
+         f"arrivals: requests wait for a slot (decode-queue p99 {dq:.1f} s, which TPOT includes) and "
+         f"TPOT p99 reaches {max(m(r, X) for r in by_te[te_lo]):.2f} s."
+         + (f" The Pareto plot's x axis spans that range ({x_range:.0f}×), so the fast points sit "
+            "together at its left edge." if x_range > 20 else "")) if te_t > 0.05 else
+        (f"* **The TE engines per SM hardly matter** (tokens/s by at most {pct(te_t)}, TPOT p99 by "
+         f"at most {pct(te_p)}): the TE term is a grid of decode tiles, one per SM at its share of "
+         "HBM (`docs/system-model.md`, \"The TE term: a grid of tiles\"), and one engine per SM "
+         "keeps up with bf16 K/V there; with "
+         f"{te_lo} engine per SM the TE grid is busy {te_util:.0%} of the decode time on average. "
+         "(Before issue 28 the step's engine cycles were divided by all the GPU's engines, and "
+         "1 engine per SM bound the step.)"),
         f"* **The CDU policy and its L2 share change almost nothing here** (tokens/s by at most "
         f"{pct(cdu_t)}, TPOT p99 by at most {pct(cdu_p)}; of the {len(varied)} combinations of the other "
         f"axes in which TPOT p99 changes with the share at all, it rises with the share in {rising}, "
@@ -248,7 +255,7 @@ def report(grid, rows, summary: dict, script_s: float, side: dict, command: str,
         f"wait for a slot: decode-queue p99 {col['decode_queue_p99_s']:.0f} s) — the decode units hardly "
         "matter. Disaggregated at the trace's own rate the decode GPUs are underloaded: "
         f"2 and 4 engines per SM give {dis[2][Y]:,.0f} and {dis[4][Y]:,.0f} tokens/s (both "
-        f"paced by the arrivals); `rate_scale = {fixed['rate_scale']:g}` makes the difference show.",
+        f"paced by the arrivals); `rate_scale = {fixed['rate_scale']:g}` loads them.",
     ]
     refused = {s: e for s, e in side["refused"].items() if e is not None}
     if refused:

@@ -17,7 +17,7 @@ the layer's tokens, for ``m`` = 1 to 4 parts per SM (FlashDecoding's split: enou
 fill the SMs, none shorter than a KV block); each part is a one-job unit of its SM's tile
 (the tile takes a unit's jobs in order). The parts, longest first, are dealt to the SMs in
 snake order (0, 1, …, n-1, n-1, …, 0, …); of the four ``m``, the one whose slowest SM ends
-first is used. A layer ends when its slowest SM ends; the imbalance is slowest over mean. The
+first is used (the smaller ``m`` on a tie). A layer ends when its slowest SM ends; the imbalance is slowest over mean. The
 partial results of a split job are combined outside the tiles (``G × head_dim`` values and
 ``G`` log-sum-exps per part): not timed.
 
@@ -46,7 +46,7 @@ from .config import GpuConfig, ModelConfig
 from .te import KV_CODE_BITS, te_token_cycles
 from .tile_timing import BLOCK_TOKENS, TileConfig, predict_run
 
-__all__ = ["MAX_RATE_DEN", "SLICE_SPLIT_TOKENS", "kv_word_bytes", "slice_rate", "slice_outstanding",
+__all__ = ["PARTS_PER_SM", "grid_loads", "grid_layer_cycles", "MAX_RATE_DEN", "SLICE_SPLIT_TOKENS", "kv_word_bytes", "slice_rate", "slice_outstanding",
            "slice_split_tokens", "slice_config",
            "SliceTiming", "place_parts", "split_length"]
 
@@ -169,14 +169,25 @@ class SliceTiming:
         self.window = int(self.points[-1])
         lead = _LEAD_BLOCKS * B
         self.overlap = 2 * probe(lead) - layer_cycles_stepped(cfg, [lead, lead])
+        self._memo = {}
 
     def unit(self, n):
         """``U(n)``: cycles of one job of ``n`` tokens alone (a float, or an array of them)."""
         n = np.asarray(n, dtype=np.int64)
         if np.any(n < 1):
             raise ValueError("a job has at least one token")
+        return self._unit(n)
+
+    def _unit(self, n):
         k = np.maximum(0, -(-(n - self.window) // self.period))   # periods beyond the window
         return np.interp(n - k * self.period, self.points, self.values) + k * self.per_period
+
+    def _unit_of(self, n: int) -> float:
+        """``U(n)`` of one length, memoised (the placement rule's full parts)."""
+        u = self._memo.get(n)
+        if u is None:
+            u = self._memo[n] = float(self._unit(np.array([n], dtype=np.int64))[0])
+        return u
 
     def sm_cycles(self, lengths) -> float:
         """Cycles of one SM whose tile runs one-job units of ``lengths`` tokens in order."""
@@ -188,6 +199,7 @@ class SliceTiming:
 
 #: the placement rule's candidate parts per SM (module docs)
 PARTS_PER_SM = (1, 2, 3, 4)
+_PARTS = np.array(PARTS_PER_SM, dtype=np.int64)
 
 
 def split_length(total_tokens: int, sms: int, per_sm: int = 1) -> int:
@@ -219,11 +231,31 @@ def slice_timing(cfg: TileConfig) -> SliceTiming:
     return SliceTiming(cfg)
 
 
-def _loads(timing: SliceTiming, lengths, sms: int, S: int):
-    _, parts, sm = place_parts(lengths, sms, S)
-    cyc = timing.unit(parts)
-    load = np.bincount(sm, weights=cyc, minlength=sms)
-    units = np.bincount(sm, minlength=sms)
+def grid_loads(timing: SliceTiming, lengths, sms: int):
+    """Every SM's cycles for each part length of :data:`PARTS_PER_SM` (one row each), the
+    parts dealt as :func:`place_parts` deals them (full parts first, round by round, then the
+    tails longest first), all candidates in one pass of array operations."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    per = -(-total // (sms * _PARTS))                         # split_length, vectorised
+    S = np.maximum(BLOCK_TOKENS, -(-per // BLOCK_TOKENS) * BLOCK_TOKENS)
+    M = S.size
+    full = (lengths[None, :] // S[:, None]).sum(axis=1)
+    tails = -np.sort(-(lengths[None, :] % S[:, None]), axis=1)     # longest first, 0 = none
+    real = tails > 0
+    i = full[:, None] + np.arange(lengths.size)[None, :]
+    rnd, pos = np.divmod(i, sms)
+    sm = np.where(rnd % 2 == 0, pos, sms - 1 - pos) + (np.arange(M) * sms)[:, None]
+    flat = sm[real]
+    u = timing._unit(np.concatenate([S, tails[real]]))
+    load = np.bincount(flat, weights=u[M:], minlength=M * sms)
+    units = np.bincount(flat, minlength=M * sms).reshape(M, sms)
+    rounds, left = np.divmod(full, sms)
+    col = np.arange(sms)[None, :]
+    last = np.where(rounds[:, None] % 2 == 0, col < left[:, None], col >= sms - left[:, None])
+    units_full = rounds[:, None] + last
+    load = load.reshape(M, sms) + units_full * u[:M, None]
+    units = units + units_full
     return load - timing.overlap * np.maximum(units - 1, 0)
 
 
@@ -231,14 +263,10 @@ def grid_layer_cycles(timing: SliceTiming, lengths, sms: int) -> tuple:
     """One layer of a step on a grid of ``sms`` tiles: ``(slowest, mean)`` SM cycles, for jobs
     of ``lengths`` tokens placed by the rule (module docs): of the part lengths
     :func:`split_length` gives for :data:`PARTS_PER_SM`, the one whose slowest SM ends first
-    (the shorter parts on a tie)."""
+    (the fewer parts per SM on a tie)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     if lengths.size == 0:
         return 0.0, 0.0
-    total = int(lengths.sum())
-    best = None
-    for per_sm in PARTS_PER_SM:
-        load = _loads(timing, lengths, sms, split_length(total, sms, per_sm))
-        if best is None or load.max() < best.max():
-            best = load
-    return float(best.max()), float(best.sum() / sms)
+    loads = grid_loads(timing, lengths, sms)
+    best = loads[int(np.argmin(loads.max(axis=1)))]
+    return float(best.max()), float(best.mean())
