@@ -113,6 +113,34 @@ def test_simulation_accounts_for_every_token():
     assert r.summary["tokens_per_s"] == pytest.approx(r.summary["output_tokens"] / r.summary["duration_s"])
 
 
+def test_what_binds_and_the_attention_phase_hbm_use():
+    """``bound_share`` counts every decode step once and ``attn_hbm_utilisation`` never
+    exceeds 1. Llama-3-8B at batch 1 and a short context: the GEMVs bind every step with and
+    without the TE. Llama-3-8B, 20 × 64K tokens of NVFP4 K/V: the TE grid binds (the block
+    reader's 64 reads in flight), and with one engine per SM its attention phase uses HBM
+    less than with four."""
+    reqs = synthetic(6, 50.0, prompt=("uniform", 100, 300), output=("uniform", 2, 6), seed=3)
+    dsu = DsuParams("throughput-opt", n_slots=8, max_batch=1)
+    for cuts in ((), ("te",)):
+        s = simulate(reqs, StepModel(L8B, H100, cuts=frozenset(cuts)), dsu).summary
+        assert sum(s["bound_share"].values()) == pytest.approx(1.0)
+        assert s["bound_share"]["gemv"] == 1.0
+        assert 0 < s["attn_hbm_utilisation"] <= 1.0
+    # Llama-3-8B, 20 x 64K tokens of NVFP4 K/V (the te_rows case of docs/results.md)
+    long = synthetic(20, 1e6, prompt=("uniform", 65536, 65536), output=("uniform", 3, 3), seed=4)
+    dsu = DsuParams("throughput-opt", n_slots=32, max_batch=20)
+    util = {}
+    for engines in (1, 4):
+        from tricut.models.config import replace
+        gpu = replace(H100, te_engines_per_sm=engines)
+        s = simulate(long, StepModel(L8B, gpu, "nvfp4", cuts=frozenset({"te"})), dsu).summary
+        assert sum(s["bound_share"].values()) == pytest.approx(1.0)
+        assert 0 < s["attn_hbm_utilisation"] <= 1.0 and s["te_grid_imbalance"] >= 1.0
+        assert s["bound_share"]["te_feed"] >= 0.5, engines
+        util[engines] = s["attn_hbm_utilisation"]
+    assert util[1] < util[4]
+
+
 def test_faults_are_rolled_back_not_lost():
     reqs = synthetic(6, math.inf, prompt=100, output=10, seed=0)
     faults = {(2, 0): ERROR, (3, 1): ERROR}
