@@ -6,8 +6,10 @@ uses for the same units (``models/sm_slice.py``; docs/system-model.md, "The TE t
 of tiles").
 
 One KV head of Llama-3-8B (G 4, ``llama-3-8b-kv1``) and of Llama-3-70B as TP8 holds it (G 8,
-``llama-3-70b-kv1``), bf16 and fp8 K/V, no CDU, 4 requests with contexts of 1K-4K tokens (the
-tile's ``max_ctx`` is at most 4096), 2 decode steps. Each run must pass (every attention
+``llama-3-70b-kv1``), bf16 and fp8 K/V, no CDU, the slice's split-K (``slice_config``), 4
+requests with contexts of 1K-4K tokens (the tile's ``max_ctx`` is at most 4096), 2 decode
+steps. The last column is the streaming efficiency: the K/V words over the slice's HBM rate,
+against the RTL's cycles. Each run must pass (every attention
 output bit-exact with the TE golden, every token equal) and every layer must equal the
 cycle-stepped timing model's prediction, or the script exits 1. The table gives, per step,
 the RTL's cycles, the fast model's and the error; and the error summed over the run.
@@ -52,7 +54,8 @@ def run(model, kv_dtype, gpu=GPU, prompts=PROMPTS, steps=STEPS):
                        Assumptions().te_bw_efficiency)
     s = Setup(model=model, requests=len(prompts), prompt_lens=tuple(prompts), steps=steps,
               kv_dtype=kv_dtype, engines=cfg.engines, lanes=cfg.lanes, max_ctx=4096,
-              latency=cfg.latency, max_outstanding=cfg.max_outstanding, hbm_rate=cfg.hbm_rate)
+              latency=cfg.latency, max_outstanding=cfg.max_outstanding, hbm_rate=cfg.hbm_rate,
+              split_tokens=cfg.split_tokens)
     check_setup(s)
     t0 = time.perf_counter()
     rep = simulate(s, sim="verilator")
@@ -70,7 +73,8 @@ def run(model, kv_dtype, gpu=GPU, prompts=PROMPTS, steps=STEPS):
         lens = [d.seq_len for d in descs]
         rtl = sum(v for k, v in measured.items() if k[0] == ri)
         layers = sum(1 for k in measured if k[0] == ri)
-        rows.append((ri, lens, rtl, layers * timing.sm_cycles(lens)))
+        ideal = layers * sum(lens) * 2 * cfg.dk * cfg.hbm_rate[1] / cfg.hbm_rate[0]
+        rows.append((ri, lens, rtl, layers * timing.sm_cycles(lens), ideal))
     return s, rows, wall
 
 
@@ -81,23 +85,25 @@ def main():
     args = ap.parse_args()
     lines = [f"`{SCRIPT}{' --write' if args.write else ''}` (Verilator; {GPU}'s SM slice; "
              f"prompts {', '.join(map(str, PROMPTS))}, {STEPS} steps, no CDU):", "",
-             "| configuration | HBM rate (words/cycle), latency, burst slots | step | contexts "
-             "| RTL cycles | fast model | error |",
-             "|---|---|---|---|---|---|---|"]
+             "| configuration | HBM rate (words/cycle), latency, burst slots, split | step "
+             "| contexts | RTL cycles | fast model | error | K/V words at the rate / RTL |",
+             "|---|---|---|---|---|---|---|---|"]
     worst, sums = 0.0, []
     for model, kv in CONFIGS:
         s, rows, wall = run(model, kv)
         num, den = s.hbm_rate
-        for ri, lens, rtl, fast in rows:
+        for ri, lens, rtl, fast, ideal in rows:
             err = (fast - rtl) / rtl
             worst = max(worst, abs(err))
-            lines.append(f"| {model} {kv} | {num}/{den}, {s.latency}, {s.max_outstanding} | {ri} "
-                         f"| {'/'.join(map(str, lens))} | {rtl:,} | {fast:,.0f} | {err:+.3%} |")
+            lines.append(f"| {model} {kv} | {num}/{den}, {s.latency}, {s.max_outstanding}, "
+                         f"{s.split_tokens or 'none'} | {ri} | {'/'.join(map(str, lens))} "
+                         f"| {rtl:,} | {fast:,.0f} | {err:+.3%} | {ideal / rtl:.1%} |")
         rtl_sum = sum(r[2] for r in rows)
         fast_sum = sum(r[3] for r in rows)
         sums.append((model, kv, rtl_sum, fast_sum, wall))
         print(f"{model} {kv}: {wall:.0f} s", file=sys.stderr, flush=True)
-    lines += ["", "| configuration | RTL cycles, run | fast model | summed error | wall s |",
+    lines += ["", "| configuration | RTL cycles, run | fast model | summed error "
+              "| wall s (the run; and the build where it was not cached) |",
               "|---|---|---|---|---|"]
     for model, kv, rtl_sum, fast_sum, wall in sums:
         lines.append(f"| {model} {kv} | {rtl_sum:,} | {fast_sum:,.0f} | "

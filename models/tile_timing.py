@@ -1048,10 +1048,15 @@ def _layer(tile, clock, cfg, descs, ri, li, unit0, t_go):
     jobs = _layer_jobs(cfg, descs, li, unit0)
     tile.open_layer = li
     tile.streamer.jobs.extend(jobs)
+    # far beyond any layer that ends: every K/V word at the slower of the HBM's rate and an
+    # engine's G cycles per word, plus a generous constant per job
+    num, den = cfg.hbm_rate
+    words = sum(j.end - j.start for j in jobs) * 2 * cfg.dk
+    limit = 1_000_000 + 4 * words * (cfg.G + -(-den // num)) + 100_000 * len(jobs)
     while tile.streamer.jobs or tile.streamer.busy() or \
             any(j.out_at is None for j in jobs):
         clock.run_to(clock.now + 1)
-        if clock.now - t_go > 1_000_000:
+        if clock.now - t_go > limit:
             raise RuntimeError(f"cached tile model: round {ri} layer {li} never ends")
     last = max(jobs, key=lambda j: j.out_at)
     done = last.out_at + DONE_LAG

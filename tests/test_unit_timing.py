@@ -63,6 +63,9 @@ def test_the_te_term_is_the_grid_of_tiles_of_the_gpu_config():
             assert st.attn_s == st.te_busy_s
             te[engine] = st.te_busy_s
         assert te["serial"] > te["pipelined"], gpu.name
+    split = dataclasses.replace(UnitTiming.from_gpu(H100), te_engine="split")
+    with pytest.raises(ValueError, match="runs the tile's engines"):
+        StepModel(L8B, H100, cuts=frozenset({"te"}), units=split)
     doubled = replace(EDGE, te_engines_per_sm=8)
     sm = StepModel(L8B, doubled, "nvfp4", cuts=frozenset({"te"}))
     assert sm.grid.cfg.engines == 8

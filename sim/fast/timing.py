@@ -21,6 +21,8 @@ from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
 from tricut.models.sm_slice import grid_layer_cycles, slice_config, slice_timing
 from tricut.models.te import ENGINES as TE_ENGINES
+from tricut.models.te import te_cycles
+from tricut.models.tile import TILE_ENGINES
 from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
@@ -322,16 +324,29 @@ class StepModel:
         self.gemv_flops_per_request = 2 * (m.param_count() - (0 if m.tie_embeddings else
                                                               m.vocab_size * m.hidden_size)) / self.tp
         self.kv_heads_here = max(1, m.num_kv_heads // self.tp)
-        self.grid = None
+        self.slice = self._grid = None
         if "te" in self.cuts:
-            # the TE term: a grid of tiles, one per SM (models/sm_slice.py)
-            self.grid = slice_timing(slice_config(self.gpu, m, self.kv_dtype, a.te_bw_efficiency,
-                                                  self.units.te_lanes, self.units.te_engine))
+            # the TE term: a grid of tiles, one per SM (models/sm_slice.py); the tile model's
+            # probes run on the first step (:attr:`grid`), the shape is checked here
+            te_cycles(1, m.head_dim, m.group_size, self.units.te_lanes,
+                      engine=self.units.te_engine, kv_dtype=self.kv_dtype)
+            if self.units.te_engine not in TILE_ENGINES:
+                raise ValueError(f"the te cut's grid of decode tiles runs the tile's engines "
+                                 f"({', '.join(TILE_ENGINES)}), not {self.units.te_engine!r}")
+            self.slice = slice_config(self.gpu, m, self.kv_dtype, a.te_bw_efficiency,
+                                      self.units.te_lanes, self.units.te_engine)
         self.cdu = None
         if "cdu" in self.cuts:
             block_bytes = self.kv_token_bytes / m.num_layers * BLOCK_TOKENS   # one layer, this GPU
             self.cdu = CduReduction.sized(self.policy, a.cdu_l2_share * self.gpu.l2_bytes, block_bytes,
                                           self.gpu.hbm_latency_s, self.gpu.hbm_bandwidth, m.num_layers)
+
+    @property
+    def grid(self):
+        """The expected-value model of one SM's tile (``te`` cut; None without it)."""
+        if self._grid is None and self.slice is not None:
+            self._grid = slice_timing(self.slice)
+        return self._grid
 
     # -- pieces ------------------------------------------------------------------------------
     def cdu_step(self, seq_lens: list[int], residency: list[int]) -> CduStep | None:
