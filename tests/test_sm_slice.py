@@ -166,3 +166,52 @@ def test_tile_run_gpu_flag_sets_the_slice():
     args.gpu, args.split_tokens = None, None
     s = _setup(args)
     assert (s.engines, s.latency, s.hbm_rate, s.split_tokens) == (1, 8, (1, 1), 0)
+
+
+#: an H100 whose SMs have one TE engine and 10 ns of HBM latency: a slice the Amaranth
+#: simulator runs in seconds
+SHORT_SLICE_GPU = """name = "slice-test"
+sm_count = 132
+sm_clock_ghz = 1.98
+l1_kib_per_sm = 192
+l2_mib = 50
+hbm_gib = 80
+hbm_bandwidth_tb_s = 3.35
+l1_latency_ns = 1.0
+l2_latency_ns = 20.0
+hbm_latency_ns = 10.0
+bf16_tflops = 989.4
+fp8_tflops = 1978.9
+nvlink_gb_s = 450.0
+has_cdu = true
+te_engines_per_sm = 1
+te_clock_ghz = 1.98
+cdu_clock_ghz = 1.98
+dsu_cores = 4
+dsu_clock_ghz = 1.2
+"""
+
+
+def test_tile_run_gpu_on_the_rtl_prints_the_fast_models_cycles(tmp_path, capsys):
+    """``tricut tile run --gpu FILE`` end to end (Amaranth): the slice's rate and latency, the
+    RTL's cycles per layer equal to the timing model's, the fast model's beside them, in text
+    and in ``--json``."""
+    import json
+    from conftest import run_cli
+    gpu = tmp_path / "slice.toml"
+    gpu.write_text(SHORT_SLICE_GPU)
+    args = ["tile", "run", "--gpu", str(gpu), "--model", "tiny-te", "--prompt-lens", "3,5",
+            "--steps", "1", "--max-ctx", "16"]
+    code, cap = run_cli(args + ["--json"], capsys)
+    assert code == 0, cap.err
+    out = json.loads(cap.out)
+    sl = out["sm_slice"]
+    assert out["ok"] and tuple(sl["hbm_rate"]) == (73, 405) and sl["latency"] == 20
+    rtl = {(x["round"], x["layer"]): x["cycles"] for x in out["layer_cycles"]}
+    stepped = {(x["round"], x["layer"]): x["cycles"] for x in sl["timing_model_layer_cycles"]}
+    fast = {(x["round"], x["layer"]): x["cycles"] for x in sl["fast_model_layer_cycles"]}
+    assert stepped == rtl and len(rtl) == 2
+    for k in rtl:
+        assert fast[k] == pytest.approx(rtl[k], rel=5e-3)
+    code, cap = run_cli(args, capsys)
+    assert code == 0 and "SM slice of" in cap.out and "fast model" in cap.out
