@@ -215,3 +215,18 @@ def test_tile_run_gpu_on_the_rtl_prints_the_fast_models_cycles(tmp_path, capsys)
         assert fast[k] == pytest.approx(rtl[k], rel=5e-3)
     code, cap = run_cli(args, capsys)
     assert code == 0 and "SM slice of" in cap.out and "fast model" in cap.out
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("hbm_rate", (3, 2), "hbm_rate (beats, cycles), ints with 1 <= beats <= cycles <= 4096"),
+    ("hbm_rate", 0.2, "got 0.2"),
+    ("latency", 0, "latency must be in 1..4096 cycles, got 0"),
+    ("max_outstanding", 65, "max_outstanding must be in 1..64, got 65"),
+])
+def test_setup_refuses_a_bad_slice_parameter(field, value, needle):
+    from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
+    s = dataclasses.replace(Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 5),
+                                  steps=1, max_ctx=16), **{field: value})
+    with pytest.raises(SetupError) as e:
+        check_setup(s)
+    assert needle in str(e.value) and e.value.param == field
