@@ -13,11 +13,10 @@ The fast system model with its default assumptions and the ``vllm-v0`` stack wit
 jitter (as benchmarks/claims.py). A batch whose K/V does not fit the group's HBM beside the
 weights (``models/roofline.py``) is reported as such and not simulated.
 
-A second table shows why the ``cdu`` cut does not change the TE term yet: the tile with the
-CDU (``static``, two L2 geometries) against the tile without it, on one SM's slice of H100,
-timed by the tile's timing model (which the RTL matches cycle for cycle, tests/
-test_tile_timing.py): one KV head of Llama-3-70B (TP8), two requests of 1,000 and 700
-tokens, two decode steps.
+A second table shows what the ``cdu`` cut changes in the TE term: one SM's tile on its
+slice of H100 without the CDU and with it (``static`` at the SM's share of the L2,
+``slice_cdu``), for a request the DSU marks cached and one it streams, one KV head of
+Llama-3-70B (TP8), one unit of 2,000 tokens.
 """
 
 from __future__ import annotations
@@ -43,6 +42,8 @@ SCRIPT = "benchmarks/tile_grid_steps.py"
 CONTEXTS = (8192, 32768, 131072)
 BATCHES = (1, 8, 64)
 CUTS = (("none", ()), ("te", ("te",)), ("te+cdu+dsu", ("te", "cdu", "dsu")))
+#: tokens of the second table's unit
+UNIT = 2000
 
 
 def step(model, gpu, tp, ctx, batch, cuts):
@@ -58,24 +59,18 @@ def step(model, gpu, tp, ctx, batch, cuts):
 def cdu_rows(gpu):
     """The second table's rows (module docs)."""
     import dataclasses
-    from tricut.models.sm_slice import slice_config
-    from tricut.sim.harness.tile.setup import Setup, predict_layers
-    rows = []
-    prompts = (1000, 700)
+    from tricut.models.sm_slice import cdu_slice_timing, slice_cdu, slice_config, slice_timing
+    from tricut.sim.fast.timing import Assumptions
+    a, rows = Assumptions(), []
     for kv in ("bf16", "fp8"):
-        cfg = slice_config(gpu, load_model("llama-3-70b"), kv, 0.9)
-        base = Setup(model="llama-3-70b-kv1", requests=2, prompt_lens=prompts, steps=2,
-                     engines=cfg.engines, lanes=cfg.lanes, kv_dtype=kv, max_ctx=1024 + 16,
-                     latency=cfg.latency, max_outstanding=cfg.max_outstanding,
-                     hbm_rate=cfg.hbm_rate, split_tokens=cfg.split_tokens)
-        cells = []
-        for policy, geo in ((None, {}), ("static", dict(cdu_sets=4, cdu_ways=2, distance=4)),
-                            ("static", dict(cdu_sets=16, cdu_ways=8, distance=32))):
-            r = predict_layers(dataclasses.replace(base, policy=policy, **geo))
-            cells.append(f"{r[(0, 0)]:,} / {r[(1, 0)]:,}")
-        words = sum(p + 1 for p in prompts) * 2 * cfg.dk
-        ideal = words * cfg.hbm_rate[1] / cfg.hbm_rate[0]
-        rows.append(f"| {kv} | " + " | ".join(cells) + f" | {ideal:,.0f} |")
+        cfg = slice_config(gpu, load_model("llama-3-70b"), kv, a.te_bw_efficiency)
+        l2 = dataclasses.replace(cfg, l2=True)
+        cdu = slice_cdu(gpu, l2, "static", a.cdu_l2_share)
+        plain, ct = slice_timing(cfg), cdu_slice_timing(l2, cdu)
+        ideal = UNIT * 2 * cfg.dk * cfg.hbm_rate[1] / cfg.hbm_rate[0]
+        rows.append(f"| {kv} | {cdu.sets} × {cdu.ways}, {cdu.distance} | "
+                    f"{cfg.split_tokens or 'none'} | {plain.unit(UNIT):,.0f} | "
+                    f"{ct.auto.unit(UNIT):,.0f} | {ct.stream.unit(UNIT):,.0f} | {ideal:,.0f} |")
     return rows
 
 
@@ -102,10 +97,12 @@ def main():
                 lines.append(f"| {ctx // 1024}K | {batch} | {label} | {st.time_s * 1e3:.2f} | "
                              f"{st.bound} | {st.attn_s * 1e3:.2f} | {util:.1%} | {over:.3f} | "
                              f"{st.te_imbalance:.3f} | {st.time_s / st.floor_s:.2f} |")
-    lines += ["", "The tile with the CDU on one SM's slice (tile timing model; cycles per layer, "
-              "steps 0 and 1; `ideal`: step 0's K/V words at the slice's HBM rate):", "",
-              "| K/V | no CDU | static, 4 sets × 2 ways, distance 4 | static, 16 × 8, distance 32 "
-              "| ideal |", "|---|---|---|---|---|"]
+    lines += ["", f"One SM's tile on its slice, one unit of {UNIT:,} tokens (one KV head of "
+              "Llama-3-70B; cycles of the expected-value model, `SliceTiming` and "
+              "`CduSliceTiming`; `ideal`: its K/V words at the slice's HBM rate):", "",
+              "| K/V | the slice's CDU: sets × ways, distance | split | no CDU | CDU, cached "
+              "(hint auto) | CDU, streamed (hint stream) | ideal |",
+              "|---|---|---|---|---|---|---|"]
     lines += cdu_rows(gpu)
     body = "\n".join(lines) + "\n"
     print(body)

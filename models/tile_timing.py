@@ -140,7 +140,7 @@ from tricut.models.tile import split_parts
 
 from .te_array_timing import STATUS_TAIL
 
-__all__ = ["TileConfig", "Decision", "host_gaps", "predict_run", "predict_dsu_run",
+__all__ = ["CDU_FE_ENTRIES", "TileConfig", "Decision", "host_gaps", "predict_run", "predict_dsu_run",
            "cdu_decisions", "engine_job_cycles", "predict_dsu_timeout",
            "DSU_TIMEOUT_EXTRA"]
 
@@ -151,6 +151,11 @@ def walk_depth(max_outstanding):
     """Block reads the unit streamer's HBM walk keeps in flight (its ``routes`` FIFO,
     ``rtl/tile/unit_streamer.py``): the block reader's burst slots, at least 8."""
     return max(8, max_outstanding)
+
+
+#: the CDU front end's adaptive-predictor scatter entries per (slot, layer) in the tile
+#: (``rtl/tile/attention_path.py``; the golden ``FrontEnd(entries=...)`` takes the same)
+CDU_FE_ENTRIES = 8
 
 
 @dataclass(frozen=True)

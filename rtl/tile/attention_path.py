@@ -11,6 +11,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from tricut.models.tile import TILE_ENGINES
+from tricut.models.tile_timing import CDU_FE_ENTRIES
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, fe_config_layout, step_layout
 from tricut.rtl.cdu.top import CDU
@@ -29,9 +30,8 @@ __all__ = ["AttentionPath", "CDU_DEFAULTS", "CDU_FE_ENTRIES", "CDU_FE_UNITS"]
 
 #: the CDU parameters of the attention path when none are given
 CDU_DEFAULTS = dict(sets=4, ways=2, mshrs=4, rq_depth=4, max_retries=2)
-#: the CDU front end's adaptive-predictor scatter entries per (slot, layer) (the golden
-#: model's ``FrontEnd(entries=...)`` must be given the same) and its unit FIFO depth
-CDU_FE_ENTRIES = 8
+#: the CDU front end's unit FIFO depth (its scatter entries per (slot, layer),
+#: ``CDU_FE_ENTRIES``, are the timing model's: the golden ``FrontEnd`` takes the same)
 CDU_FE_UNITS = 16
 
 

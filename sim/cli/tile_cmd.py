@@ -14,6 +14,7 @@ import dataclasses
 import json
 import sys
 
+from tricut.models.cdu import POLICIES
 from tricut.models.dsu import PROFILES
 from tricut.models.te import KV_CODE_BITS
 from tricut.models.tile import TILE_ENGINES, TILE_LANES as LANES
@@ -23,6 +24,9 @@ from .errors import InputError, one_line_argparse, positive_int_list
 __all__ = ["add_commands", "cmd_tile_run"]
 
 #: harness parameter -> the flag that sets it
+#: the CDU geometry of a run without --gpu, when its flags are not given (Setup's defaults)
+CDU_GEOMETRY = {"cdu_sets": 4, "cdu_ways": 2, "distance": 4}
+
 _FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--prompt-lens",
           "max_prompt": "--max-prompt", "steps": "--steps", "kv_dtype": "--kv-dtype",
           "engines": "--engines", "engine": "--engine", "lanes": "--lanes", "split_tokens": "--split-tokens",
@@ -75,7 +79,7 @@ def _slice(args):
     if args.gpu is None:
         return {}
     from tricut.models.config import ConfigError, load_gpu, load_model
-    from tricut.models.sm_slice import slice_config
+    from tricut.models.sm_slice import slice_cdu, slice_config
     from tricut.sim.fast.timing import Assumptions
     try:
         gpu, model = load_gpu(args.gpu), load_model(args.model)
@@ -86,10 +90,20 @@ def _slice(args):
                          f"its {gpu.te_engines_per_sm} per SM; leave --engines out")
     if args.kv_dtype not in KV_CODE_BITS or args.lanes not in LANES:
         return {"engines": gpu.te_engines_per_sm}           # check_setup names the flag
-    cfg = slice_config(gpu, model, args.kv_dtype, Assumptions().te_bw_efficiency, args.lanes,
+    a = Assumptions()
+    cfg = slice_config(gpu, model, args.kv_dtype, a.te_bw_efficiency, args.lanes,
                        args.engine or "pipelined")
-    return {"engines": cfg.engines, "latency": cfg.latency, "hbm_rate": cfg.hbm_rate,
-            "max_outstanding": cfg.max_outstanding, "split_tokens": cfg.split_tokens}
+    fields = {"engines": cfg.engines, "latency": cfg.latency, "hbm_rate": cfg.hbm_rate,
+              "max_outstanding": cfg.max_outstanding, "split_tokens": cfg.split_tokens}
+    if args.policy in POLICIES:
+        # the CDU at the SM's share of the L2 (a geometry flag given overrides its part)
+        try:
+            cdu = slice_cdu(gpu, dataclasses.replace(cfg, l2=True), args.policy,
+                            a.cdu_l2_share)
+        except ValueError as e:
+            raise InputError(f"--gpu: {e}") from None
+        fields.update(cdu_sets=cdu.sets, cdu_ways=cdu.ways, distance=cdu.distance)
+    return fields
 
 
 def _lens_ok(s):
@@ -106,9 +120,16 @@ def _setup(args):
 
     lens = args.prompt_lens
     n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
+    if args.policy not in POLICIES:
+        given = [_FLAGS[k] for k in CDU_GEOMETRY if getattr(args, k) is not None]
+        if given:
+            raise InputError(f"{given[0]} needs --policy (the tile has no CDU without one)")
     slice_fields = _slice(args)
-    if args.split_tokens is not None:
-        slice_fields.pop("split_tokens", None)
+    for flag in ("split_tokens", "cdu_sets", "cdu_ways", "distance"):
+        if getattr(args, flag) is not None:          # given: it overrides the slice's
+            slice_fields.pop(flag, None)
+    geometry = {k: slice_fields.pop(k, CDU_GEOMETRY[k] if getattr(args, k) is None
+                                    else getattr(args, k)) for k in CDU_GEOMETRY}
     s = Setup(model=args.model, requests=n, prompt_lens=lens,
               max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
               engines=slice_fields.pop("engines", 1 if args.engines is None else args.engines),
@@ -117,8 +138,7 @@ def _setup(args):
                   "split_tokens", 0 if args.split_tokens is None else args.split_tokens),
               max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
               seed=args.seed, policy=None if args.policy == "none" else args.policy,
-              cdu_sets=args.cdu_sets, cdu_ways=args.cdu_ways, distance=args.distance,
-              long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
+              **geometry, long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
               max_retries=args.max_retries, faults=args.faults, hang=args.hang,
               watchdog=args.watchdog, **slice_fields)
     if args.split_tokens is None and s.split_tokens:
@@ -140,18 +160,11 @@ _SIM_NAMES = {"amaranth": "Amaranth simulator", "verilator": "Verilator"}
 
 def _slice_prediction(rep):
     """``(timing model, fast model)`` cycles per (round, layer) of an SM-slice run: the tile's
-    cycle-stepped timing model, and (no CDU) the expected-value model ``tricut simulate``
-    uses for the same units (None with a CDU policy)."""
-    from tricut.models.sm_slice import slice_timing
-    from tricut.sim.harness.tile.setup import predict_layers, schedule, tile_config
-    s = rep.setup
-    stepped = predict_layers(s)
-    if s.policy is not None:
-        return stepped, None
-    timing = slice_timing(tile_config(s))
-    lens = {ri: [d.seq_len for d in descs] for ri, descs in enumerate(schedule(s))}
-    fast = {k: timing.sm_cycles(lens[k[0]]) for k in stepped}
-    return stepped, fast
+    cycle-stepped timing model, and the expected-value model ``tricut simulate`` uses for the
+    same units (``sim/harness/tile/slice_prediction.py``)."""
+    from tricut.sim.harness.tile.setup import predict_layers
+    from tricut.sim.harness.tile.slice_prediction import fast_layer_cycles
+    return predict_layers(rep.setup), fast_layer_cycles(rep.setup)
 
 
 def _slice_lines(rep, gpu):
@@ -162,11 +175,9 @@ def _slice_lines(rep, gpu):
            f"{s.max_outstanding} burst slots"]
     for k in sorted(t.layer_cycles):
         rtl = t.layer_cycles[k]
-        line = f"  round {k[0]} layer {k[1]}: RTL {rtl}, timing model {stepped.get(k)}"
-        if fast is not None:
-            line += f", fast model {fast[k]:.0f} ({(fast[k] - rtl) / rtl:+.3%})"
-        out.append(line)
-    if fast is not None and t.layer_cycles:
+        out.append(f"  round {k[0]} layer {k[1]}: RTL {rtl}, timing model {stepped.get(k)}, "
+                   f"fast model {fast[k]:.0f} ({(fast[k] - rtl) / rtl:+.3%})")
+    if t.layer_cycles:
         rtl_sum = sum(t.layer_cycles.values())
         fast_sum = sum(fast[k] for k in t.layer_cycles)
         out.append(f"  summed over the run: RTL {rtl_sum}, fast model {fast_sum:.0f} "
@@ -230,8 +241,8 @@ def _json(rep, sim="amaranth", sm_slice=None):
             "max_outstanding": s.max_outstanding,
             "timing_model_layer_cycles": [{"round": k[0], "layer": k[1], "cycles": v}
                                           for k, v in sorted(stepped.items())],
-            "fast_model_layer_cycles": None if fast is None else
-            [{"round": k[0], "layer": k[1], "cycles": v} for k, v in sorted(fast.items())]}
+            "fast_model_layer_cycles": [{"round": k[0], "layer": k[1], "cycles": v}
+                                        for k, v in sorted(fast.items())]}
     return json.dumps(extra | {
         "sim": sim,
         "setup": {k: getattr(s, k) for k in ("model", "requests", "steps", "kv_dtype", "engines",
@@ -324,9 +335,10 @@ def add_commands(sub) -> None:
                         "config file; docs/system-model.md, 'The TE term: a grid of tiles'): "
                         "its TE engines per SM, its SM's share of HBM bandwidth (x the TE's "
                         "bandwidth efficiency) as the HBM model's rate, its HBM latency in TE "
-                        "cycles and the burst slots that cover it; prints the fast model's "
-                        "cycles per layer beside the RTL's (no CDU: the expected-value tile "
-                        "model tricut simulate uses)")
+                        "cycles and the burst slots that cover it, and with --policy the CDU "
+                        "at the SM's share of the L2; prints the fast model's cycles per "
+                        "layer beside the RTL's (the expected-value tile model tricut "
+                        "simulate uses)")
     p.add_argument("--engine", choices=TILE_ENGINES, default=None,
                    help="the TE engine design of the tile's array (docs/te.md; default: the "
                         "shipped pipelined engine)")
@@ -354,12 +366,15 @@ def add_commands(sub) -> None:
                         "on a bypass; 'none': the tile without the CDU, the same unit "
                         "streamer reading every block from HBM "
                         "(default: %(default)s)")
-    p.add_argument("--cdu-sets", type=_int_arg(), default=4, metavar="S",
-                   help="CDU tag-store sets, a power of 2 (default: %(default)s)")
-    p.add_argument("--cdu-ways", type=_int_arg(), default=2, metavar="W",
-                   help="CDU ways per set, 1..16 (default: %(default)s)")
-    p.add_argument("--distance", type=_int_arg(0), default=4, metavar="D",
-                   help="CDU prefetch distance in blocks, 0..255 (default: %(default)s)")
+    p.add_argument("--cdu-sets", type=_int_arg(), default=None, metavar="S",
+                   help=f"CDU tag-store sets, a power of 2 (default: {CDU_GEOMETRY['cdu_sets']}, "
+                        "or with --gpu the SM's share of the L2)")
+    p.add_argument("--cdu-ways", type=_int_arg(), default=None, metavar="W",
+                   help=f"CDU ways per set, 1..16 (default: {CDU_GEOMETRY['cdu_ways']}, or "
+                        "with --gpu the SM slice's)")
+    p.add_argument("--distance", type=_int_arg(0), default=None, metavar="D",
+                   help=f"CDU prefetch distance in blocks, 0..255 (default: "
+                        f"{CDU_GEOMETRY['distance']}, or with --gpu the SM slice's)")
     p.add_argument("--long-context", type=_int_arg(), default=1, metavar="T",
                    help="with a CDU policy: the DSU marks contexts of at least T tokens "
                         "resident (CDU hint 'auto', may be kept in L2), shorter ones 'stream' "

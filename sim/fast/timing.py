@@ -8,6 +8,7 @@ faster than that floor.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -19,7 +20,8 @@ from pathlib import Path
 from tricut.models.cdu import BLOCK_TOKENS, POLICIES
 from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
-from tricut.models.sm_slice import grid_layer_cycles, slice_config, slice_timing
+from tricut.models.sm_slice import (cdu_slice_timing, grid_layer_cycles, slice_cdu, slice_config,
+                                    slice_timing)
 from tricut.models.te import ENGINES as TE_ENGINES
 from tricut.models.te import te_cycles
 from tricut.models.tile import TILE_ENGINES
@@ -324,7 +326,7 @@ class StepModel:
         self.gemv_flops_per_request = 2 * (m.param_count() - (0 if m.tie_embeddings else
                                                               m.vocab_size * m.hidden_size)) / self.tp
         self.kv_heads_here = max(1, m.num_kv_heads // self.tp)
-        self.slice = self._grid = None
+        self.slice = self._grid = self.slice_cdu = None
         if "te" in self.cuts:
             # the TE term: a grid of tiles, one per SM (models/sm_slice.py); the tile model's
             # probes run on the first step (:attr:`grid`), the shape is checked here
@@ -335,6 +337,10 @@ class StepModel:
                                  f"({', '.join(TILE_ENGINES)}), not {self.units.te_engine!r}")
             self.slice = slice_config(self.gpu, m, self.kv_dtype, a.te_bw_efficiency,
                                       self.units.te_lanes, self.units.te_engine)
+            if "cdu" in self.cuts:
+                # with the cdu cut each SM's tile has the CDU, at its share of the L2
+                self.slice = dataclasses.replace(self.slice, l2=True)
+                self.slice_cdu = slice_cdu(self.gpu, self.slice, self.policy, a.cdu_l2_share)
         self.cdu = None
         if "cdu" in self.cuts:
             block_bytes = self.kv_token_bytes / m.num_layers * BLOCK_TOKENS   # one layer, this GPU
@@ -345,7 +351,8 @@ class StepModel:
     def grid(self):
         """The expected-value model of one SM's tile (``te`` cut; None without it)."""
         if self._grid is None and self.slice is not None:
-            self._grid = slice_timing(self.slice)
+            self._grid = slice_timing(self.slice) if self.slice_cdu is None else \
+                cdu_slice_timing(self.slice, self.slice_cdu)
         return self._grid
 
     # -- pieces ------------------------------------------------------------------------------
@@ -438,7 +445,14 @@ class StepModel:
             te_t, imbalance = 0.0, 1.0
             if batch:
                 lengths = np.repeat(np.asarray(seq_lens, dtype=np.int64), self.kv_heads_here)
-                slowest, mean = grid_layer_cycles(self.grid, lengths, g.sm_count)
+                cached = reuse = None
+                if cdu is not None:
+                    # each job's curve by its residency hint; a cached job's blocks still
+                    # resident from the previous step are read from L2
+                    cached = np.repeat(np.asarray(residency, dtype=bool), self.kv_heads_here)
+                    reuse = cdu.reuse / cdu.hits if cdu.hits else 0.0
+                slowest, mean = grid_layer_cycles(self.grid, lengths, g.sm_count, cached,
+                                                  reuse or 0.0)
                 te_t = m.num_layers * slowest / u.te_clock_hz
                 imbalance = slowest / mean
             mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)

@@ -11,7 +11,7 @@ from tricut.sim.harness.cdu import fe_config
 from .compare import txn_fields
 from .golden import RunInputs, RunResult
 from .loop import Hang, TileLoop
-from .setup import Setup
+from .setup import Setup, layer_cycle_limit
 from .tops import CosimTop
 
 __all__ = ["cosim_run", "AmaranthPort"]
@@ -83,11 +83,12 @@ class AmaranthPort:
 
 
 def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
-              max_layer_cycles=500_000) -> RunResult:
+              max_layer_cycles=None) -> RunResult:
     """The tile side in Amaranth's simulator. ``corrupt=(addr, bit)`` flips one bit of the
     initial HBM image (the golden keeps it) to show that a difference is caught. With
     ``golden`` (its :func:`golden_run`) the run stops after the first layer whose outputs
-    (or HBM ``err`` / TE status) differ from it. A hang raises ``TimeoutError``."""
+    (or HBM ``err`` / TE status) differ from it. A hang raises ``TimeoutError``
+    (``max_layer_cycles``: the hang guard, default :func:`~.setup.layer_cycle_limit`)."""
     from amaranth.sim import Simulator
 
     run = RunInputs(s)
@@ -96,7 +97,8 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         image[corrupt[0]] ^= 1 << corrupt[1]
     top = CosimTop(image, run.params())
     tile = top.tile
-    loop = TileLoop(run, None, tile, top.hbm, golden, max_layer_cycles)   # port: the bench's
+    loop = TileLoop(run, None, tile, top.hbm, golden,
+                    max_layer_cycles or layer_cycle_limit(s))   # port: the bench's
 
     async def watch_txns(ctx):
         """The CDU's decisions as the new-token writer takes them."""

