@@ -204,6 +204,29 @@ def test_grid_loads_are_the_placement_rule_unit_by_unit():
     assert not np.allclose(grid_loads(ct, lengths, sms, cached), grid_loads(ct, lengths, sms))
 
 
+def test_the_compiled_grid_is_the_numpy_grid():
+    """``sim/fast/grid_twin.py`` (what ``StepModel`` calls every step) against
+    ``grid_layer_cycles`` (numpy, the oracle): random steps with and without the CDU, a
+    single job, jobs shorter than a block, and jobs that are whole parts."""
+    from tricut.sim.fast.grid_twin import grid_layer_cycles_fast
+    cfg = slice_config(load_gpu("h100-sxm5"), load_model("llama-3-70b"), "fp8", 0.9)
+    plain = slice_timing(cfg)
+    cdu_cfg, cdu = _cdu_slice("h100-sxm5", "llama-3-70b", "bf16")
+    ct = cdu_slice_timing(cdu_cfg, cdu)
+    rng = np.random.default_rng(11)
+    cases = [(np.array([70000]), None), (np.array([3, 15, 1]), None),
+             (np.full(132 * 3, 256), None)]
+    for _ in range(40):
+        n = int(rng.integers(1, 300))
+        cases.append((rng.integers(1, 80000, n), rng.random(n) < 0.5))
+    for lengths, cached in cases:
+        for timing, reuse in ((plain, 0.0), (ct, float(rng.random() * 0.1))):
+            want = grid_layer_cycles(timing, lengths, 132, cached, reuse)
+            got = grid_layer_cycles_fast(timing, lengths, 132, cached, reuse)
+            assert got == pytest.approx(want, rel=1e-12), (len(lengths), timing)
+    assert grid_layer_cycles_fast(plain, [], 132) == (0.0, 0.0)
+
+
 def test_placement_rule():
     lengths = np.array([8001, 8001, 300, 17])
     S, parts, sm = place_parts(lengths, 132)

@@ -20,14 +20,14 @@ from pathlib import Path
 from tricut.models.cdu import BLOCK_TOKENS, POLICIES
 from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
-from tricut.models.sm_slice import (cdu_slice_timing, grid_layer_cycles, slice_cdu, slice_config,
-                                    slice_timing)
+from tricut.models.sm_slice import cdu_slice_timing, slice_cdu, slice_config, slice_timing
 from tricut.models.te import ENGINES as TE_ENGINES
 from tricut.models.te import te_cycles
 from tricut.models.tile import TILE_ENGINES
 from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
+from .grid_twin import grid_layer_cycles_fast
 from .datafile import read_data_json
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
@@ -451,8 +451,8 @@ class StepModel:
                     # resident from the previous step are read from L2
                     cached = np.repeat(np.asarray(residency, dtype=bool), self.kv_heads_here)
                     reuse = cdu.reuse / cdu.hits if cdu.hits else 0.0
-                slowest, mean = grid_layer_cycles(self.grid, lengths, g.sm_count, cached,
-                                                  reuse or 0.0)
+                slowest, mean = grid_layer_cycles_fast(self.grid, lengths, g.sm_count, cached,
+                                                       reuse or 0.0)
                 te_t = m.num_layers * slowest / u.te_clock_hz
                 imbalance = slowest / mean
             mem_t = (hbm_read + kv_write) / (bw * a.te_bw_efficiency)
