@@ -188,6 +188,13 @@ def layer_cycles_stepped(cfg: TileConfig, lengths, cdu: SliceCdu | None = None,
     return predict_run(cfg, rounds, decisions)[(0, 0)]
 
 
+@lru_cache(maxsize=4096)
+def _unit_stepped(cfg: TileConfig, n: int, cdu: SliceCdu | None, hint: str) -> int:
+    """One unit alone (:func:`layer_cycles_stepped`), memoised: the curves and the pairs of
+    curves probe the same units."""
+    return layer_cycles_stepped(cfg, [n], cdu, hint)
+
+
 #: next-unit lengths (in blocks) the overlap of a streamed unit and a cached one after it is
 #: probed for (beyond: the same)
 _NEXT_BLOCKS = 16
@@ -202,7 +209,7 @@ def _pair_overlaps(cfg: TileConfig, cdu: SliceCdu | None, first: str, then: str,
     probed up to ``next_blocks`` (1: not probed; it matters where a cached unit follows a
     streamed one, whose blocks the CDU prefetches under it)."""
     B = BLOCK_TOKENS
-    one = lambda n, h: layer_cycles_stepped(cfg, [n], cdu, h)          # noqa: E731
+    one = lambda n, h: _unit_stepped(cfg, n, cdu, h)                    # noqa: E731
     pair = lambda a, b: layer_cycles_stepped(cfg, [a, b], cdu, [first, then])   # noqa: E731
     tail = one(lead, then)
     by_tail = np.array([one(lead - B + r, first) + tail - pair(lead - B + r, lead)
@@ -241,7 +248,7 @@ class SliceTiming:
         self.cfg, self.cdu, self.hint = cfg, cdu, hint
         self.shape = None
         B = BLOCK_TOKENS
-        probe = lambda n: layer_cycles_stepped(cfg, [n], cdu, hint)        # noqa: E731
+        probe = lambda n: _unit_stepped(cfg, n, cdu, hint)                 # noqa: E731
         if cfg.split_tokens == 0:
             # one job per pass: U grows by the same cycles every block
             self.period = B
