@@ -117,7 +117,8 @@ class ServingSetup:
         try:
             self.step_model(cuts)
         except ValueError as e:
-            if "cdu" not in cuts or not self.gpu.has_cdu or "CDU reduction" not in str(e):
+            if "cdu" not in cuts or not self.gpu.has_cdu or not any(
+                    what in str(e) for what in ("CDU reduction", "L2 share")):
                 raise
             raise ValueError(f"cdu cut with cdu_l2_share {self.assumptions.cdu_l2_share:g} of "
                              f"{self.gpu.name}'s L2: {e}") from None
