@@ -115,16 +115,18 @@ def slice_split_tokens(model: ModelConfig, lanes: int, engine: str, rate: tuple,
 
 def slice_config(gpu: GpuConfig, model: ModelConfig, kv_dtype: str = "bf16",
                  efficiency: float = 1.0, lanes: int = 32, engine: str = "pipelined",
-                 max_beats: int = 16) -> TileConfig:
+                 max_beats: int = 16, engines: int | None = None) -> TileConfig:
     """The tile of one SM of ``gpu`` running ``model``'s attention (one KV head per job:
     ``num_kv_heads = 1``, one layer), without the CDU, at the SM's HBM share, split-K by
-    :func:`slice_split_tokens`."""
+    :func:`slice_split_tokens`; ``engines`` (default: the GPU's per SM) the TE engines, for
+    a design that differs from the GPU's."""
+    engines = gpu.te_engines_per_sm if engines is None else engines
     rate = slice_rate(gpu, lanes, kv_dtype, efficiency)
     latency = max(1, round(gpu.hbm_latency_s * gpu.te_clock_hz))
     dk = model.head_dim // lanes
     slots = slice_outstanding(latency, rate, 2 * dk)
-    split = slice_split_tokens(model, lanes, engine, rate, gpu.te_engines_per_sm)
-    return TileConfig(engines=gpu.te_engines_per_sm, head_dim=model.head_dim,
+    split = slice_split_tokens(model, lanes, engine, rate, engines)
+    return TileConfig(engines=engines, head_dim=model.head_dim,
                       G=model.group_size, lanes=lanes, num_kv_heads=1, num_layers=1,
                       split_tokens=split, latency=latency, max_beats=max_beats,
                       max_outstanding=slots, hbm_outstanding=slots, hbm_rate=rate,

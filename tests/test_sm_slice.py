@@ -291,7 +291,7 @@ def test_tile_run_gpu_flag_sets_the_slice():
     """``tricut tile run --gpu``: the tile's engines, HBM rate, latency and burst slots are
     the SM slice's (the same function ``tricut simulate``'s grid uses)."""
     import argparse
-    from tricut.sim.cli.tile_cmd import _setup
+    from tricut.sim.cli.tile_cmd import tile_setup as _setup
     from tricut.sim.fast.timing import Assumptions
     args = argparse.Namespace(
         model="llama-3-70b-kv1", gpu="h100-sxm5", prompt_lens=(40, 20), synthetic=None,
@@ -309,7 +309,13 @@ def test_tile_run_gpu_flag_sets_the_slice():
     assert _setup(args).split_tokens == 256
     args.split_tokens = 0                                          # the flag overrides
     assert _setup(args).split_tokens == 0
-    args.gpu, args.split_tokens = None, None
+    args.split_tokens = None
+    # --engines: another design on the same share; one engine has nothing to split for
+    for engines, split in ((1, 0), (2, 256)):
+        args.engines = engines
+        s = _setup(args)
+        assert (s.engines, s.split_tokens, s.hbm_rate) == (engines, split, cfg.hbm_rate)
+    args.gpu, args.engines = None, None
     s = _setup(args)
     assert (s.engines, s.latency, s.hbm_rate, s.split_tokens) == (1, 8, (1, 1), 0)
     # with a CDU policy the CDU is the SM's share of the L2 (slice_cdu); a flag overrides

@@ -222,7 +222,7 @@ BAD = [
     (["--seed", "-1"], "--seed"),
     (["--bogus"], "unrecognized"),
     (["--gpu", "no-such-gpu"], "--gpu: unknown gpu 'no-such-gpu'"),
-    (["--gpu", "h100-sxm5", "--engines", "2"], "--engines 2: --gpu h100-sxm5 sets"),
+    (["--gpu", "h100-sxm5", "--engines", "17"], "--engines"),
     (["--gpu", "h100-sxm5", "--model", "nope"], "--gpu: unknown model"),
 ]
 

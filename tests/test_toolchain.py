@@ -70,3 +70,73 @@ def test_cocotb_failure_is_reported():
 
     with pytest.raises(CocotbFailure):
         run_cocotb(StuckCounter(), "smoke_counter", "smoke_counter", COCOTB_DIR)
+
+
+def test_build_lock_excludes_another_process(tmp_path):
+    """A second process enters a build directory's lock only after the first left it."""
+    import sys
+    import time
+
+    from tricut.sim.harness.cocotb_run import build_lock
+
+    held, left = tmp_path / "held", tmp_path / "left"
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from pathlib import Path
+from tricut.sim.harness.cocotb_run import build_lock
+with build_lock(Path({str(tmp_path)!r})):
+    Path({str(held)!r}).touch()
+    time.sleep(1.5)
+    Path({str(left)!r}).write_text(repr(time.time()))
+"""])
+    try:
+        deadline = time.time() + 60
+        while not held.exists():
+            assert child.poll() is None and time.time() < deadline, "the child never took the lock"
+            time.sleep(0.02)
+        with build_lock(tmp_path):
+            entered = time.time()
+            assert left.exists(), "entered the lock while another process held it"
+        assert entered >= float(left.read_text())
+    finally:
+        assert child.wait(timeout=60) == 0
+
+
+def test_workers_share_one_build_of_a_design():
+    """Two processes that look like two pytest-xdist workers run the same new design at once:
+    both pass, on one build directory, and leave no run files behind."""
+    import secrets
+    import shutil
+    import sys
+
+    from tricut.sim.harness.cocotb_run import BUILD_ROOT
+
+    top = f"shared_counter_{secrets.token_hex(4)}"
+    code = f"""
+from pathlib import Path
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from tricut.sim.harness.cocotb_run import run_cocotb
+
+class Counter(wiring.Component):
+    en: In(1)
+    count: Out(4)
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.en):
+            m.d.sync += self.count.eq(self.count + 1)
+        return m
+
+assert run_cocotb(Counter(), {top!r}, "smoke_counter", Path({str(COCOTB_DIR)!r})) == 1
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTEST_XDIST_WORKER": w})
+             for w in ("gw0", "gw1")]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    dirs = list(BUILD_ROOT.glob(f"{top}-*"))
+    assert len(dirs) == 1, dirs
+    assert not list(dirs[0].glob("results-*.xml")) and not list(dirs[0].glob("smoke_counter-*.log"))
+    shutil.rmtree(dirs[0])

@@ -106,8 +106,10 @@ def _plot_parser() -> argparse.ArgumentParser:
     one_line_argparse(p)
     p.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="the sweep database (default: %(default)s)")
     p.add_argument("--sweep", help="which sweep in the database (default: the only one)")
-    p.add_argument("--x", help="metric on the x axis (default: tpot_p99_s, or the first metric)")
-    p.add_argument("--y", help="metric on the y axis (default: tokens_per_s, or the second metric)")
+    p.add_argument("--x", help="metric on the x axis (default: tpot_p99_s; cells for a tile-design sweep, "
+                                    "hbm_port_use for tile-run; else the first metric)")
+    p.add_argument("--y", help="metric on the y axis (default: tokens_per_s; cycles_per_step for the tile "
+                                    "sweeps; else the second metric)")
     p.add_argument("--group", metavar="AXIS", help="one front per value of this axis (default: the first axis)")
     p.add_argument("--heat", metavar="AXIS,AXIS", help="the heat map's two axes (default: the first two axes)")
     p.add_argument("--metric", help="the heat map's metric (default: the --y metric)")

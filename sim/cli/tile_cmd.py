@@ -21,7 +21,7 @@ from tricut.models.tile import TILE_ENGINES, TILE_LANES as LANES
 
 from .errors import InputError, one_line_argparse, positive_int_list
 
-__all__ = ["add_commands", "cmd_tile_run"]
+__all__ = ["add_commands", "cmd_tile_run", "tile_run_parser", "tile_setup"]
 
 #: harness parameter -> the flag that sets it
 #: the CDU geometry of a run without --gpu, when its flags are not given (Setup's defaults)
@@ -85,14 +85,12 @@ def _slice(args):
         gpu, model = load_gpu(args.gpu), load_model(args.model)
     except ConfigError as e:
         raise InputError(f"--gpu: {e}") from None
-    if args.engines is not None and args.engines != gpu.te_engines_per_sm:
-        raise InputError(f"--engines {args.engines}: --gpu {gpu.name} sets the tile's engines to "
-                         f"its {gpu.te_engines_per_sm} per SM; leave --engines out")
+    engines = gpu.te_engines_per_sm if args.engines is None else args.engines
     if args.kv_dtype not in KV_CODE_BITS or args.lanes not in LANES:
-        return {"engines": gpu.te_engines_per_sm}           # check_setup names the flag
+        return {"engines": engines}           # check_setup names the flag
     a = Assumptions()
     cfg = slice_config(gpu, model, args.kv_dtype, a.te_bw_efficiency, args.lanes,
-                       args.engine or "pipelined")
+                       args.engine or "pipelined", engines=engines)
     fields = {"engines": cfg.engines, "latency": cfg.latency, "hbm_rate": cfg.hbm_rate,
               "max_outstanding": cfg.max_outstanding, "split_tokens": cfg.split_tokens}
     if args.policy in POLICIES:
@@ -115,7 +113,9 @@ def _lens_ok(s):
     return bool(lens) and all(isinstance(x, int) for x in lens)
 
 
-def _setup(args):
+def tile_setup(args):
+    """The run's :class:`~tricut.sim.harness.tile.setup.Setup` from parsed flags, with every
+    check the command makes before it runs (:class:`InputError`, one line naming the flag)."""
     from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
 
     lens = args.prompt_lens
@@ -272,7 +272,7 @@ def cmd_tile_run(args) -> int:
     from tricut.sim.harness.toolchain import ToolchainError
     from tricut.sim.harness.waves import one_line
 
-    s = _setup(args)
+    s = tile_setup(args)
     try:
         rep = simulate(s, sim=args.sim)
     except SetupError as e:         # found by the golden run (a fault the CDU cannot retry)
@@ -309,6 +309,24 @@ def add_commands(sub) -> None:
                     "1: a difference (one error line naming the first); 2: bad input. "
                     "docs/tile/cosim.md, 'Co-simulation with the golden decode step'."),
         with_command=True)
+    _run_arguments(p)
+    p.set_defaults(func=cmd_tile_run)
+
+
+def tile_run_parser() -> argparse.ArgumentParser:
+    """A parser of ``tricut tile run``'s flags that raises :class:`InputError` on a bad one
+    (instead of printing and exiting): how ``tricut sweep``'s tile tasks check and run their
+    points."""
+    p = argparse.ArgumentParser(prog="tricut tile run", add_help=False)
+    _run_arguments(p)
+
+    def error(message):
+        raise InputError(message)
+    p.error = error
+    return p
+
+
+def _run_arguments(p) -> None:
     p.add_argument("--model", default="tiny-te",
                    help="model id or .toml; its head_dim must be one the TE takes (64, 128, "
                         "256) and its GQA group 1..16 (default: %(default)s)")
@@ -329,11 +347,12 @@ def add_commands(sub) -> None:
                         f"(default: %(default)s)")
     p.add_argument("--engines", type=_int_arg(), default=None, metavar="E",
                    help="TE engines of the tile's array, 1..16 (default: 1, or the GPU's "
-                        "engines per SM with --gpu)")
+                        "engines per SM with --gpu; given with --gpu, a design with other "
+                        "engines on the SM's share, its split-K chosen for them)")
     p.add_argument("--gpu", default=None, metavar="GPU",
                    help="run the tile as one SM's slice of this GPU (a shipped name or a "
                         "config file; docs/system-model.md, 'The TE term: a grid of tiles'): "
-                        "its TE engines per SM, its SM's share of HBM bandwidth (x the TE's "
+                        "its TE engines per SM (unless --engines), its SM's share of HBM bandwidth (x the TE's "
                         "bandwidth efficiency) as the HBM model's rate, its HBM latency in TE "
                         "cycles and the burst slots that cover it, and with --policy the CDU "
                         "at the SM's share of the L2; prints the fast model's cycles per "
@@ -415,4 +434,3 @@ def add_commands(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="one JSON object: setup, prompt lengths, DSU rounds, tokens (tile and "
                         "golden), cycles per step and layer, differences")
-    p.set_defaults(func=cmd_tile_run)

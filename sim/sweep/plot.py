@@ -1,6 +1,7 @@
 """Figures of a finished sweep: Pareto fronts of two metrics (one per group) and a heat map of
-one metric over two axes. A metric whose name ends in ``_s`` (a time, not a rate) is better low;
-any other is better high."""
+one metric over two axes. A metric whose name ends in ``_s`` (a time, not a rate), a count of
+cycles (``cycles``, ``cycles_per_step``, ``..._cycles_...``), of cells (``cells``,
+``cells_...``) or of failures is better low; any other is better high."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ from .store import ResultStore, StoreError
 __all__ = ["better_low", "pareto_front", "plot_sweep"]
 
 DEFAULT_X, DEFAULT_Y = "tpot_p99_s", "tokens_per_s"
+#: the default (x, y) of a sweep's Pareto plot per task (else DEFAULT_X, DEFAULT_Y)
+TASK_AXES = {"tile-design": ("cells", "cycles_per_step"),
+             "tile-run": ("hbm_port_use", "cycles_per_step"),
+             "tile-area": ("cells_te_engines", "cells")}
 
 
 def better_low(metric: str) -> bool:
-    return metric.endswith("_s") and not metric.endswith("per_s") or metric in ("failed", "rollbacks")
+    return (metric.endswith("_s") and not metric.endswith("per_s")
+            or metric in ("failed", "rollbacks", "differences", "timing_model_error")
+            or metric.startswith(("cycles", "cells")) or "_cycles" in metric)
 
 
 def pareto_front(points, x_low: bool, y_low: bool) -> list[int]:
@@ -70,8 +77,9 @@ def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None
                       if isinstance(v, (int, float)) and not isinstance(v, bool)})
     if not numeric:
         raise StoreError(f"sweep {sweep!r} has no numeric metric to plot")
-    x = x or (DEFAULT_X if DEFAULT_X in numeric else numeric[0])
-    y = y or (DEFAULT_Y if DEFAULT_Y in numeric else numeric[min(1, len(numeric) - 1)])
+    dx, dy = TASK_AXES.get(rows[0].get("task"), (DEFAULT_X, DEFAULT_Y))
+    x = x or (dx if dx in numeric else numeric[0])
+    y = y or (dy if dy in numeric else numeric[min(1, len(numeric) - 1)])
     for flag, m in (("--x", x), ("--y", y), ("--metric", metric)):
         if m is not None and m not in numeric:
             raise StoreError(f"{flag} {m!r} is not a numeric metric of sweep {sweep!r}; metrics: {', '.join(numeric)}")

