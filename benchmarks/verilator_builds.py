@@ -148,8 +148,8 @@ def report(rows) -> str:
     for r in rows:
         cold, warm = r["cold"][0] + r["cold"][1], r["warm"][0] + r["warm"][1]
         out.append(f"* `{r['name']}`: the warm cache builds in {warm / cold:.0%} of the cold "
-                   f"time; a reused directory in {r['reused'][3]:.2f} s.")
-    return "\n".join(out)
+                   f"time; a reused directory in {r['reused'][3]:.3f} s.")
+    return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> int:
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     text = report(measure(names))
     print(text)
     if args.write:
-        write_section(DOC, BEGIN, END, text)
+        write_section(DOC, BEGIN, END, text, SCRIPT)
     return 0
 
 

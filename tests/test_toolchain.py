@@ -112,25 +112,11 @@ def test_workers_share_one_build_of_a_design():
     from tricut.sim.harness.cocotb_run import BUILD_ROOT
 
     top = f"shared_counter_{secrets.token_hex(4)}"
-    code = f"""
-from pathlib import Path
-from amaranth import Module
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
-from tricut.sim.harness.cocotb_run import run_cocotb
-
-class Counter(wiring.Component):
-    en: In(1)
-    count: Out(4)
-
-    def elaborate(self, platform):
-        m = Module()
-        with m.If(self.en):
-            m.d.sync += self.count.eq(self.count + 1)
-        return m
-
-assert run_cocotb(Counter(), {top!r}, "smoke_counter", Path({str(COCOTB_DIR)!r})) == 1
-"""
+    import inspect
+    code = ("from pathlib import Path\nfrom amaranth import Module\n"
+            "from tricut.sim.harness.cocotb_run import run_cocotb\n"
+            + inspect.getsource(_counter)
+            + f"assert run_cocotb(_counter(), {top!r}, 'smoke_counter', Path({str(COCOTB_DIR)!r})) == 1\n")
     procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTEST_XDIST_WORKER": w})
              for w in ("gw0", "gw1")]

@@ -99,10 +99,12 @@ def _plot_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tricut sweep plot",
         description="Pareto fronts of a finished sweep (one per value of --group; dominated points grey) "
-                    "and a heat map of one metric over two axes. Metrics are the simulate --json names; "
-                    "a metric ending in _s (a latency) is better low, any other better high. With no "
-                    "flags: tokens_per_s against tpot_p99_s grouped by the sweep's first axis, and "
-                    "tokens_per_s over its first two axes.")
+                    "and a heat map of one metric over two axes. Metrics are the simulate --json names "
+                    "(or a tile task's: cycles_per_step, cells, hbm_port_use, ...); a metric ending in "
+                    "_s (a latency), a count of cycles or of cells is better low, any other better "
+                    "high. With no flags: tokens_per_s against tpot_p99_s (a tile-design sweep: "
+                    "cycles_per_step against cells) grouped by the sweep's first axis, and the y "
+                    "metric over its first two axes.")
     one_line_argparse(p)
     p.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="the sweep database (default: %(default)s)")
     p.add_argument("--sweep", help="which sweep in the database (default: the only one)")

@@ -21,17 +21,10 @@ import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
+from .task_base import GridError, Impossible, Task, _jsonable
+from .tile_tasks import TileAreaTask, TileDesignTask, TileRunTask
+
 __all__ = ["GridError", "Impossible", "TASKS", "code_version", "SimulateTask", "CduReplayTask"]
-
-
-class GridError(ValueError):
-    """A bad grid file; the message names the file and what is wrong (one line)."""
-
-
-class Impossible(ValueError):
-    """A combination of valid values that the configuration refuses (a tp that does not
-    divide the heads, a request longer than the model's context); ``drop_impossible`` drops
-    such points."""
 
 
 @functools.cache
@@ -66,23 +59,13 @@ def _file_digest(path: str) -> str:
     return h.hexdigest()[:16]
 
 
-def _jsonable(v):
-    if isinstance(v, Path):
-        return str(v)
-    if isinstance(v, (tuple, list)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)                 # inf (a rate, an SLO): JSON has no infinity
-    return v
-
-
-class SimulateTask:
+class SimulateTask(Task):
     NAME = "simulate"
     #: simulate's flags that are output, not configuration
     OUTPUT_FLAGS = ("json", "csv", "plot", "no_progress")
     #: settings whose value may be a list (joined with commas)
     LIST_SETTINGS = ("cuts",)
-    PATH_SETTINGS = ("trace", "sessions", "model", "gpu", "tiers")
+    PATH_SETTINGS = {"trace": "", "sessions": "", "model": ".toml", "gpu": ".toml", "tiers": ".toml"}
 
     @staticmethod
     @functools.cache
@@ -99,22 +82,6 @@ class SimulateTask:
         return (list(cls._flags()) + [f"assume.{n}" for n in Assumptions.__dataclass_fields__]
                 + [f"assume.{n}" for n in StackProfile.numeric_fields()] + [f"unit.{n}" for n in UNIT_FIELDS])
 
-    @classmethod
-    def check_name(cls, name: str, where: str) -> None:
-        if name not in cls.names():
-            raise GridError(f"{where}: unknown setting {name!r} for task {cls.NAME}; settings: "
-                            f"{', '.join(cls.names())}")
-
-    @classmethod
-    def resolve_paths(cls, settings: dict, base: Path) -> dict:
-        """A relative trace (or model/gpu .toml) path is relative to the grid file."""
-        out = dict(settings)
-        for k in cls.PATH_SETTINGS:
-            v = out.get(k)
-            if isinstance(v, str) and (k in ("trace", "sessions") or v.endswith(".toml")) \
-                    and not Path(v).is_absolute():
-                out[k] = str((base / v).resolve())
-        return out
 
     @classmethod
     def argv(cls, settings: dict) -> list[str]:
@@ -198,9 +165,10 @@ class _Frozen:
         return isinstance(other, _Frozen) and self._key == other._key
 
 
-class CduReplayTask:
+class CduReplayTask(Task):
     NAME = "cdu-replay"
-    LIST_SETTINGS = ()
+    PATH_SETTINGS = {"model": (".toml", ".jsonl"), "gpu": (".toml", ".jsonl"),
+                     "pattern": (".toml", ".jsonl")}
     #: replay()'s arguments a grid may set, with their defaults (those of ``tricut cdu replay``)
     DEFAULTS = {"model": "llama-3-8b", "pattern": "full", "policy": "adaptive", "l2_mb": 50.0,
                 "steps": 8, "batch": 1, "context": 4096, "kv_dtype": "bf16", "seed": 0,
@@ -209,21 +177,6 @@ class CduReplayTask:
     @classmethod
     def names(cls):
         return list(cls.DEFAULTS)
-
-    @classmethod
-    def check_name(cls, name: str, where: str) -> None:
-        if name not in cls.DEFAULTS:
-            raise GridError(f"{where}: unknown setting {name!r} for task {cls.NAME}; settings: "
-                            f"{', '.join(cls.DEFAULTS)}")
-
-    @classmethod
-    def resolve_paths(cls, settings: dict, base: Path) -> dict:
-        out = dict(settings)
-        for k in ("model", "gpu", "pattern"):
-            v = out.get(k)
-            if isinstance(v, str) and v.endswith((".toml", ".jsonl")) and not Path(v).is_absolute():
-                out[k] = str((base / v).resolve())
-        return out
 
     @classmethod
     def check(cls, settings: dict) -> dict:
@@ -269,7 +222,6 @@ class CduReplayTask:
                 if isinstance(v, (int, float, str, bool)) or v is None}
 
 
-from .tile_tasks import TileAreaTask, TileDesignTask, TileRunTask  # noqa: E402 (they use the above)
 
 TASKS = {t.NAME: t for t in (SimulateTask, CduReplayTask, TileRunTask, TileAreaTask,
                              TileDesignTask)}

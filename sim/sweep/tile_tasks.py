@@ -40,6 +40,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from .task_base import Impossible, Task, _jsonable
+
 
 __all__ = ["TileRunTask", "TileAreaTask", "TileDesignTask", "tile_unit_params"]
 
@@ -47,11 +49,11 @@ __all__ = ["TileRunTask", "TileAreaTask", "TileDesignTask", "tile_unit_params"]
 AREA_CACHE = Path(__file__).resolve().parents[2] / ".build" / "area"
 
 
-class TileRunTask:
+class TileRunTask(Task):
     NAME = "tile-run"
     OUTPUT_FLAGS = ("json",)
     LIST_SETTINGS = ("prompt_lens",)
-    PATH_SETTINGS = ("model", "gpu")
+    PATH_SETTINGS = {"model": ".toml", "gpu": ".toml"}
     #: a sweep's defaults where the command's differ
     DEFAULTS = {"sim": "verilator"}
     #: settings of the task that are not the command's flags: the C++ optimisation of the
@@ -69,23 +71,6 @@ class TileRunTask:
     @classmethod
     def names(cls) -> list[str]:
         return list(cls._actions()) + list(cls.TASK_SETTINGS)
-
-    @classmethod
-    def check_name(cls, name: str, where: str) -> None:
-        from .tasks import GridError      # (tasks.py registers this module's tasks)
-        if name not in cls.names():
-            raise GridError(f"{where}: unknown setting {name!r} for task {cls.NAME}; settings: "
-                            f"{', '.join(cls.names())}")
-
-    @classmethod
-    def resolve_paths(cls, settings: dict, base: Path) -> dict:
-        """A relative model or GPU .toml is relative to the grid file."""
-        out = dict(settings)
-        for k in cls.PATH_SETTINGS:
-            v = out.get(k)
-            if isinstance(v, str) and v.endswith(".toml") and not Path(v).is_absolute():
-                out[k] = str((base / v).resolve())
-        return out
 
     @classmethod
     def argv(cls, settings: dict) -> list[str]:
@@ -135,7 +120,6 @@ class TileRunTask:
 
     @classmethod
     def check(cls, settings: dict) -> dict:
-        from .tasks import _jsonable
         args, s = cls._setup(settings)
         from tricut.sim.harness.tile import verilator as V
         return {"sim": args.sim, "gpu": args.gpu,
@@ -195,9 +179,8 @@ def run_metrics(s, rep) -> dict:
     return out
 
 
-class TileAreaTask:
+class TileAreaTask(Task):
     NAME = "tile-area"
-    LIST_SETTINGS = ()
     UNIT = "tile"
 
     @classmethod
@@ -206,19 +189,7 @@ class TileAreaTask:
         return list(UNITS[cls.UNIT].defaults)
 
     @classmethod
-    def check_name(cls, name: str, where: str) -> None:
-        from .tasks import GridError      # (tasks.py registers this module's tasks)
-        if name not in cls.names():
-            raise GridError(f"{where}: unknown setting {name!r} for task {cls.NAME}; settings: "
-                            f"{', '.join(cls.names())}")
-
-    @classmethod
-    def resolve_paths(cls, settings: dict, base: Path) -> dict:
-        return dict(settings)
-
-    @classmethod
     def check(cls, settings: dict) -> dict:
-        from .tasks import _jsonable
         params = checked_unit_params(cls.UNIT, settings)
         return {k: _jsonable(v) for k, v in params.items()}
 
@@ -320,7 +291,6 @@ class TileDesignTask(TileRunTask):
     def _area_params(cls, s) -> dict:
         from tricut.sim.harness.tile.golden import RunInputs
         from tricut.sim.harness.tile.setup import check_setup
-        from .tasks import Impossible
         r = RunInputs.__new__(RunInputs)     # params() needs the setup and the model only
         r.s, r.cfg = s, check_setup(s)
         p = tile_unit_params(s, r.params())

@@ -1,0 +1,194 @@
+"""The tile design sweep of docs/sweeps.md: ``sweeps/tile_designs.toml`` (the decode tile's TE
+engines × lanes × K/V format at Llama-3-8B's and Llama-3-70B's attention shapes on one H100
+SM's share of HBM), every point co-simulated on Verilator and synthesized by Yosys.
+
+    .venv/bin/python benchmarks/tile_design_sweep.py             # run (resumable), report
+    .venv/bin/python benchmarks/tile_design_sweep.py --write     # ... and write docs/sweeps.md and its figure
+
+Runs the grid the way a user does, ``tricut sweep sweeps/tile_designs.toml --db DB --resume
+--workers N`` (points already done in ``DB`` by the same code are skipped), then ``tricut
+sweep plot`` (one Pareto front of cycles per step against cells per model), and reads the
+database: every point's cycles per step, cells, HBM port use, TE use and equivalence; the
+Pareto-optimal designs per model and K/V format; and where more engines or wider lanes stop
+paying: for each design, the step's cycles against the same design with half the engines
+(or half the lanes), and the share of the SM's HBM bytes per cycle the tile uses.
+
+``--report-only`` reads ``DB`` as it is (no sweep run): the rows of another checkout's run,
+whose code version each row carries.
+
+``--write`` copies the Pareto plot to docs/figures/tile_designs_pareto.png and replaces the
+text between ``<!-- tile-designs:begin -->`` and ``<!-- tile-designs:end -->`` in docs/sweeps.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from sweep_example import tricut
+
+ROOT = Path(__file__).resolve().parent.parent
+GRID_REL = "sweeps/tile_designs.toml"
+DOC = ROOT / "docs" / "sweeps.md"
+FIGURE = "docs/figures/tile_designs_pareto.png"
+BEGIN, END = "<!-- tile-designs:begin -->", "<!-- tile-designs:end -->"
+SCRIPT = "benchmarks/tile_design_sweep.py"
+SWEEP = "tile-designs"
+#: a step faster by less than this is "no longer paying"
+PAYS = 0.05
+
+
+def run(argv: list[str], what: str) -> str:
+    proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if proc.returncode not in (0, 1):        # 1: a point failed (reported below)
+        raise SystemExit(f"{SCRIPT}: {what} exited {proc.returncode}")
+    return proc.stdout
+
+
+def load(db: Path) -> list[dict]:
+    from tricut.sim.sweep.store import ResultStore
+    with ResultStore(db, read_only=True) as store:
+        return store.rows(SWEEP)
+
+
+def _design(r) -> tuple:
+    a = r["axes"]
+    return a["model"], a["kv_dtype"], a["engines"], a["lanes"]
+
+
+def pareto(rows) -> list[dict]:
+    """Designs no other design of the same model and K/V format beats in both cycles per step
+    and cells (ties kept)."""
+    def dominates(a, b):
+        ax, ay = a["metrics"]["cells"], a["metrics"]["cycles_per_step"]
+        bx, by = b["metrics"]["cells"], b["metrics"]["cycles_per_step"]
+        return ax <= bx and ay <= by and (ax < bx or ay < by)
+    out = []
+    for r in rows:
+        same = [o for o in rows if _design(o)[:2] == _design(r)[:2]]
+        if not any(dominates(o, r) for o in same):
+            out.append(r)
+    return sorted(out, key=lambda r: (_design(r)[:2], r["metrics"]["cells"]))
+
+
+def report(rows, summary: dict, command: str, workers: int) -> str:
+    done = [r for r in rows if r["status"] == "done"]
+    failed = [r for r in rows if r["status"] != "done"]
+    by = {_design(r): r for r in done}
+    fixed = done[0]["config"] if done else {}
+    commits = sorted({r["git_commit"] for r in rows})
+    lines = [
+        f"_Written by `{command}` on {dt.date.today().isoformat()}; do not edit by hand._",
+        "",
+        f"Grid `{GRID_REL}` (task `tile-design`): one H100 SM's slice (`gpu = \"h100-sxm5\"`: "
+        f"its HBM share as the HBM model's rate, its latency, the burst slots that cover it, "
+        f"split-K where one engine cannot keep up), one KV head of each model, prompts "
+        f"{', '.join(map(str, fixed.get('prompt_lens', [])))} tokens, {fixed.get('steps')} decode "
+        f"steps, the pipelined engine, no CDU, Verilator builds at `{fixed.get('cxx_opt')}`. "
+        f"{len(rows)} points: {len(done)} done, {len(failed)} failed, run by tricut "
+        + ", ".join(f"`{c}`" for c in commits)
+        + (f"; this run: {summary.get('done', 0)} run, {summary.get('skipped', 0)} already in "
+           f"the database, {summary.get('wall_s', 0):.0f} s wall with {workers} workers"
+           if summary else " (read from the database, no run)")
+        + f"; {sum(r['wall_s'] for r in done):.0f} s of point time in all on {os.cpu_count()} "
+        f"cores (Verilator builds, runs, Yosys; a design's point time is "
+        f"{min(r['wall_s'] for r in done):.0f}–{max(r['wall_s'] for r in done):.0f} s).",
+        "",
+        f"![cycles per step against cells, one front per model]({FIGURE.removeprefix('docs/')})",
+        "",
+        "| model | K/V | engines | lanes | split-K | cycles per step | cells | TE engines' cells "
+        "| HBM port use | TE use | bit-exact | timing model error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for key in sorted(by, key=lambda k: (k[0], k[1], k[2], k[3])):
+        r = by[key]
+        m, c = r["metrics"], r["config"]
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {c['split_tokens'] or '–'} | "
+            f"{m['cycles_per_step']:,.0f} | {m['cells']:,} | {m['cells_te_engines']:,} | "
+            f"{m['hbm_port_use']:.3f} | {m['te_utilisation']:.3f} | "
+            f"{'yes' if m['ok'] else 'NO'} | {m['timing_model_error']:.1e} |")
+    for r in failed:
+        lines.append(f"| {' | '.join(map(str, _design(r)))} | failed: {r['error'][:120]} |||||||||")
+    lines += ["", "**Pareto-optimal designs** (no design of the same model and K/V format has "
+              "both fewer cells and fewer cycles per step):", ""]
+    for (model, kv) in sorted({_design(r)[:2] for r in done}):
+        front = [r for r in pareto(done) if _design(r)[:2] == (model, kv)]
+        lines.append(f"* {model}, {kv}: " + "; ".join(
+            f"{_design(r)[2]} engine{'s' * (_design(r)[2] > 1)} × {_design(r)[3]} lanes "
+            f"({r['metrics']['cycles_per_step']:,.0f} cycles, {r['metrics']['cells']:,} cells)"
+            for r in front))
+    lines += ["", f"**Where more hardware stops paying** (a step less than {PAYS:.0%} faster "
+              "than the same design with half the engines, or half the lanes; the HBM port "
+              "use says why: near 1 the SM's share binds):", ""]
+    for (model, kv) in sorted({_design(r)[:2] for r in done}):
+        notes = []
+        for e in sorted({k[2] for k in by if k[:2] == (model, kv)}):
+            for lanes in sorted({k[3] for k in by if k[:2] == (model, kv)}):
+                r = by.get((model, kv, e, lanes))
+                half_e = by.get((model, kv, e // 2, lanes)) if e > 1 else None
+                half_l = by.get((model, kv, e, lanes // 2))
+                for what, base in (("engines", half_e), ("lanes", half_l)):
+                    if r is None or base is None:
+                        continue
+                    gain = base["metrics"]["cycles_per_step"] / r["metrics"]["cycles_per_step"] - 1
+                    cost = r["metrics"]["cells"] / base["metrics"]["cells"] - 1
+                    verdict = "pays" if gain >= PAYS else "does not pay"
+                    prev = (f"{e // 2} engines × {lanes} lanes" if what == "engines"
+                            else f"{e} engines × {lanes // 2} lanes")
+                    notes.append(f"{prev} → {e} × {lanes}: {gain:+.1%} speed for {cost:+.0%} cells, "
+                                 f"{verdict} (port use {base['metrics']['hbm_port_use']:.2f} → "
+                                 f"{r['metrics']['hbm_port_use']:.2f})")
+        lines.append(f"* {model}, {kv}:")
+        lines += [f"  * {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", type=Path, default=ROOT / ".build" / "tile_designs.duckdb",
+                    help="the sweep's database (default: .build/tile_designs.duckdb; resumed)")
+    ap.add_argument("--workers", type=int, default=2, help="Ray workers (default: %(default)s)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="report the database as it is, without running the sweep")
+    ap.add_argument("--write", action="store_true",
+                    help="write docs/sweeps.md's section and docs/figures/tile_designs_pareto.png")
+    args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error("--workers must be at least 1")
+    args.db.parent.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    if not args.report_only:
+        out = run(tricut() + ["sweep", GRID_REL, "--db", str(args.db), "--resume", "--workers",
+                              str(args.workers), "--json"], "tricut sweep")
+        summary = json.loads(out) if out.strip() else {}
+    rows = load(args.db)
+    if not any(r["status"] == "done" for r in rows):
+        raise SystemExit(f"{SCRIPT}: no point of {GRID_REL} finished")
+    with tempfile.TemporaryDirectory() as d:
+        run(tricut() + ["sweep", "plot", "--db", str(args.db), "--sweep", SWEEP, "-o", d,
+                        "--group", "model"], "tricut sweep plot")
+        plot = next(Path(d).glob("pareto_*.png"))
+        if args.write:
+            shutil.copyfile(plot, ROOT / FIGURE)
+    command = f".venv/bin/python {SCRIPT}" + (f" --workers {args.workers}" if args.workers != 2 else "")
+    if args.report_only:
+        command += " --report-only"
+    text = report(rows, summary, command, args.workers)
+    print(text)
+    if args.write:
+        write_section(DOC, BEGIN, END, text, SCRIPT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
