@@ -6,9 +6,8 @@ SM's share of HBM), every point co-simulated on Verilator and synthesized by Yos
     .venv/bin/python benchmarks/tile_design_sweep.py --write     # ... and write docs/sweeps.md and its figure
 
 Runs the grid the way a user does, ``tricut sweep sweeps/tile_designs.toml --db DB --resume
---workers N`` (points already done in ``DB`` by the same code are skipped), then ``tricut
-sweep plot`` (one Pareto front of cycles per step against cells per model), and reads the
-database: every point's cycles per step, cells, HBM port use, TE use and equivalence; the
+--workers N`` (points already done in ``DB`` by the same code are skipped), plots cycles per
+step against cells with one Pareto front per model and K/V format, and reads the database: every point's cycles per step, cells, HBM port use, TE use and equivalence; the
 Pareto-optimal designs per model and K/V format; and where more engines or wider lanes stop
 paying: for each design, the step's cycles against the same design with half the engines
 (or half the lanes), and the share of the SM's HBM bytes per cycle the tile uses.
@@ -16,7 +15,7 @@ paying: for each design, the step's cycles against the same design with half the
 ``--report-only`` reads ``DB`` as it is (no sweep run): the rows of another checkout's run,
 whose code version each row carries.
 
-``--write`` copies the Pareto plot to docs/figures/tile_designs_pareto.png and replaces the
+``--write`` writes the plot to docs/figures/tile_designs_pareto.png and replaces the
 text between ``<!-- tile-designs:begin -->`` and ``<!-- tile-designs:end -->`` in docs/sweeps.md.
 """
 
@@ -26,7 +25,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,6 +60,10 @@ def load(db: Path) -> list[dict]:
 def _design(r) -> tuple:
     a = r["axes"]
     return a["model"], a["kv_dtype"], a["engines"], a["lanes"]
+
+
+def _engines(n: int) -> str:
+    return f"{n} engine{'s' * (n > 1)}"
 
 
 def pareto(rows) -> list[dict]:
@@ -118,12 +120,25 @@ def report(rows, summary: dict, command: str, workers: int) -> str:
             f"{'yes' if m['ok'] else 'NO'} | {m['timing_model_error']:.1e} |")
     for r in failed:
         lines.append(f"| {' | '.join(map(str, _design(r)))} | failed: {r['error'][:120]} |||||||||")
+    lines += ["", f"**What it says**: per shape, the cheapest design within {PAYS:.0%} of the "
+              "fastest step; every design with more cells buys less than that:", ""]
+    for (model, kv) in sorted({_design(r)[:2] for r in done}):
+        same = [r for r in done if _design(r)[:2] == (model, kv)]
+        best = min(r["metrics"]["cycles_per_step"] for r in same)
+        pick = min((r for r in same if r["metrics"]["cycles_per_step"] <= (1 + PAYS) * best),
+                   key=lambda r: r["metrics"]["cells"])
+        e, lanes = _design(pick)[2:]
+        lines.append(f"* {model}, {kv}: {_engines(e)} × {lanes} lanes, "
+                     f"{pick['metrics']['cycles_per_step']:,.0f} cycles per step "
+                     f"({pick['metrics']['cycles_per_step'] / best - 1:+.1%} against the fastest), "
+                     f"{pick['metrics']['cells']:,} cells, HBM port use "
+                     f"{pick['metrics']['hbm_port_use']:.2f}, TE use {pick['metrics']['te_utilisation']:.2f}.")
     lines += ["", "**Pareto-optimal designs** (no design of the same model and K/V format has "
               "both fewer cells and fewer cycles per step):", ""]
     for (model, kv) in sorted({_design(r)[:2] for r in done}):
         front = [r for r in pareto(done) if _design(r)[:2] == (model, kv)]
         lines.append(f"* {model}, {kv}: " + "; ".join(
-            f"{_design(r)[2]} engine{'s' * (_design(r)[2] > 1)} × {_design(r)[3]} lanes "
+            f"{_engines(_design(r)[2])} × {_design(r)[3]} lanes "
             f"({r['metrics']['cycles_per_step']:,.0f} cycles, {r['metrics']['cells']:,} cells)"
             for r in front))
     lines += ["", f"**Where more hardware stops paying** (a step less than {PAYS:.0%} faster "
@@ -142,14 +157,49 @@ def report(rows, summary: dict, command: str, workers: int) -> str:
                     gain = base["metrics"]["cycles_per_step"] / r["metrics"]["cycles_per_step"] - 1
                     cost = r["metrics"]["cells"] / base["metrics"]["cells"] - 1
                     verdict = "pays" if gain >= PAYS else "does not pay"
-                    prev = (f"{e // 2} engines × {lanes} lanes" if what == "engines"
-                            else f"{e} engines × {lanes // 2} lanes")
+                    prev = (f"{_engines(e // 2)} × {lanes} lanes" if what == "engines"
+                            else f"{_engines(e)} × {lanes // 2} lanes")
                     notes.append(f"{prev} → {e} × {lanes}: {gain:+.1%} speed for {cost:+.0%} cells, "
                                  f"{verdict} (port use {base['metrics']['hbm_port_use']:.2f} → "
                                  f"{r['metrics']['hbm_port_use']:.2f})")
         lines.append(f"* {model}, {kv}:")
         lines += [f"  * {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def plot(rows, path: Path) -> None:
+    """Cycles per step against cells: every design, one Pareto front per model and K/V
+    format, each point named engines × lanes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    done = [r for r in rows if r["status"] == "done"]
+    front = {id(r) for r in pareto(done)}
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    shapes = sorted({_design(r)[:2] for r in done})
+    for i, (model, kv) in enumerate(shapes):
+        same = sorted((r for r in done if _design(r)[:2] == (model, kv)),
+                      key=lambda r: r["metrics"]["cells"])
+        color, marker = f"C{i}", "osD^"[i % 4]
+        ax.scatter([r["metrics"]["cells"] for r in same], [r["metrics"]["cycles_per_step"] for r in same],
+                   color=color, marker=marker, s=22, alpha=0.35)
+        best = [r for r in same if id(r) in front]
+        ax.plot([r["metrics"]["cells"] for r in best], [r["metrics"]["cycles_per_step"] for r in best],
+                "-", marker=marker, color=color, ms=6, label=f"{model}, {kv} (front)")
+        for r in best:
+            ax.annotate(f"{_design(r)[2]}×{_design(r)[3]}", (r["metrics"]["cells"], r["metrics"]["cycles_per_step"]),
+                        fontsize=7, color=color, xytext=(4, 4 if i % 2 else -10), textcoords="offset points")
+    ax.set_xlabel("cells (Yosys generic cells of the tile; lower is better)")
+    ax.set_ylabel("cycles per decode step (lower is better)")
+    ax.set_ylim(bottom=0)
+    ax.set_xlim(left=0, right=1.1 * max(r["metrics"]["cells"] for r in done))
+    ax.set_title("decode tile designs on one H100 SM's HBM share: engines × lanes\n"
+                 "(faint: every design; line: the Pareto front of its model and K/V format)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -174,12 +224,9 @@ def main(argv=None) -> int:
     rows = load(args.db)
     if not any(r["status"] == "done" for r in rows):
         raise SystemExit(f"{SCRIPT}: no point of {GRID_REL} finished")
-    with tempfile.TemporaryDirectory() as d:
-        run(tricut() + ["sweep", "plot", "--db", str(args.db), "--sweep", SWEEP, "-o", d,
-                        "--group", "model"], "tricut sweep plot")
-        plot = next(Path(d).glob("pareto_*.png"))
-        if args.write:
-            shutil.copyfile(plot, ROOT / FIGURE)
+    figure = ROOT / FIGURE if args.write else Path(tempfile.mkdtemp()) / Path(FIGURE).name
+    plot(rows, figure)
+    print(f"wrote {figure}", file=sys.stderr)
     command = f".venv/bin/python {SCRIPT}" + (f" --workers {args.workers}" if args.workers != 2 else "")
     if args.report_only:
         command += " --report-only"
