@@ -154,3 +154,14 @@ endmodule
     out, rep = A.dedupe(mods, "top")
     assert rep == {"top": "top", "top.u0": "top.u0", "top.u1": "top.u0", "top.u2": "top.u2"}
     assert "module \\top.u1 " not in out and out.count("\\top.u0  u") == 2
+
+
+@pytest.mark.parametrize("unit", ["tile-hbm", "tile-l2"])
+def test_area_of_a_behavioural_model_is_refused_before_yosys(unit, tmp_path, capsys):
+    """The behavioural memory models are for simulation: ``--area`` is one line, exit 2,
+    before anything is written (it used to run Yosys and fail on the memories)."""
+    from conftest import assert_one_line_error, run_cli
+    out = tmp_path / "out"
+    code, cap = run_cli(["verilog", unit, "-o", str(out), "--area"], capsys)
+    assert_one_line_error(code, cap, f"--area: {unit} is a behavioural model")
+    assert not out.exists()

@@ -223,6 +223,8 @@ BAD = [
     (["--bogus"], "unrecognized"),
     (["--gpu", "no-such-gpu"], "--gpu: unknown gpu 'no-such-gpu'"),
     (["--gpu", "h100-sxm5", "--engines", "17"], "--engines"),
+    (["--max-prompt", "1000000000"], "--max-prompt: must be in 1..16368"),   # before any draw
+    (["--gpu", "h100-sxm5", "--max-prompt", "1000000000"], "--max-prompt: must be in 1..16368"),
     (["--gpu", "h100-sxm5", "--model", "nope"], "--gpu: unknown model"),
 ]
 

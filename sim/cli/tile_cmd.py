@@ -106,6 +106,9 @@ def _slice(args):
 
 def _lens_ok(s):
     """The setup's prompt lengths can be read (else ``check_setup`` names the flag)."""
+    from tricut.sim.harness.tile.setup import MAX_CTX
+    if s.prompt_lens is None and not (isinstance(s.max_prompt, int) and 1 <= s.max_prompt <= MAX_CTX):
+        return False
     try:
         lens = s.lens()
     except (ValueError, TypeError):
@@ -337,7 +340,7 @@ def _run_arguments(p) -> None:
     req.add_argument("--prompt-lens", type=_prompt_lens, metavar="L1,L2,...",
                      help="instead of --synthetic: one request per length given")
     p.add_argument("--max-prompt", type=_int_arg(), default=3, metavar="P",
-                   help="longest synthetic prompt (default: %(default)s; Amaranth's simulator runs "
+                   help="longest synthetic prompt, 1..16368 (default: %(default)s; Amaranth's simulator runs "
                         "tens to ~100 cycles/s, the TE ~(G+1)*head_dim/lanes cycles per "
                         "token; --sim verilator is thousands of times faster)")
     p.add_argument("--steps", type=_int_arg(), default=2, metavar="S",

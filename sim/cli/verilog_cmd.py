@@ -29,6 +29,9 @@ def cmd_verilog(args) -> int:
         raise InputError(str(e)) from None
     if (out_dir / f"{top}.v").is_dir():
         raise InputError(f"-o {out_dir}: {top}.v in it is a directory")
+    if args.area and UNITS[args.unit].behavioural:
+        raise InputError(f"--area: {args.unit} is a behavioural model for simulation, not for "
+                         "synthesis; it has no area (the tile's area: tricut verilog tile --area)")
     engine = args.engine
     if engine is None and args.unit == "te":
         engine = DEFAULT_ENGINE

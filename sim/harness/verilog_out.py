@@ -82,6 +82,8 @@ class Unit:
     build: Callable
     defaults: dict
     doc: str
+    #: a behavioural model for simulation only (no area: ``--area`` is refused)
+    behavioural: bool = False
 
 
 #: the TE engine designs of ``tricut verilog te --engine`` (``models.te.ENGINES``): ``serial``
@@ -232,10 +234,12 @@ UNITS: dict[str, Unit] = {
     "tile-hbm": Unit(_tile_hbm, {"words": 1024, "data_bits": 256, "latency": 100,
                                  "max_outstanding": 8, "max_beats": 16, "id_bits": 4,
                                  "reorder": False, "seed": 1, "faults": ()},
-                     "Behavioural HBM model of the decode tile, not for synthesis (docs/tile/memory.md)"),
+                     "Behavioural HBM model of the decode tile, not for synthesis (docs/tile/memory.md)",
+                     behavioural=True),
     "tile-l2": Unit(_tile_l2, {"frames": 64, "block_beats": 16, "data_bits": 256, "latency": 2,
                                "max_outstanding": 4, "tag_bits": 4},
-                    "Behavioural L2 data array of the decode tile, not for synthesis (docs/tile/memory.md)"),
+                    "Behavioural L2 data array of the decode tile, not for synthesis (docs/tile/memory.md)",
+                    behavioural=True),
     "dsu-core": Unit(_dsu_core, {"hart_id": 0, "reset_vector": 0},
                      "RV32IM core of the DSU cluster (docs/dsu.md)"),
 }

@@ -169,8 +169,10 @@ def check_setup(s: Setup):
                                   f"field holds {1 << Widths().layer}")
     if not _int(s.requests) or not 1 <= s.requests <= MAX_REQUESTS:
         raise SetupError("requests", f"must be in 1..{MAX_REQUESTS}, got {s.requests!r}")
-    if s.prompt_lens is None and (not _int(s.max_prompt) or s.max_prompt < 1):
-        raise SetupError("max_prompt", f"must be >= 1, got {s.max_prompt!r}")
+    if s.prompt_lens is None and (not _int(s.max_prompt) or not 1 <= s.max_prompt <= MAX_CTX):
+        # checked before the lengths are drawn (a permutation of 1..max_prompt)
+        raise SetupError("max_prompt", f"must be in 1..{MAX_CTX} (the longest context the tile "
+                                       f"takes), got {s.max_prompt!r}")
     if not _int(s.steps) or s.steps < 1:
         raise SetupError("steps", f"must be >= 1, got {s.steps!r}")
     if s.kv_dtype not in M.KV_CODE_BITS:
