@@ -67,6 +67,8 @@ def test_two_point_tile_sweep_in_process(tmp_path, monkeypatch):
     ("lanes = 5", "--lanes"),                                           # refused by the flag
     ("dsu = 3", "dsu = 3: expected true or false"),
     ("cdu_sets = 3", "--cdu-sets"),
+    ('cxx_opt = "-Ofast"', "cxx_opt = '-Ofast': choose one of -O0, -O1, -O2, -O3"),
+    ('sim = "amaranth"\ncxx_opt = "-O0"', "cxx_opt = '-O0': the C++ optimisation of a Verilator build"),
 ])
 def test_tile_grid_refuses_what_the_command_refuses(tmp_path, extra, needle):
     key = extra.split(" =")[0]

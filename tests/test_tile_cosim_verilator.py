@@ -14,7 +14,7 @@ tile_cosim.py``; docs/tile/cosim.md, "Co-simulation on Verilator").
 * a flipped HBM bit (behind an L2 fill) is reported on Verilator too.
 
 Four Verilator builds (one per tile shape, ``-O0``: they compile fastest, and these runs
-are short), cached under ``.build/cocotb`` per configuration and pytest-xdist worker: 2-4
+are short), cached under ``.build/cocotb`` per configuration, shared by the workers: 2-4
 min the first time on 2 shared cores (137 s lightly loaded, 245 s loaded), ~25 s when the
 builds exist (17 s of it the Amaranth run of the identity case).
 """

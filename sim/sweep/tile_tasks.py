@@ -104,6 +104,9 @@ class TileRunTask(Task):
             if k in settings and settings[k] not in allowed:
                 raise ValueError(f"{k} = {settings[k]!r}: choose one of {', '.join(allowed)}")
         args = tile_run_parser().parse_args(cls.argv(settings))
+        if "cxx_opt" in settings and args.sim != "verilator":
+            raise ValueError(f"cxx_opt = {settings['cxx_opt']!r}: the C++ optimisation of a "
+                             f"Verilator build; sim = {args.sim!r} builds none")
         return args, tile_setup(args)
 
     @classmethod
@@ -120,7 +123,12 @@ class TileRunTask(Task):
 
     @classmethod
     def check(cls, settings: dict) -> dict:
-        args, s = cls._setup(settings)
+        return cls._config(settings, *cls._setup(settings))
+
+    @classmethod
+    def _config(cls, settings: dict, args, s) -> dict:
+        """The point's resolved configuration: the simulator, the build's C++ optimisation
+        and the setup, every default filled in."""
         from tricut.sim.harness.tile import verilator as V
         return {"sim": args.sim, "gpu": args.gpu,
                 "cxx_opt": settings.get("cxx_opt", V.DEFAULT_OPT) if args.sim == "verilator" else None,
@@ -302,9 +310,8 @@ class TileDesignTask(TileRunTask):
 
     @classmethod
     def check(cls, settings: dict) -> dict:
-        config = super().check(settings)
-        _, s = cls._setup(settings)
-        return {**config, "area": cls._area_params(s)}
+        args, s = cls._setup(settings)
+        return {**cls._config(settings, args, s), "area": cls._area_params(s)}
 
     @classmethod
     def run(cls, settings: dict) -> dict:
