@@ -1,7 +1,10 @@
-"""Shared pieces of the bad-input suites (tests/test_bad_input_*.py): argv placeholders for
-files made in the test's tmp dir, and the one-line-error check every case must pass."""
+"""Shared pieces of the test suites: for the bad-input suites (tests/test_bad_input_*.py)
+argv placeholders for files made in the test's tmp dir and the one-line-error check every
+case must pass; for every test a fresh prefill cache of the tile co-simulation."""
 
 from __future__ import annotations
+
+import pytest
 
 from tricut.sim import cli
 
@@ -65,3 +68,11 @@ def load_benchmark(name: str):
     finally:
         sys.path.remove(str(bench))
     return mod
+
+
+@pytest.fixture(autouse=True)
+def _fresh_prefill_cache(monkeypatch, tmp_path_factory):
+    """Each test starts with no kept prefill (``golden.PREFILL_CACHE`` in a fresh folder), so
+    what a test computes does not depend on the runs before it."""
+    from tricut.sim.harness.tile import golden
+    monkeypatch.setattr(golden, "PREFILL_CACHE", tmp_path_factory.mktemp("prefill"))

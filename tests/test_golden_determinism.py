@@ -210,3 +210,32 @@ def test_a_run_prefills_its_prompts_once(monkeypatch):
     with pytest.raises(CosimError, match="a prefill of"):
         G.RunInputs(dataclasses.replace(s, seed=24), again.prefilled())
     assert G.golden_run(s).tokens == first.tokens
+
+
+def test_a_prefill_is_kept_for_later_runs_of_the_same_prompts(monkeypatch):
+    """A new process (no prefill in memory) running the same prompts loads the kept prefill
+    instead of computing it; it equals the computed one; other prompts are not served it; a
+    damaged file is recomputed."""
+    from tricut.sim.harness.tile import golden as G
+    s = Setup(requests=2, prompt_lens=(5, 3), steps=2, seed=31)
+    calls = []
+    real = G.prefill
+    monkeypatch.setattr(G, "prefill", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(G, "_LAST_PREFILL", [])
+    first = G.RunInputs(s)
+    assert calls == [0, 1] and len(list(G.PREFILL_CACHE.glob("*.pkl"))) == 1
+    G._LAST_PREFILL.clear()                     # as a new process
+    kept = G.RunInputs(s)
+    assert calls == [0, 1] and kept.tokens == first.tokens
+    for r in range(2):
+        for a, b in zip(first.cache.gather(0, r), kept.cache.gather(0, r)):
+            assert np.array_equal(a, b)
+    G._LAST_PREFILL.clear()
+    G.RunInputs(dataclasses.replace(s, prompt_lens=(5, 4)))
+    assert calls == [0, 1, 0, 1] and len(list(G.PREFILL_CACHE.glob("*.pkl"))) == 2
+    for f in G.PREFILL_CACHE.glob("*.pkl"):
+        f.write_bytes(b"not a pickle")
+    G._LAST_PREFILL.clear()
+    again = G.RunInputs(s)
+    assert calls == [0, 1, 0, 1, 0, 1] and again.tokens == first.tokens
+    assert G.golden_run(s).tokens == G.golden_run(s).tokens

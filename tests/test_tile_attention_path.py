@@ -123,3 +123,26 @@ def test_verilog_lint_clean(tmp_path, cdu):
     assert clean, messages
     clean, messages = lint(path, "tile_attention", waivers=())
     assert not clean and "%Warning-" in messages
+
+
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("lanes", [2, 4, 16, 32])
+def test_image_words_are_the_te_kv_beats(kv_dtype, lanes):
+    """``kv_words`` (the HBM image's packing, numpy) equals ``pack_kv_beats`` (the TE's kv
+    payload, one beat at a time) without ``last``, block scales included."""
+    import numpy as np
+
+    from tricut.models.te import KV_CODE_BITS
+    from tricut.rtl.te.layouts import pack_kv_beats
+    from tricut.sim.harness.tile.hbm_image import kv_words
+    rng = np.random.default_rng(lanes)
+    bits, d, n = KV_CODE_BITS[kv_dtype], 64, 5
+    k, v = (rng.integers(0, 1 << bits, (n, d)) for _ in range(2))
+    ks = vs = None
+    if kv_dtype == "nvfp4":
+        ks, vs = (rng.integers(0, 256, (n, d // 16)) for _ in range(2))
+    k[0], v[-1] = (1 << bits) - 1, 0                     # all ones, all zeros
+    mask = (1 << AL.kv_word_bits(lanes, kv_dtype)) - 1
+    want = [b & mask for b in pack_kv_beats(k, v, kv_dtype, lanes, ks, vs)]
+    assert kv_words(k, v, kv_dtype, lanes, ks, vs) == want
+    assert kv_words(k[:0], v[:0], kv_dtype, lanes) == []

@@ -40,6 +40,7 @@ from .compare import payload_fields, txn_fields
 from .golden import RunInputs
 from .loop import Aborted, Hang, TileLoop
 from .setup import Setup
+from .stimulus import Recorder
 from .verilator_top import CLOCK_NS, CosimVerilatorTop
 
 __all__ = ["CosimBench"]
@@ -77,29 +78,44 @@ class CosimBench:
         self.stage_mem = {"kv": dut.kv_stage.mem, "q": dut.q_stage.mem,
                           "rd": dut.rd_stage.mem, "cap": dut.rd_capture.mem}
         self.handles = {k: [] for k in self.stage_mem}
+        #: the native replay's stimulus (:mod:`.stimulus`) when ``$TRICUT_STIMULUS`` names a file
+        self.rec = Recorder(self.period) if os.environ.get("TRICUT_STIMULUS") else None
+
+    def _put(self, handle, value):
+        """Write an input of the top (recorded for the native replay)."""
+        handle.value = value
+        if self.rec:
+            self.rec.write(handle, value)
+
+    def _read(self, handle):
+        """Read an output of the top (recorded for the native replay to check)."""
+        value = int(handle.value)
+        if self.rec:
+            self.rec.read(handle, value)
+        return value
 
     # ---- set-up ----------------------------------------------------------------------------
     async def start(self):
         """The inputs' first values, the clock, the CDU decision tap; back on a falling edge."""
         dut, s, top, run = self.dut, self.s, self.top, self.run
         for k in ("intake",) if s.dsu else ("round", "descriptor"):
-            getattr(dut, f"{k}__valid").value = 0
+            self._put(getattr(dut, f"{k}__valid"), 0)
         if s.dsu:
-            dut.intake_end.value = 0
+            self._put(dut.intake_end, 0)
             entry = top.hbm.addr_bits + 8
             for port, table in ((dut.hbm_faults, run.hbm_faults()),
                                 (dut.hbm_lost, run.hbm_lost())):
-                port.value = sum((addr | n << top.hbm.addr_bits) << (k * entry)
-                                 for k, (addr, n) in enumerate(table))
+                self._put(port, sum((addr | n << top.hbm.addr_bits) << (k * entry)
+                                    for k, (addr, n) in enumerate(table)))
         for k in top.stage_depth:
-            getattr(dut, f"{k}_base").value = 0
-            getattr(dut, f"{k}_target").value = 0
-        dut.go.value = 0
-        dut.tensor_scale.value = int(M.f2b(run.ts)) if run.ts is not None else 0
+            self._put(getattr(dut, f"{k}_base"), 0)
+            self._put(getattr(dut, f"{k}_target"), 0)
+        self._put(dut.go, 0)
+        self._put(dut.tensor_scale, int(M.f2b(run.ts)) if run.ts is not None else 0)
         if self.cached:
-            dut.layer.value = 0
-            dut.config.value = pack(self.tile.config.shape(),
-                                    fe_config(s.policy, "full", s.distance))
+            self._put(dut.layer, 0)
+            self._put(dut.config, pack(self.tile.config.shape(),
+                                       fe_config(s.policy, "full", s.distance)))
         start_soon(Clock(self.clk, self.period, unit="ns").start())
         await FallingEdge(self.clk)
         if self.cached:
@@ -110,7 +126,9 @@ class CosimBench:
         cnt, last, shape = self.dut.txn_count, self.dut.txn_last, self.top.txn_payload
         while True:
             await cnt.value_change
-            self.res.txns.append(txn_fields(shape, int(last.value)))
+            if self.rec:                # the replay checks each decision's cycle too
+                self._read(cnt)
+            self.res.txns.append(txn_fields(shape, self._read(last)))
 
     # ---- host traffic ----------------------------------------------------------------------
     def _cell(self, k, i):
@@ -129,16 +147,16 @@ class CosimBench:
         testbench's ``send``, beat after beat)."""
         valid, payload, ready = (getattr(self.dut, f"{name}__{x}")
                                  for x in ("valid", "payload", "ready"))
-        valid.value = 1
+        self._put(valid, 1)
         for w in words:
-            payload.value = w
+            self._put(payload, w)
             while True:
                 await ReadOnly()
-                taken = int(ready.value)
+                taken = self._read(ready)
                 await self.tick()
                 if taken:
                     break
-        valid.value = 0
+        self._put(valid, 0)
 
     async def play(self, name, words):
         """Words through the HDL player ``name`` (``kv``, ``q``) or addresses through the
@@ -150,21 +168,21 @@ class CosimBench:
         for c in range(0, len(words), depth):
             piece = words[c:c + depth]
             for i, w in enumerate(piece):
-                self._cell(name, i).value = w
+                self._put(self._cell(name, i), w)
             base = self.played[name]
             self.played[name] = (base + len(piece)) & 0xFFFF_FFFF
-            getattr(dut, f"{name}_base").value = base
-            getattr(dut, f"{name}_target").value = self.played[name]
+            self._put(getattr(dut, f"{name}_base"), base)
+            self._put(getattr(dut, f"{name}_target"), self.played[name])
             t_set = get_sim_time("ns")
             await First(RisingEdge(idle), Timer(self.max_layer_cycles * self.period, unit="ns"))
-            if not int(idle.value):
+            if not self._read(idle):
                 raise Hang(f"{name}: {len(piece)} words not taken within "
                            f"{self.max_layer_cycles} cycles")
             await FallingEdge(self.clk)
             self.clock += round((get_sim_time("ns") - t_set) / self.period)
             if name == "rd":
-                out += [int(self._cell("cap", i).value) for i in range(len(piece) - 1)]
-                out.append(int(dut.out_data.value))
+                out += [self._read(self._cell("cap", i)) for i in range(len(piece) - 1)]
+                out.append(self._read(dut.out_data))
         return out
 
     async def put(self, name, words):
@@ -179,17 +197,17 @@ class CosimBench:
         """``go`` for one cycle, then ``done`` awaited as an edge (no Python per cycle):
         ``done``, ``aborted`` (the DSU timed the round out) or ``hang``."""
         dut, period = self.dut, self.period
-        dut.go.value = 1
+        self._put(dut.go, 1)
         await self.tick()
-        dut.go.value = 0
-        if int(dut.done.value):
+        self._put(dut.go, 0)
+        if self._read(dut.done):
             return "done"
         t_edge = get_sim_time("ns") - period / 2        # the rising edge ending go's cycle
         await First(RisingEdge(dut.done), Timer((limit - 1) * period, unit="ns"))
-        if self.s.dsu and int(dut.aborts.value) != self.loop.aborts:
+        if self.s.dsu and self._read(dut.aborts) != self.loop.aborts:
             await FallingEdge(self.clk)
             return "aborted"
-        if not int(dut.done.value):
+        if not self._read(dut.done):
             return "hang"
         k = round((get_sim_time("ns") - t_edge) / period)
         await FallingEdge(self.clk)
@@ -202,10 +220,10 @@ class CosimBench:
             await ReadOnly()
 
     def get(self, name):
-        return int(getattr(self.dut, name).value)
+        return self._read(getattr(self.dut, name))
 
     def set(self, name, value):
-        getattr(self.dut, name).value = value
+        self._put(getattr(self.dut, name), value)
 
     # ---- rounds of the DSU cluster ---------------------------------------------------------
     def _dsu_taps(self):
@@ -222,12 +240,12 @@ class CosimBench:
                     seen[name].append(read())
                     wake.set()
             start_soon(watch())
-        tap("round", dut.round_count, lambda: payload_fields(rl, int(dut.round_last.value)))
+        tap("round", dut.round_count, lambda: payload_fields(rl, self._read(dut.round_last)))
         tap("desc", dut.desc_count, lambda: (Descriptor(**payload_fields(
-            DESCRIPTOR_LAYOUT, int(dut.desc_last.value))), int(dut.desc_cycle.value)))
-        tap("comp", dut.comp_rounds, lambda: (int(dut.failed.value), int(dut.comp_cycle.value)))
+            DESCRIPTOR_LAYOUT, self._read(dut.desc_last))), self._read(dut.desc_cycle)))
+        tap("comp", dut.comp_rounds, lambda: (self._read(dut.failed), self._read(dut.comp_cycle)))
         tap("outcome", dut.outcome_count,
-            lambda: payload_fields(OUTCOME_LAYOUT, int(dut.outcome_last.value)))
+            lambda: payload_fields(OUTCOME_LAYOUT, self._read(dut.outcome_last)))
         return seen, wake
 
     async def _until(self, wake, cond, what):
@@ -253,7 +271,7 @@ class CosimBench:
         await self.send("intake", [pack(INTAKE_LAYOUT, dict(
             request=r, prompt=n, max_new=s.steps, priority=0, arrival=0, continues=0))
             for r, n in enumerate(run.lens)])
-        dut.intake_end.value = 1
+        self._put(dut.intake_end, 1)
         ri, nd, nc = 0, 0, 0             # rounds, descriptors, completed rounds seen
         while True:
             await self._until(wake, lambda: len(seen["round"]) > ri or
@@ -285,15 +303,15 @@ class CosimBench:
         """The layers of one DSU round; False if the DSU aborted it (every step timed out:
         no token, its K/V dropped)."""
         res, dut, loop = self.res, self.dut, self.loop
-        loop.aborts = int(dut.aborts.value)
+        loop.aborts = self._read(dut.aborts)
         steps, lay = loop.golden_first(descs)
         try:
             while lay is not None:
                 _, attn = await loop.layer(ri, descs, lay)
                 lay = loop.golden_next(steps, descs, attn)
         except Aborted:
-            res.step_cycles[ri] = int(dut.abort_cycle.value) - first_cycle + 1
-            res.round_spans[ri] = (first_cycle, int(dut.abort_cycle.value))
+            res.step_cycles[ri] = self._read(dut.abort_cycle) - first_cycle + 1
+            res.round_spans[ri] = (first_cycle, self._read(dut.abort_cycle))
             res.aborted.append(ri)
             res.failed += sorted((ri, d.request) for d in descs)
             for d in descs:
@@ -313,9 +331,11 @@ class CosimBench:
             out["timeout"] = str(e)
         if self.cached:
             await Timer(1, unit="ns")   # let the decision watcher take the last edge's
-            n = int(dut.txn_count.value)
+            n = self._read(dut.txn_count)
             assert n == len(res.txns), f"recorded {len(res.txns)} CDU decisions of {n}"
-        res.hbm_beats = (int(dut.hbm_read_beats.value), int(dut.hbm_write_beats.value))
+        res.hbm_beats = (self._read(dut.hbm_read_beats), self._read(dut.hbm_write_beats))
+        if self.rec:
+            self.rec.save(os.environ["TRICUT_STIMULUS"])
         self.info.update(self.loop.info, cycles=self.clock)
         self.info["bench_s"] = time.perf_counter() - self.t_start
         out.update(result=res, info=self.info)

@@ -9,7 +9,8 @@ on the quantised history, ``combine_partials`` of the partial runs of each split
 with one tensor scale for the whole run (``amax`` of the prefilled cache / 2688), since the
 tile has one ``tensor_scale`` input. Prefill (once per run; both sides start from copies of
 it): the float32 reference ``prefill`` (there is no TE prefill path), so the tile and the
-golden start from the same KV cache (:class:`RunInputs`). :func:`golden_run` runs the DSU model's rounds;
+golden start from the same KV cache (:class:`RunInputs`); it is kept in ``.build/prefill``
+(:func:`cached_prefill`), so a later run of the same prompts skips it. :func:`golden_run` runs the DSU model's rounds;
 :class:`RunResult` holds either side's tokens, attention outputs and cycles.
 """
 
@@ -17,7 +18,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
+import pickle
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -27,16 +33,15 @@ from tricut.models.cdu import HINT_OF_RESIDENCY, CDUCore, FrontEnd, SlotDesc, St
 from tricut.models.llama import LlamaWeights, decode_step, prefill
 from tricut.models.paged_kv import PagedKVCache
 from tricut.models.tile import split_parts
-from tricut.rtl.te.layouts import pack_kv_beats
-from tricut.rtl.tile.attention_layouts import kv_addr, kv_word_bits
+from tricut.rtl.tile.attention_layouts import kv_addr, kv_image_words
 from tricut.sim.harness.te import make_vector
 
-from .hbm_image import KV, kv_image
+from .hbm_image import kv_words
 from .setup import (DSU_HEARTBEAT_LIMIT, CosimError, Setup, SetupError, check_setup,
                     dsu_schedule, fill_retries, watchdog_limit)
 
 __all__ = ["te_golden_attention", "RunResult", "RunInputs", "Prefilled", "cdu_fault_retries",
-           "golden_run", "WEIGHT_SEED_OFFSET"]
+           "golden_run", "cached_prefill", "WEIGHT_SEED_OFFSET", "PREFILL_CACHE"]
 
 #: the random weights' seed: the setup's seed plus this
 WEIGHT_SEED_OFFSET = 7
@@ -136,6 +141,39 @@ class Prefilled:
 #: this process's last prefill (both sides of a run, and the runs of the same prompts, start
 #: from a copy of it)
 _LAST_PREFILL: list = []
+#: the prefills of earlier runs, one file per key and version of the model code
+PREFILL_CACHE = Path(__file__).resolve().parents[3] / ".build" / "prefill"
+
+
+def _prefill_digest(key) -> str:
+    """The key with what the prefill's numbers depend on: the code and configs of
+    ``models/``, this module (the prompts, the weights' seed and scale) and the numpy
+    version."""
+    root = Path(__file__).resolve().parents[3] / "models"
+    h = hashlib.sha256(json.dumps([list(key), np.__version__], default=str).encode())
+    h.update(Path(__file__).read_bytes())
+    for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml", ".json")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:20]
+
+
+def cached_prefill(key, compute):
+    """``(cache, first tokens)`` of the prefill ``key`` from :data:`PREFILL_CACHE`, else
+    ``compute()``'s, then kept there (written atomically: concurrent runs of the same
+    prompts both end with the same file). The prefill is deterministic (exact sums,
+    ``models/matmul.py``), so a kept one equals a recomputed one."""
+    path = PREFILL_CACHE / f"{_prefill_digest(key)}.pkl"
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+        pass
+    value = compute()
+    PREFILL_CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("wb", dir=PREFILL_CACHE, suffix=".tmp", delete=False) as f:
+        pickle.dump(value, f)
+    Path(f.name).replace(path)
+    return value
 
 
 class RunInputs:
@@ -180,10 +218,14 @@ class RunInputs:
 
     def _prefill(self, key) -> Prefilled:
         weights = self._weights()
-        cache = PagedKVCache.for_model(
-            self.cfg, sum(-(-(p + self.s.steps) // 16) for p in self.lens), 16)
-        first = [int(np.argmax(prefill(weights, cache, r, p)))
-                 for r, p in enumerate(self.prompts)]
+
+        def compute():
+            cache = PagedKVCache.for_model(
+                self.cfg, sum(-(-(p + self.s.steps) // 16) for p in self.lens), 16)
+            first = [int(np.argmax(prefill(weights, cache, r, p)))
+                     for r, p in enumerate(self.prompts)]
+            return cache, first
+        cache, first = cached_prefill(key, compute)
         return Prefilled(key, weights, cache, first)
 
     def prefilled(self) -> Prefilled:
@@ -281,33 +323,27 @@ class RunInputs:
 
     def image(self):
         """The HBM image of the prefilled cache (later tokens are written per step)."""
-        s, cfg = self.s, self.cfg
-        shape = (s.requests, cfg.num_layers, cfg.num_kv_heads, s.max_ctx, cfg.head_dim)
-        sc = shape[:-1] + (cfg.head_dim // 16,)
-        nv = s.kv_dtype == "nvfp4"
-        kv = KV(np.zeros(shape, np.int64), np.zeros(shape, np.int64),
-                np.zeros(sc, np.int64) if nv else None, np.zeros(sc, np.int64) if nv else None,
-                int(M.f2b(self.ts)) if nv else 0)
+        s, cfg, geo = self.s, self.cfg, self._geometry()
+        words = [0] * kv_image_words(s.requests, cfg.num_layers, cfg.num_kv_heads, s.max_ctx,
+                                     cfg.head_dim, s.lanes)
         for r in range(s.requests):
             for li in range(cfg.num_layers):
                 k, v = self.cache.gather(li, r)
                 for h in range(cfg.num_kv_heads):
                     kc, vc, ks, vs = self.codes(k[:, h], v[:, h])
-                    n = kc.shape[0]
-                    kv.k[r, li, h, :n], kv.v[r, li, h, :n] = kc, vc
-                    if nv:
-                        kv.ks[r, li, h, :n], kv.vs[r, li, h, :n] = ks, vs
-        return kv_image(kv, self.params()), kv.ts_bits
+                    beats = kv_words(kc, vc, s.kv_dtype, s.lanes, ks, vs)
+                    a = kv_addr(r, li, h, 0, **geo)
+                    words[a:a + len(beats)] = beats
+        return words, int(M.f2b(self.ts)) if s.kv_dtype == "nvfp4" else 0
 
     def token_beats(self, layer, request, pos):
         """Token ``pos``'s K/V words per KV head: ``[H][2*Dk]`` as the HBM image holds them."""
         s, cfg = self.s, self.cfg
         k, v = self.cache.gather(layer, request)
-        mask = (1 << kv_word_bits(s.lanes, s.kv_dtype)) - 1
         out = []
         for h in range(cfg.num_kv_heads):
             kc, vc, ks, vs = self.codes(k[pos:pos + 1, h], v[pos:pos + 1, h])
-            out.append([b & mask for b in pack_kv_beats(kc, vc, s.kv_dtype, s.lanes, ks, vs)])
+            out.append(kv_words(kc, vc, s.kv_dtype, s.lanes, ks, vs))
         return out
 
     def token_words(self, layer, request, pos):

@@ -186,10 +186,12 @@ class RunInfo:
 
 
 def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
-        workdir=None):
+        workdir=None, stimulus=None):
     """The tile side of :func:`~.amaranth_run.cosim_run` on Verilator: returns
     ``(RunResult, RunInfo, Build)``. ``max_layer_cycles``: the hang guard (default
-    :func:`~.setup.layer_cycle_limit`)."""
+    :func:`~.setup.layer_cycle_limit`); ``stimulus``: a path where the bench records its
+    stimulus for the native replay (:mod:`.native`), the HBM image kept beside it (suffix
+    ``.hex``)."""
     from cocotb_tools.runner import get_results, get_runner
 
     t0 = time.perf_counter()
@@ -210,7 +212,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
     workdir = Path(workdir or (REPO_ROOT / ".build" / "plans"))
     workdir.mkdir(parents=True, exist_ok=True)
     tag = f"tile_cosim-{run_tag()}"
-    hex_path = workdir / f"hbm-{tag}.hex"
+    hex_path = Path(stimulus).with_suffix(".hex") if stimulus else workdir / f"hbm-{tag}.hex"
     plan_path, res_path = workdir / f"plan-{tag}.pkl", workdir / f"res-{tag}.pkl"
     write_hex(image, hex_path)
     plan_path.write_bytes(pickle.dumps(dict(setup=asdict(s), golden=golden,
@@ -225,6 +227,8 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
            # cocotb rewrites the asserts of every module imported after the bench (pytest's
            # hook): seconds of start-up for nothing here
            "COCOTB_REWRITE_ASSERTION_FILES": ""}
+    if stimulus:
+        env["TRICUT_STIMULUS"] = str(stimulus)
     xml = b.build_dir / f"results-tile_cosim-{tag}.xml"
     log = b.build_dir / f"{tag}.log"
     t0 = time.perf_counter()
@@ -243,7 +247,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
         raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel}: {failed} of {n} tests "
                             f"failed; log: {log}")
     out = pickle.loads(res_path.read_bytes())
-    for f in (hex_path, plan_path, res_path, log):
+    for f in (plan_path, res_path, log) + (() if stimulus else (hex_path,)):
         f.unlink()
     if out.get("timeout"):
         raise TimeoutError(out["timeout"])
