@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: idle BLAS threads off the cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: no idle BLAS threads
 
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
@@ -201,7 +201,8 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", choices=list(designs), metavar="DESIGN",
                     help=f"designs to run (default: all of {', '.join(designs)})")
     ap.add_argument("--no-area", action="store_true", help="leave the Yosys cells out")
-    ap.add_argument("--write", action="store_true", help="write the report into docs/tile/figures.md")
+    ap.add_argument("--write", action="store_true",
+                    help="write the report into docs/tile/figures.md")
     args = ap.parse_args(argv)
     if args.runs < 1 or args.real_runs < 1:
         ap.error("--runs and --real-runs must be at least 1")

@@ -10,8 +10,9 @@ with one tensor scale for the whole run (``amax`` of the prefilled cache / 2688)
 tile has one ``tensor_scale`` input. Prefill (once per run; both sides start from copies of
 it): the float32 reference ``prefill`` (there is no TE prefill path), so the tile and the
 golden start from the same KV cache (:class:`RunInputs`); it is kept in ``.build/prefill``
-(:func:`cached_prefill`), so a later run of the same prompts skips it. :func:`golden_run` runs the DSU model's rounds;
-:class:`RunResult` holds either side's tokens, attention outputs and cycles.
+(:func:`cached_prefill`), so a later run of the same prompts skips it. :func:`golden_run`
+runs the DSU model's rounds; :class:`RunResult` holds either side's tokens, attention
+outputs and cycles.
 """
 
 from __future__ import annotations
