@@ -1,16 +1,20 @@
 """The tile design sweep of docs/sweeps.md: ``sweeps/tile_designs.toml`` (the decode tile's TE
-engines × lanes × K/V format at Llama-3-8B's and Llama-3-70B's attention shapes on one H100
-SM's share of HBM), every point co-simulated on Verilator and synthesized by Yosys.
+engines × lanes × TE design and CDU policy × K/V format at Llama-3-8B's and Llama-3-70B's
+attention shapes on one H100 SM's share of HBM), every point co-simulated on Verilator and
+synthesized by Yosys.
 
     .venv/bin/python benchmarks/tile_design_sweep.py             # run (resumable), report
     .venv/bin/python benchmarks/tile_design_sweep.py --write     # ... and write docs/sweeps.md and its figure
 
 Runs the grid the way a user does, ``tricut sweep sweeps/tile_designs.toml --db DB --resume
 --workers N`` (points already done in ``DB`` by the same code are skipped), plots cycles per
-step against cells with one Pareto front per model and K/V format, and reads the database: every point's cycles per step, cells, HBM port use, TE use and equivalence; the
-Pareto-optimal designs per model and K/V format; and where more engines or wider lanes stop
-paying: for each design, the step's cycles against the same design with half the engines
-(or half the lanes), and the share of the SM's HBM bytes per cycle the tile uses.
+step against cells with one Pareto front per model and K/V format, and reads the database:
+every point's cycles per step, cells, HBM port use, TE use and equivalence; the
+Pareto-optimal designs per model and K/V format; where more engines or wider lanes stop
+paying (for each design, the step's cycles against the same design with half the engines, or
+half the lanes, and the share of the SM's HBM bytes per cycle the tile uses); and what the
+serial engine and the CDU change against the pipelined engine without it at the same engines
+and lanes.
 
 ``--report-only`` reads ``DB`` as it is (no sweep run): the rows of another checkout's run,
 whose code version each row carries.
@@ -57,9 +61,26 @@ def load(db: Path) -> list[dict]:
         return store.rows(SWEEP)
 
 
+#: the grid's ``variant`` values: (TE design, CDU policy) -> the name in the report
+VARIANTS = {("pipelined", "none"): "pipelined", ("serial", "none"): "serial",
+            ("pipelined", "static"): "pipelined + CDU static"}
+#: the variant every engine count and lane width is swept with
+BASE = "pipelined"
+
+
+def _variant(r) -> str:
+    v = r["axes"]["variant"]
+    return VARIANTS.get((v["engine"], v["policy"]), f"{v['engine']} + CDU {v['policy']}")
+
+
 def _design(r) -> tuple:
+    """``(model, K/V, variant, engines, lanes)``."""
     a = r["axes"]
-    return a["model"], a["kv_dtype"], a["engines"], a["lanes"]
+    return a["model"], a["kv_dtype"], _variant(r), a["engines"], a["lanes"]
+
+
+def _name(key) -> str:
+    return f"{_engines(key[3])} × {key[4]} lanes, {key[2]}"
 
 
 def _engines(n: int) -> str:
@@ -94,7 +115,8 @@ def report(rows, summary: dict, command: str, workers: int) -> str:
         f"its HBM share as the HBM model's rate, its latency, the burst slots that cover it, "
         f"split-K where one engine cannot keep up), one KV head of each model, prompts "
         f"{', '.join(map(str, fixed.get('prompt_lens', [])))} tokens, {fixed.get('steps')} decode "
-        f"steps, the pipelined engine, no CDU, Verilator builds at `{fixed.get('cxx_opt')}`. "
+        f"steps, Verilator builds at `{fixed.get('cxx_opt')}`; designs: "
+        + "; ".join(sorted({_variant(r) for r in rows})) + ". "
         f"{len(rows)} points: {len(done)} done, {len(failed)} failed, run by tricut "
         + ", ".join(f"`{c}`" for c in commits)
         + (f"; this run: {summary.get('done', 0)} run, {summary.get('skipped', 0)} already in "
@@ -106,20 +128,22 @@ def report(rows, summary: dict, command: str, workers: int) -> str:
         "",
         f"![cycles per step against cells, one front per model]({FIGURE.removeprefix('docs/')})",
         "",
-        "| model | K/V | engines | lanes | split-K | cycles per step | cells | TE engines' cells "
-        "| HBM port use | TE use | bit-exact | timing model error |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| model | K/V | design | engines | lanes | split-K | cycles per step | cells | TE engines' "
+        "cells | CDU cells | HBM port use | TE use | bit-exact | timing model error |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for key in sorted(by, key=lambda k: (k[0], k[1], k[2], k[3])):
+    for key in sorted(by, key=lambda k: (k[0], k[1], k[2] != BASE, k[2], k[3], k[4])):
         r = by[key]
         m, c = r["metrics"], r["config"]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {c['split_tokens'] or '–'} | "
-            f"{m['cycles_per_step']:,.0f} | {m['cells']:,} | {m['cells_te_engines']:,} | "
-            f"{m['hbm_port_use']:.3f} | {m['te_utilisation']:.3f} | "
-            f"{'yes' if m['ok'] else 'NO'} | {m['timing_model_error']:.1e} |")
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | "
+            f"{c['split_tokens'] or '–'} | {m['cycles_per_step']:,.0f} | {m['cells']:,} | "
+            f"{m['cells_te_engines']:,} | {m['cells_cdu']:,} | {m['hbm_port_use']:.3f} | "
+            f"{m['te_utilisation']:.3f} | {'yes' if m['ok'] else 'NO'} | "
+            f"{m['timing_model_error']:.1e} |")
     for r in failed:
-        lines.append(f"| {' | '.join(map(str, _design(r)))} | failed: {r['error'][:120]} |||||||||")
+        lines.append(f"| {' | '.join(map(str, _design(r)))} | failed: {r['error'][:120]} "
+                     f"||||||||||")
     lines += ["", f"**What it says**: per shape, the cheapest design within {PAYS:.0%} of the "
               "fastest step; every design with more cells buys less than that:", ""]
     for (model, kv) in sorted({_design(r)[:2] for r in done}):
@@ -127,8 +151,7 @@ def report(rows, summary: dict, command: str, workers: int) -> str:
         best = min(r["metrics"]["cycles_per_step"] for r in same)
         pick = min((r for r in same if r["metrics"]["cycles_per_step"] <= (1 + PAYS) * best),
                    key=lambda r: r["metrics"]["cells"])
-        e, lanes = _design(pick)[2:]
-        lines.append(f"* {model}, {kv}: {_engines(e)} × {lanes} lanes, "
+        lines.append(f"* {model}, {kv}: {_name(_design(pick))}, "
                      f"{pick['metrics']['cycles_per_step']:,.0f} cycles per step "
                      f"({pick['metrics']['cycles_per_step'] / best - 1:+.1%} against the fastest), "
                      f"{pick['metrics']['cells']:,} cells, HBM port use "
@@ -138,33 +161,50 @@ def report(rows, summary: dict, command: str, workers: int) -> str:
     for (model, kv) in sorted({_design(r)[:2] for r in done}):
         front = [r for r in pareto(done) if _design(r)[:2] == (model, kv)]
         lines.append(f"* {model}, {kv}: " + "; ".join(
-            f"{_engines(_design(r)[2])} × {_design(r)[3]} lanes "
-            f"({r['metrics']['cycles_per_step']:,.0f} cycles, {r['metrics']['cells']:,} cells)"
-            for r in front))
+            f"{_name(_design(r))} ({r['metrics']['cycles_per_step']:,.0f} cycles, "
+            f"{r['metrics']['cells']:,} cells)" for r in front))
     lines += ["", f"**Where more hardware stops paying** (a step less than {PAYS:.0%} faster "
               "than the same design with half the engines, or half the lanes; the HBM port "
               "use says why: near 1 the SM's share binds):", ""]
     for (model, kv) in sorted({_design(r)[:2] for r in done}):
         notes = []
-        for e in sorted({k[2] for k in by if k[:2] == (model, kv)}):
-            for lanes in sorted({k[3] for k in by if k[:2] == (model, kv)}):
-                r = by.get((model, kv, e, lanes))
-                half_e = by.get((model, kv, e // 2, lanes)) if e > 1 else None
-                half_l = by.get((model, kv, e, lanes // 2))
-                for what, base in (("engines", half_e), ("lanes", half_l)):
-                    if r is None or base is None:
-                        continue
-                    gain = base["metrics"]["cycles_per_step"] / r["metrics"]["cycles_per_step"] - 1
-                    cost = r["metrics"]["cells"] / base["metrics"]["cells"] - 1
-                    verdict = "pays" if gain >= PAYS else "does not pay"
-                    prev = (f"{_engines(e // 2)} × {lanes} lanes" if what == "engines"
-                            else f"{_engines(e)} × {lanes // 2} lanes")
-                    notes.append(f"{prev} → {e} × {lanes}: {gain:+.1%} speed for {cost:+.0%} cells, "
-                                 f"{verdict} (port use {base['metrics']['hbm_port_use']:.2f} → "
-                                 f"{r['metrics']['hbm_port_use']:.2f})")
+        for variant in sorted({k[2] for k in by if k[:2] == (model, kv)}, key=lambda v: v != BASE):
+            keys = [k for k in by if k[:3] == (model, kv, variant)]
+            for e in sorted({k[3] for k in keys}):
+                for lanes in sorted({k[4] for k in keys}):
+                    r = by.get((model, kv, variant, e, lanes))
+                    half_e = by.get((model, kv, variant, e // 2, lanes)) if e > 1 else None
+                    half_l = by.get((model, kv, variant, e, lanes // 2))
+                    for what, base in (("engines", half_e), ("lanes", half_l)):
+                        if r is None or base is None:
+                            continue
+                        notes.append(_step(base, r, f"{variant}: " + (
+                            f"{_engines(e // 2)} × {lanes} lanes" if what == "engines"
+                            else f"{_engines(e)} × {lanes // 2} lanes") + f" → {e} × {lanes}"))
         lines.append(f"* {model}, {kv}:")
         lines += [f"  * {n}" for n in notes]
+    lines += ["", f"**The TE design and the CDU** (against the {BASE} engine without the CDU at "
+              "the same engines and lanes):", ""]
+    for (model, kv) in sorted({_design(r)[:2] for r in done}):
+        notes = []
+        for key in sorted(k for k in by if k[:2] == (model, kv) and k[2] != BASE):
+            base = by.get((model, kv, BASE, key[3], key[4]))
+            if base is not None:
+                notes.append(_step(base, by[key], f"{_engines(key[3])} × {key[4]} lanes: "
+                                                   f"{BASE} → {key[2]}"))
+        if notes:
+            lines.append(f"* {model}, {kv}:")
+            lines += [f"  * {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _step(base, r, what) -> str:
+    """One comparison line: ``what``, the speed and the cells of ``r`` against ``base``."""
+    gain = base["metrics"]["cycles_per_step"] / r["metrics"]["cycles_per_step"] - 1
+    cost = r["metrics"]["cells"] / base["metrics"]["cells"] - 1
+    verdict = "pays" if gain >= PAYS else "does not pay" if cost > 0 else "saves cells"
+    return (f"{what}: {gain:+.1%} speed for {cost:+.0%} cells, {verdict} (port use "
+            f"{base['metrics']['hbm_port_use']:.2f} → {r['metrics']['hbm_port_use']:.2f})")
 
 
 def plot(rows, path: Path) -> None:
@@ -175,26 +215,39 @@ def plot(rows, path: Path) -> None:
     import matplotlib.pyplot as plt
     done = [r for r in rows if r["status"] == "done"]
     front = {id(r) for r in pareto(done)}
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(8.5, 6))
     shapes = sorted({_design(r)[:2] for r in done})
+    variants = sorted({_variant(r) for r in done}, key=lambda v: v != BASE)
+    marks = {v: "osD^v<>"[i % 7] for i, v in enumerate(variants)}
+    tags = {v: "" if v == BASE else "s" if v == "serial" else "+C" for v in variants}
     for i, (model, kv) in enumerate(shapes):
         same = sorted((r for r in done if _design(r)[:2] == (model, kv)),
                       key=lambda r: r["metrics"]["cells"])
-        color, marker = f"C{i}", "osD^"[i % 4]
-        ax.scatter([r["metrics"]["cells"] for r in same], [r["metrics"]["cycles_per_step"] for r in same],
-                   color=color, marker=marker, s=22, alpha=0.35)
+        color = f"C{i}"
+        for v in variants:
+            pts = [r for r in same if _variant(r) == v]
+            ax.scatter([r["metrics"]["cells"] for r in pts],
+                       [r["metrics"]["cycles_per_step"] for r in pts],
+                       color=color, marker=marks[v], s=24, alpha=0.4)
         best = [r for r in same if id(r) in front]
         ax.plot([r["metrics"]["cells"] for r in best], [r["metrics"]["cycles_per_step"] for r in best],
-                "-", marker=marker, color=color, ms=6, label=f"{model}, {kv} (front)")
+                "-", color=color, lw=1.2, label=f"{model}, {kv} (front)")
         for r in best:
-            ax.annotate(f"{_design(r)[2]}×{_design(r)[3]}", (r["metrics"]["cells"], r["metrics"]["cycles_per_step"]),
-                        fontsize=7, color=color, xytext=(4, 4 if i % 2 else -10), textcoords="offset points")
+            key = _design(r)
+            ax.annotate(f"{tags[key[2]]}{key[3]}×{key[4]}",
+                        (r["metrics"]["cells"], r["metrics"]["cycles_per_step"]), fontsize=7,
+                        color=color, xytext=(4, 4 if i % 2 else -10), textcoords="offset points",
+                        annotation_clip=True)
+    for v in variants:
+        ax.scatter([], [], color="grey", marker=marks[v], s=24,
+                   label=f"{v}" + (f" (label {tags[v]}E×L)" if tags[v] else " (label E×L)"))
     ax.set_xlabel("cells (Yosys generic cells of the tile; lower is better)")
     ax.set_ylabel("cycles per decode step (lower is better)")
     ax.set_ylim(bottom=0)
-    ax.set_xlim(left=0, right=1.1 * max(r["metrics"]["cells"] for r in done))
-    ax.set_title("decode tile designs on one H100 SM's HBM share: engines × lanes\n"
-                 "(faint: every design; line: the Pareto front of its model and K/V format)", fontsize=9)
+    ax.set_xlim(left=0, right=1.15 * max(r["metrics"]["cells"] for r in done))
+    ax.set_title("decode tile designs on one H100 SM's HBM share: engines × lanes, TE design, "
+                 "CDU\n(faint: every design; line: the Pareto front of its model and K/V "
+                 "format)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()

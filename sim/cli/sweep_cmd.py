@@ -134,7 +134,8 @@ def add_commands(sub) -> None:
         "sweep", help="run a design-space grid on Ray; results in DuckDB (also: sweep export, sweep plot)",
         description="Run every point of a grid file (TOML: [fixed] settings, [axes] of values, "
                     "[[exclude]] tables, [filter] drop_impossible; format in docs/sweeps.md) as one "
-                    "tricut simulate (or cdu-replay) run, each a Ray task on a local Ray cluster (default) "
+                    "run of its task (task = simulate, cdu-replay, tile-run, tile-area or tile-design), "
+                    "each a Ray task on a local Ray cluster (default) "
                     "or on the cluster at --address, and write one row per point to a DuckDB database. "
                     "Every point is checked before any runs. A failed point is recorded with its error "
                     "and the sweep goes on (exit 1 at the end); a worker that dies is retried by Ray. "
