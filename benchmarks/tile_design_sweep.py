@@ -219,7 +219,10 @@ def plot(rows, path: Path) -> None:
     shapes = sorted({_design(r)[:2] for r in done})
     variants = sorted({_variant(r) for r in done}, key=lambda v: v != BASE)
     marks = {v: "osD^v<>"[i % 7] for i, v in enumerate(variants)}
-    tags = {v: "" if v == BASE else "s" if v == "serial" else "+C" for v in variants}
+    #: a point's label: engines×lanes, "s" before it for the serial engine, "+C" after it
+    #: with the CDU
+    tags = {v: ("s" if v.startswith("serial") else "", "+C" if "CDU" in v else "")
+            for v in variants}
     for i, (model, kv) in enumerate(shapes):
         same = sorted((r for r in done if _design(r)[:2] == (model, kv)),
                       key=lambda r: r["metrics"]["cells"])
@@ -234,13 +237,13 @@ def plot(rows, path: Path) -> None:
                 "-", color=color, lw=1.2, label=f"{model}, {kv} (front)")
         for r in best:
             key = _design(r)
-            ax.annotate(f"{tags[key[2]]}{key[3]}×{key[4]}",
+            ax.annotate(f"{tags[key[2]][0]}{key[3]}×{key[4]}{tags[key[2]][1]}",
                         (r["metrics"]["cells"], r["metrics"]["cycles_per_step"]), fontsize=7,
                         color=color, xytext=(4, 4 if i % 2 else -10), textcoords="offset points",
                         annotation_clip=True)
     for v in variants:
         ax.scatter([], [], color="grey", marker=marks[v], s=24,
-                   label=f"{v}" + (f" (label {tags[v]}E×L)" if tags[v] else " (label E×L)"))
+                   label=f"{v} (label {tags[v][0]}E×L{tags[v][1]})")
     ax.set_xlabel("cells (Yosys generic cells of the tile; lower is better)")
     ax.set_ylabel("cycles per decode step (lower is better)")
     ax.set_ylim(bottom=0)
