@@ -38,6 +38,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: no idle BLAS threads
 
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from tile_real_layer import _Timed
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "tile" / "figures.md"
@@ -127,28 +128,6 @@ def _params(s):
     r = RunInputs.__new__(RunInputs)
     r.s, r.cfg = s, check_setup(s)
     return r.params()
-
-
-class _Timed:
-    """Adds up the wall time of the calls of ``module.name`` while installed."""
-
-    def __init__(self, module, name):
-        self.module, self.name, self.s = module, name, 0.0
-
-    def __enter__(self):
-        self.orig = orig = getattr(self.module, self.name)
-
-        def call(*a, **k):
-            t0 = time.perf_counter()
-            try:
-                return orig(*a, **k)
-            finally:
-                self.s += time.perf_counter() - t0
-        setattr(self.module, self.name, call)
-        return self
-
-    def __exit__(self, *exc):
-        setattr(self.module, self.name, self.orig)
 
 
 def _describe(s):
