@@ -110,6 +110,10 @@ def measure(name, s, runs, area):
            ("prep_s", "sim_s", "bench_s", "setup_s", "golden_s", "host_s", "tile_s")}
     native_rate = statistics.median(n.rate for n in natives)
     tile_rate = statistics.median(i.tile_cycles / i.tile_s for i in infos)
+    # the cycles the bench simulates: go->done and the host traffic (Python per burst, and per
+    # cycle for the round/descriptor beats)
+    sim_rate = statistics.median((i.tile_cycles + i.host_cycles) / (i.tile_s + i.host_s)
+                                 for i in infos)
     # the whole bench over the clock cycles the simulator ran (the replay's count: with the
     # DSU the bench's own count skips cycles it did not wait for)
     bench_rate = statistics.median(cycles / i.bench_s for i in infos)
@@ -117,7 +121,8 @@ def measure(name, s, runs, area):
                 cycles=cycles, tile_cycles=infos[0].tile_cycles, native_rate=native_rate,
                 native_loop_s=statistics.median(n.loop_s for n in natives),
                 native_wall_s=statistics.median(n.wall_s for n in natives),
-                checks=natives[0].checks, tile_rate=tile_rate, bench_rate=bench_rate,
+                checks=natives[0].checks, tile_rate=tile_rate, sim_rate=sim_rate,
+                bench_rate=bench_rate,
                 golden_run_s=golden_s, prefill_s=prefill_s, **med)
 
 
@@ -144,19 +149,23 @@ def report(rows, runs, real_runs, cmd):
              f"C++ `{OPT}`), cocotb {version('cocotb')}; medians of {runs} runs (the real "
              f"layer: {real_runs}), builds excluded:", "", "```", cmd, "```", "",
              "| design | cells | clock cycles | native replay cycles/s | cocotb `go`→`done` "
-             "cycles/s | ratio | cocotb whole bench cycles/s | ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+             "cycles/s | ratio | cocotb `go`→`done` and host traffic cycles/s | ratio | "
+             "cocotb whole bench cycles/s | ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = f"{r['cells']:,}" if r["cells"] is not None else "—"
         lines.append(
             f"| `{r['name']}`: {_describe(r['setup'])} | {cells} | {r['cycles']:,} | "
             f"{r['native_rate']:,.0f} | {r['tile_rate']:,.0f} | "
-            f"{r['tile_rate'] / r['native_rate']:.2f} | {r['bench_rate']:,.0f} | "
+            f"{r['tile_rate'] / r['native_rate']:.2f} | {r['sim_rate']:,.0f} | "
+            f"{r['sim_rate'] / r['native_rate']:.2f} | {r['bench_rate']:,.0f} | "
             f"{r['bench_rate'] / r['native_rate']:.2f} |")
     met = [r["name"] for r in rows if r["tile_rate"] / r["native_rate"] >= GOAL]
+    simulating = [r["name"] for r in rows if r["sim_rate"] / r["native_rate"] >= GOAL]
     whole = [r["name"] for r in rows if r["bench_rate"] / r["native_rate"] >= GOAL]
     lines += ["", f"`go`→`done` at ≥ {GOAL} of the native rate: "
-              f"{', '.join(f'`{n}`' for n in met) or 'none'} of {len(rows)}; the whole bench "
+              f"{', '.join(f'`{n}`' for n in met) or 'none'} of {len(rows)}; with the host "
+              f"traffic: {', '.join(f'`{n}`' for n in simulating) or 'none'}; the whole bench "
               f"at ≥ {GOAL}: {', '.join(f'`{n}`' for n in whole) or 'none'}. Every replay "
               f"read what the cocotb run read ({', '.join(str(r['checks']) for r in rows)} "
               f"values checked).", "",
@@ -207,7 +216,9 @@ def main(argv=None):
         runs = args.runs if kind == "small" else args.real_runs
         r = measure(name, s, runs, not args.no_area)
         print(f"{name}: native {r['native_rate']:,.0f}, cocotb go->done {r['tile_rate']:,.0f} "
-              f"({r['tile_rate'] / r['native_rate']:.2f}), whole bench {r['bench_rate']:,.0f} "
+              f"({r['tile_rate'] / r['native_rate']:.2f}), with host traffic "
+              f"{r['sim_rate']:,.0f} ({r['sim_rate'] / r['native_rate']:.2f}), "
+              f"whole bench {r['bench_rate']:,.0f} "
               f"({r['bench_rate'] / r['native_rate']:.2f}) cycles/s", flush=True)
         rows.append(r)
     rest = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--write"]

