@@ -14,9 +14,10 @@ with it (``static``). Per design: the Verilator build (``-O2``, cached), the pro
 stimulus, then as many native replays; each cocotb run is checked against the golden decode
 step, each replay checks every value the bench read. Medians of: the native loop's cycles per
 second (Verilator's evaluation alone), the cocotb run's from ``go`` to ``done`` (the clock in
-C, Python woken by no event) and over the whole bench (the golden decode step and the host
-traffic too), their ratios to the native rate (goal >= 0.8), and where a cocotb run's wall
-time goes. Size: Yosys cells of the tile (``tricut verilog tile --area``, cached in
+the build's C++ main, Python woken by no event), with the host traffic (Python staging the
+words, one wake-up per burst, and stepping the round/descriptor beats) and over the whole
+bench (the golden decode step and the bench's set-up too), their ratios to the native rate
+(goal >= 0.8), and where a cocotb run's wall time goes. Size: Yosys cells of the tile (``tricut verilog tile --area``, cached in
 ``.build/area``; ``--no-area`` leaves them out).
 
 ``--write`` replaces the text between ``<!-- tile:native-speed:begin -->`` and
