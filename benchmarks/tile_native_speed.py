@@ -17,8 +17,8 @@ second (Verilator's evaluation alone), the cocotb run's from ``go`` to ``done`` 
 the build's C++ main, Python woken by no event), with the host traffic (Python staging the
 words, one wake-up per burst, and stepping the round/descriptor beats) and over the whole
 bench (the golden decode step and the bench's set-up too), their ratios to the native rate
-(goal >= 0.8), and where a cocotb run's wall time goes. Size: Yosys cells of the tile (``tricut verilog tile --area``, cached in
-``.build/area``; ``--no-area`` leaves them out).
+(goal >= 0.8), and where a cocotb run's wall time goes. Size: Yosys cells of the tile
+(``tricut verilog tile --area``, cached in ``.build/area``; ``--no-area`` leaves them out).
 
 ``--write`` replaces the text between ``<!-- tile:native-speed:begin -->`` and
 ``<!-- tile:native-speed:end -->`` in docs/tile/figures.md.
