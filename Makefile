@@ -1,12 +1,14 @@
 # The README's quick start: `make demo` and `make test`. Each creates .venv when missing and
 # installs the project with its test extras from PyPI (torch is pinned to the CPU build).
-# demo: a roofline sweep, an ablation on a Mooncake sample, and an 8-point design sweep on a
-# local Ray cluster with its Pareto plot.
+# demo: a roofline sweep, an ablation (baseline / te / cdu / dsu / all three) on a Mooncake sample
+# at an operating point one TP8 group sustains (prefill on its own pool), and an 8-point design
+# sweep on a local Ray cluster with its Pareto plot. Its tables and plots land in docs/figures/demo.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tricut-installed
 PYTEST_WORKERS ?= 2
+DEMO := docs/figures/demo
 
 .PHONY: demo test install clean
 
@@ -18,13 +20,20 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: $(STAMP)
+	@mkdir -p $(DEMO) .build/demo
 	$(VENV)/bin/tricut roofline --model llama-3-70b --gpu h100-sxm5 --tp 8 \
-		--kv-dtype bf16,fp8,nvfp4 --context 8192,131072 --batch 1,16
+		--kv-dtype bf16,fp8,nvfp4 --context 8192,131072 --batch 1,16 > $(DEMO)/roofline.txt
+	@cat $(DEMO)/roofline.txt
 	$(VENV)/bin/tricut compare --model llama-3-70b --gpu h100-sxm5 --tp 8 \
-		--trace sim/data/mooncake_conversation_sample.jsonl --plot .build/demo
+		--trace sim/data/mooncake_conversation_sample.jsonl --prefill disaggregated \
+		--plot $(DEMO) > $(DEMO)/compare.txt
+	@cat $(DEMO)/compare.txt
 	$(VENV)/bin/tricut sweep sweeps/smoke.toml --db .build/demo/smoke.duckdb --resume --workers 2
-	$(VENV)/bin/tricut sweep plot --db .build/demo/smoke.duckdb -o .build/demo
-	@echo "figures: .build/demo/*.png"
+	$(VENV)/bin/tricut sweep plot --db .build/demo/smoke.duckdb -o $(DEMO)
+	@echo
+	@echo "tables and plots: $(DEMO)/ (roofline.txt, compare.txt, latency_cdf.png, hbm_bandwidth.png,"
+	@echo "the sweep's Pareto plot and heat map); what the columns mean: docs/metrics.md;"
+	@echo "the same ablation with prefill on the decode GPUs (--prefill colocated) overloads the group."
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q

@@ -238,12 +238,13 @@ def fetch_vs_recompute() -> dict:
     """One 512-token prefix block: fetched from G3.5 (grace-hopper) vs prefilled on the pool."""
     from tricut.models.tiers import load_tiers
     from tricut.sim.cli.simulate import setup_of, simulate_parser
-    from tricut.sim.fast.kv_tiers import BLOCK_TOKENS, transfer_time_s
+    from tricut.sim.fast.kv_tiers import TIER_BLOCK_TOKENS, transfer_time_s
     args = simulate_parser().parse_args(["--model", MODEL, "--tp", str(TP), "--gpu", "h100-sxm5"])
     sm = setup_of(args).step_model(args.cuts)
     g35 = load_tiers("grace-hopper").g3_5
-    return {"fetch_s": transfer_time_s(BLOCK_TOKENS * sm.kv_token_bytes, g35),
-            "recompute_s": sm.prefill_time(BLOCK_TOKENS), "block_bytes": BLOCK_TOKENS * sm.kv_token_bytes}
+    block_bytes = TIER_BLOCK_TOKENS * sm.kv_token_bytes
+    return {"fetch_s": transfer_time_s(block_bytes, g35),
+            "recompute_s": sm.prefill_time(TIER_BLOCK_TOKENS), "block_bytes": block_bytes}
 
 
 # ------------------------------------------------------------------------------ tier capacity

@@ -30,7 +30,8 @@ after a commit ``--resume`` runs every point again. Per-cell replay times (the r
 ``engine = "golden"``: ``models/cdu.py`` itself, hours for the 128K x 64 points, or other
 ``steps``). ``engine = "fast"`` replays with ``sim/fast/cdu_twin.py``, the policy model's exact
 compiled twin (same counters and transaction checksum as ``models/cdu.py`` on
-``tests/test_cdu_fast.py``). ``--engine`` applies to ``--extras`` only.
+``tests/test_cdu_fast.py``). ``--implementation`` (as ``tricut cdu replay``'s: the grid's
+``engine`` setting) applies to ``--extras`` only.
 """
 
 from __future__ import annotations
@@ -250,15 +251,16 @@ def main(argv=None):
                          "8b:128K:64,70b:131072:16")
     ap.add_argument("--extras", action="store_true",
                     help="print the L2-size, steady-state and DSU-hint tables instead of the grid")
-    ap.add_argument("--engine", choices=("golden", "fast"), default=None,
+    ap.add_argument("--implementation", choices=("golden", "fast"), default=None,
                     help="--extras only: fast = the exact numba twin of the policy model (default), "
-                         "golden = models/cdu.py itself (the grid's engine is its file's)")
+                         "golden = models/cdu.py itself (the grid's is its file's engine setting)")
     a = ap.parse_args(argv)
     if a.extras:
-        print(extras(a.engine or "fast"))
+        print(extras(a.implementation or "fast"))
         return 0
-    if a.engine is not None:
-        ap.error("--engine applies to --extras; the grid's engine is its grid file's (--grid)")
+    if a.implementation is not None:
+        ap.error("--implementation applies to --extras; the grid's is its grid file's engine "
+                 "setting (--grid)")
     if a.workers < 0:
         ap.error("--workers must be >= 0")
     if a.resume and a.db is None:

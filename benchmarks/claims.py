@@ -15,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from tricut.models.config import load_gpu, load_model
+from tricut.models.config import KV_DTYPES, load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
 from tricut.sim.fast.setup import ServingSetup
@@ -116,7 +116,7 @@ row("DSU `latency-opt`, 128 concurrent: P99 3.2× steadier than CPU scheduling",
     "a small share of a step")
 
 # 7. fp8 holds 2.3x the tokens of fp16.
-fit = {d: roofline(L70B, H100, d, 1024, 1, tp=8).kv_tokens_fit for d in ("bf16", "fp8", "nvfp4")}
+fit = {d: roofline(L70B, H100, d, 1024, 1, tp=8).kv_tokens_fit for d in KV_DTYPES}
 te_step = {d: StepModel(L70B, H100, d, 8, frozenset({"te"}), stack=NO_JITTER).step_time([32769], [1], RNG).time_s
            for d in ("bf16", "fp8")}
 row("fp8 KV holds 2.3× the tokens of fp16, +0.3 ms on the first decode step",

@@ -57,6 +57,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tricut.models.config import KV_DTYPES
+
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "te.md"
 BASELINE = ROOT / "benchmarks" / "te_baseline.json"
@@ -75,7 +77,6 @@ SHIPPED = dict(engine="pipelined", lanes=32)
 
 MODELS = ("llama-3-8b", "qwen2-7b", "llama-3-70b")
 GPUS = ("h100-sxm5", "h200")
-DTYPES = ("bf16", "fp8", "nvfp4")
 #: the long context of the whole-job column
 N_LONG = 8192
 #: the utilisation block's RTL runs: G, head_dim, and n (steps of n and n+1 tokens)
@@ -83,11 +84,11 @@ UTIL_GS = (4, 7, 8)
 UTIL_HEAD_DIM = 128
 UTIL_N = 4
 #: (head_dim, G, lanes, kv_dtype) of the area table: the serial engine (the baseline) ...
-AREA_SETTINGS = tuple((128, 8, lanes, dt) for lanes in (8, 16) for dt in DTYPES)
+AREA_SETTINGS = tuple((128, 8, lanes, dt) for lanes in (8, 16) for dt in KV_DTYPES)
 #: ... and the shipped engine, at the baseline's lanes and the shipped lanes
 AREA_SETTINGS_AFTER = tuple((128, 8, lanes, dt) for lanes in (BASELINE_TE["lanes"],
                                                              SHIPPED["lanes"])
-                            for dt in DTYPES)
+                            for dt in KV_DTYPES)
 #: the Fmax proxy's engine (the serial baseline) ...
 FMAX_SETTING = dict(head_dim=64, G=1, lanes=2, kv_dtype="bf16")
 #: ... the split engine (its record) and the shipped engine at the same setting (Dk = 32)
@@ -128,7 +129,7 @@ def bandwidth_rows(n_long: int = N_LONG, engine: str = BASELINE_TE["engine"],
         G = mc.num_heads // mc.num_kv_heads
         d = mc.head_dim
         per_tok = te_token_cycles(d, G, lanes, engine)
-        for dt in DTYPES:
+        for dt in KV_DTYPES:
             job = te_cycles(n_long, d, G, lanes, engine=engine, kv_dtype=dt)
             nbytes = kv_bytes_per_token_head(d, dt)
             for gname in GPUS:
@@ -252,7 +253,7 @@ def bandwidth_report(rows, rtl=None, after_rows=None, after_rtl=None, util=None)
         "- B, head_dim 128: K + V codes, bf16 16 b, fp8 (E4M3) 8 b, NVFP4 (E2M1) 4 b per "
         "element (`models.te.KV_CODE_BITS`), NVFP4 plus one E4M3 block-scale byte per 16 "
         "elements of K and of V (the fp32 tensor scale is per tensor): "
-        + ", ".join(f"{dt} {kv_bytes_per_token_head(128, dt):g} B" for dt in DTYPES) + ".",
+        + ", ".join(f"{dt} {kv_bytes_per_token_head(128, dt):g} B" for dt in KV_DTYPES) + ".",
         "",
     ]
     if after_rows:
@@ -264,7 +265,7 @@ def bandwidth_report(rows, rtl=None, after_rows=None, after_rtl=None, util=None)
                            f"{g}: {after} ratio n={N_LONG}" for g in GPUS) + " |",
                 "|---|---:|---|---:|---:|---:|" + "---:|---:|---:|---:|" * len(GPUS)]
         for m in MODELS:
-            for dt in DTYPES:
+            for dt in KV_DTYPES:
                 rs = [x for x in rows if x["model"] == m and x["kv_dtype"] == dt]
                 ss = [x for x in after_rows if x["model"] == m and x["kv_dtype"] == dt]
                 a, b = rs[0], ss[0]
@@ -296,7 +297,7 @@ def bandwidth_report(rows, rtl=None, after_rows=None, after_rtl=None, util=None)
             "|---|---:|---:|---|---:|---:|" + "---:|---:|---:|" * len(GPUS),
         ]
         for m in MODELS:
-            for dt in DTYPES:
+            for dt in KV_DTYPES:
                 rs = [x for x in rows if x["model"] == m and x["kv_dtype"] == dt]
                 a = rs[0]
                 cells = " | ".join(f"{x['array_tb_s']:.2f} | **{x['ratio']:.2f}** | "

@@ -38,11 +38,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
+from tricut.models.cdu import POLICIES      # noqa: E402
+from tricut.models.config import KV_DTYPES  # noqa: E402
+
 DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:equivalence:begin -->", "<!-- tile:equivalence:end -->"
 SCRIPT = "benchmarks/tile_equivalence.py"
-DTYPES = ("bf16", "fp8", "nvfp4")
-POLICIES = ("none", "disabled", "static", "adaptive")
+#: the tile's --policy values: none (the tile without the CDU), then the CDU's policies
+TILE_POLICIES = ("none", *POLICIES)
 ENGINES = (1, 4)
 #: TE designs, ``engine@lanes``
 DESIGNS = ("pipelined@32", "serial@16")
@@ -177,9 +180,9 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="\n\n".join(__doc__.split("\n\n")[1:]))
-    ap.add_argument("--dtypes", type=_csv(str, DTYPES), default=list(DTYPES),
+    ap.add_argument("--dtypes", type=_csv(str, KV_DTYPES), default=list(KV_DTYPES),
                     help="K/V dtypes (default: %(default)s)")
-    ap.add_argument("--policies", type=_csv(str, POLICIES), default=list(POLICIES),
+    ap.add_argument("--policies", type=_csv(str, TILE_POLICIES), default=list(TILE_POLICIES),
                     help="CDU policies, none = the tile without the CDU (default: %(default)s)")
     ap.add_argument("--designs", type=_csv(_design), default=[_design(d) for d in DESIGNS],
                     help="TE designs as ENGINE@LANES, e.g. pipelined@32,serial@16 (default: "

@@ -76,15 +76,19 @@ from .dsu import DsuParams, residency_bit
 from .jsonl import TraceError, iter_jsonl_objects
 
 __all__ = [
-    "BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
+    "KV_BLOCK_TOKENS", "CLASS_STREAM", "CLASS_NORMAL", "CLASS_KEEP", "CLASS_PIN", "HINTS",
     "POLICIES", "PATTERNS", "KINDS", "RESULTS", "KEEP_HASH_MUL", "KEEP_HASH_BITS", "Op", "Txn",
     "SlotDesc", "StepDesc", "TraceError", "CDUCore",
     "FrontEnd", "AdaptivePredictor", "Pattern", "read_access_trace", "set_index",
     "predictor_budget_bits", "dsu_hints", "HINT_OF_RESIDENCY", "run", "STATIC_RECENT_TOKENS",
-    "default_reserve", "keep_budget", "geometry",
+    "default_reserve", "keep_budget", "geometry", "MODEL_WAYS",
 ]
 
-BLOCK_TOKENS = 16
+#: tokens per KV block: the paged-attention block the CDU tracks and prefetches, and the
+#: decode tile's block read (``rtl/tile``; the CDU RTL's ``seq_bits = block_bits + 4``).
+#: Declared here only. Not the KV tiers' 512-token prefix blocks
+#: (``sim/fast/kv_tiers.py: TIER_BLOCK_TOKENS``).
+KV_BLOCK_TOKENS = 16
 CLASS_STREAM, CLASS_NORMAL, CLASS_KEEP, CLASS_PIN = 0, 1, 2, 3
 # The names below are declared here only; the hardware codes (rtl/cdu/layouts.py: HINT,
 # POLICY, PATTERN, KIND, RESULT) and the compiled twin's codes (sim/fast/cdu_twin.py) are
@@ -144,6 +148,12 @@ KEEP_HASH_MUL = (2654435761, 40503, 977)
 KEEP_HASH_BITS = 10
 
 
+#: ways per set of the CDU policy model's replay (:func:`geometry`'s default, and
+#: ``sim/fast/cdu_replay.py``'s): ``tricut cdu replay --reserve`` and a sweep's ``cdu-replay``
+#: points are checked against it
+MODEL_WAYS = 16
+
+
 def default_reserve(ways):
     """Ways per set kept from the keep class for the prefetch stream when none is given."""
     return int(ways) // 8
@@ -155,7 +165,7 @@ def keep_budget(frames, distance):
     return max(0, frames - frames // 8 - 2 * distance)
 
 
-def geometry(l2_bytes, block_bytes, hbm_latency_s, hbm_bandwidth, ways=16):
+def geometry(l2_bytes, block_bytes, hbm_latency_s, hbm_bandwidth, ways=MODEL_WAYS):
     """``(sets, ways, latency, distance)`` of a CDU owning ``l2_bytes``: as many whole sets of
     ``min(ways, frames)`` ways as fit; latency in block slots (the TE consumes blocks at the HBM
     rate); default prefetch distance ``latency + 4``. ``sets`` is 0 when not one block fits."""
@@ -428,17 +438,17 @@ class Pattern:
         self._sel = {}    # (req, layer) -> (rng, weights, current selection set)
 
     def blocks(self, step, req, layer, seq_len):
-        nb = -(-seq_len // BLOCK_TOKENS)
+        nb = -(-seq_len // KV_BLOCK_TOKENS)
         last = nb - 1
         if self.name == "full":
             return list(range(nb))
-        win = set(range(-(-self.sinks // BLOCK_TOKENS))) | set(
-            range(max(0, last - -(-self.window // BLOCK_TOKENS) + 1), nb))
+        win = set(range(-(-self.sinks // KV_BLOCK_TOKENS))) | set(
+            range(max(0, last - -(-self.window // KV_BLOCK_TOKENS) + 1), nb))
         if self.name == "window":
             return sorted(b for b in win if b < nb)
         if self.name == "reread":
             if self.burst_start <= step < self.burst_start + self.burst_len:
-                win |= set(range(min(nb, -(-self.reread_tokens // BLOCK_TOKENS))))
+                win |= set(range(min(nb, -(-self.reread_tokens // KV_BLOCK_TOKENS))))
             return sorted(b for b in win if b < nb)
         # topk
         key = (req, layer)
@@ -494,11 +504,11 @@ def read_access_trace(path):
                              f"integers, got {blocks!r}")
         if len(set(blocks)) != len(blocks):
             raise TraceError(f"{where}: field 'blocks' repeats a block")
-        seq_len = rec.get("seq_len", BLOCK_TOKENS * (max(blocks) + 1))
+        seq_len = rec.get("seq_len", KV_BLOCK_TOKENS * (max(blocks) + 1))
         if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
             raise TraceError(f"{where}: field 'seq_len' must be a positive integer, "
                              f"got {seq_len!r}")
-        if max(blocks) * BLOCK_TOKENS >= seq_len:
+        if max(blocks) * KV_BLOCK_TOKENS >= seq_len:
             raise TraceError(f"{where}: block {max(blocks)} lies beyond seq_len {seq_len}")
         unit = (vals["request"], vals["layer"])
         step = out.setdefault(vals["step"], {})
@@ -604,7 +614,7 @@ class FrontEnd:
     """Turn step descriptors + demand lists into the CDU operation stream of a policy.
 
     ``demand(step_desc, slot_desc, layer) -> list of blocks`` gives what attention reads.
-    ``static``: keep class for the sink block and the last ``BLOCK_TOKENS * 8`` tokens,
+    ``static``: keep class for the sink block and the last ``KV_BLOCK_TOKENS * 8`` tokens,
     normal otherwise; predicts every block of the context in order (dense).
     ``adaptive``: :class:`AdaptivePredictor`. ``disabled``: class 0, no prefetch.
     DSU hints: ``stream`` -> class 0 and no prefetch; ``priority`` -> keep class;
@@ -635,12 +645,12 @@ class FrontEnd:
         if not isinstance(distance, int) or distance < 0:
             raise ValueError(f"prefetch distance must be a non-negative integer, got {distance!r}")
         self.policy, self.distance = policy, distance
-        self.recent_blocks = -(-recent_tokens // BLOCK_TOKENS)
+        self.recent_blocks = -(-recent_tokens // KV_BLOCK_TOKENS)
         self.pred = AdaptivePredictor(frames, entries, distance) if policy == "adaptive" else None
 
     def _unit_plan(self, sd, layer):
         """(predicted list, class-of-block function) for one (slot, layer) unit."""
-        nb = -(-sd.seq_len // BLOCK_TOKENS)
+        nb = -(-sd.seq_len // KV_BLOCK_TOKENS)
         if self.policy == "disabled" or sd.hint == "stream":
             return [], lambda b: CLASS_STREAM
         if sd.hint == "pin":
@@ -677,7 +687,7 @@ class FrontEnd:
             for st in steps[loaded:upto]:
                 for req, layer, seq_len in st.restores:
                     restores.extend(Op("S", req, layer, b, CLASS_STREAM, False)
-                                    for b in range(-(-seq_len // BLOCK_TOKENS)))
+                                    for b in range(-(-seq_len // KV_BLOCK_TOKENS)))
             loaded = max(loaded, upto)
 
         def plan(k):
@@ -706,9 +716,9 @@ class FrontEnd:
             d = demand(st, sd, layer)
             if d is None:          # trace without this unit: nothing happens for it
                 continue
-            nb = -(-sd.seq_len // BLOCK_TOKENS)
-            last = (sd.seq_len - 1) // BLOCK_TOKENS
-            yield Op("W", sd.request, layer, last, cls(last), (sd.seq_len - 1) % BLOCK_TOKENS == 0)
+            nb = -(-sd.seq_len // KV_BLOCK_TOKENS)
+            last = (sd.seq_len - 1) // KV_BLOCK_TOKENS
+            yield Op("W", sd.request, layer, last, cls(last), (sd.seq_len - 1) % KV_BLOCK_TOKENS == 0)
             p = max(p, bases[k])
             if p - poff > 65536:       # forget the consumed part of the predicted stream
                 del pstream[:p - poff]

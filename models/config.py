@@ -29,6 +29,8 @@ class ConfigError(ValueError):
 #: 4-bit E2M1 code per element plus one 8-bit E4M3 scale per 16-element micro-block
 #: (the FP32 per-tensor scale is negligible): 4 + 8/16 = 4.5 bits.
 KV_DTYPE_BITS = {"bf16": 16.0, "fp8": 8.0, "nvfp4": 4.5}
+#: the K/V dtypes, declared here only (``models/formats.py`` re-exports them; this module
+#: imports no numpy, so the CLI's flag choices cost nothing to load)
 KV_DTYPES = tuple(KV_DTYPE_BITS)
 WEIGHT_DTYPE_BITS = {"bf16": 16.0, "fp8": 8.0, "nvfp4": 4.5}
 

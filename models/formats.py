@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
+from .config import KV_DTYPES
+
 __all__ = [
     "BF16_MAX",
     "E4M3_MAX",
@@ -45,7 +47,6 @@ E4M3_MAX = 448.0  # S.1111.110
 E4M3_MIN_NORMAL = 2.0**-6  # torch.finfo(torch.float8_e4m3fn).tiny; torchao's E4M3_EPS
 E2M1_MAX = 6.0
 NVFP4_BLOCK = 16
-KV_DTYPES = ("bf16", "fp8", "nvfp4")
 
 _F32 = np.float32
 _E4M3_NAN = 0x7F  # S.1111.111 (sign bit ORed in)

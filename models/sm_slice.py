@@ -49,10 +49,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from .cdu import HINT_OF_RESIDENCY, POLICIES, SlotDesc, StepDesc, default_reserve
+from .cdu import HINT_OF_RESIDENCY, KV_BLOCK_TOKENS, POLICIES, SlotDesc, StepDesc, default_reserve
 from .config import GpuConfig, ModelConfig
 from .te import KV_CODE_BITS, te_token_cycles
-from .tile_timing import BLOCK_TOKENS, CDU_FE_ENTRIES, TileConfig, cdu_decisions, predict_run
+from .tile_timing import CDU_FE_ENTRIES, TileConfig, cdu_decisions, predict_run
 
 __all__ = ["PARTS_PER_SM", "grid_loads", "grid_layer_cycles", "MAX_RATE_DEN",
            "SLICE_SPLIT_TOKENS", "SLICE_CDU_WAYS", "kv_word_bytes", "slice_rate",
@@ -157,14 +157,14 @@ def slice_cdu(gpu: GpuConfig, cfg: TileConfig, policy: str, l2_share: float) -> 
     the HBM latency), and at least 1."""
     if policy not in POLICIES:
         raise ValueError(f"unknown CDU policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    block_bytes = BLOCK_TOKENS * 2 * cfg.dk * kv_word_bytes(cfg.lanes, cfg.kv_dtype)
+    block_bytes = KV_BLOCK_TOKENS * 2 * cfg.dk * kv_word_bytes(cfg.lanes, cfg.kv_dtype)
     frames = int(l2_share * gpu.l2_bytes / gpu.sm_count / block_bytes)
     ways = min(SLICE_CDU_WAYS, frames)
     if ways < 1:
         raise ValueError(f"{gpu.name}: one SM's L2 share holds no KV block of "
                          f"{block_bytes:.0f} bytes")
     sets = 1 << ((frames // ways).bit_length() - 1)
-    block_cycles = BLOCK_TOKENS * 2 * cfg.dk * cfg.hbm_rate[1] / cfg.hbm_rate[0]
+    block_cycles = KV_BLOCK_TOKENS * 2 * cfg.dk * cfg.hbm_rate[1] / cfg.hbm_rate[0]
     want = math.ceil(cfg.latency / block_cycles) + 4
     distance = max(1, min(want, (default_reserve(ways) - 1) * sets))
     return SliceCdu(policy, sets, ways, distance)
@@ -210,7 +210,7 @@ def _pair_overlaps(cfg: TileConfig, cdu: SliceCdu | None, first: str, then: str,
     unit ``lead`` tokens long), ``by_next[k - 1]`` what a next unit of ``k`` blocks changes,
     probed up to ``next_blocks`` (1: not probed; it matters where a cached unit follows a
     streamed one, whose blocks the CDU prefetches under it)."""
-    B = BLOCK_TOKENS
+    B = KV_BLOCK_TOKENS
     one = lambda n, h: _unit_stepped(cfg, n, cdu, h)                    # noqa: E731
     pair = lambda a, b: layer_cycles_stepped(cfg, [a, b], cdu, [first, then])   # noqa: E731
     tail = one(lead, then)
@@ -234,8 +234,8 @@ def _overlap(by_tail, by_next, prev, n):
     """:func:`_pair_overlaps`' tables (one pair of curves, or one row per pair) at previous
     units of ``prev`` and next units of ``n`` tokens."""
     prev, n = np.asarray(prev, dtype=np.int64), np.asarray(n, dtype=np.int64)
-    r = (prev - 1) % BLOCK_TOKENS
-    k = np.minimum(-(-n // BLOCK_TOKENS), by_next.shape[-1]) - 1
+    r = (prev - 1) % KV_BLOCK_TOKENS
+    k = np.minimum(-(-n // KV_BLOCK_TOKENS), by_next.shape[-1]) - 1
     if by_tail.ndim == 1:
         return by_tail[r] + by_next[k]
     rows = np.arange(by_tail.shape[0])
@@ -249,7 +249,7 @@ class SliceTiming:
     def __init__(self, cfg: TileConfig, cdu: SliceCdu | None = None, hint: str = "auto"):
         self.cfg, self.cdu, self.hint = cfg, cdu, hint
         self.shape = None
-        B = BLOCK_TOKENS
+        B = KV_BLOCK_TOKENS
         probe = lambda n: _unit_stepped(cfg, n, cdu, hint)                 # noqa: E731
         if cfg.split_tokens == 0:
             # one job per pass: U grows by the same cycles every block
@@ -263,7 +263,7 @@ class SliceTiming:
             # the next part's start (the parts of a pass are fed side by side; a new pass pays
             # one HBM latency); the first pass is a little cheaper than the later ones, so
             # the probes cover two passes and the start of a third
-            P, B16 = cfg.split_tokens, BLOCK_TOKENS
+            P, B16 = cfg.split_tokens, KV_BLOCK_TOKENS
             self.period = cfg.engines * P
             points = list(range(1, B16 + 1))
             for k in range(1, 2 * cfg.engines + 1):
@@ -304,8 +304,8 @@ class SliceTiming:
     def _unit(self, n):
         if self.shape is None:
             return self._interp(n)
-        whole = -(-n // BLOCK_TOKENS) * BLOCK_TOKENS
-        return self._interp(whole) + self.shape[n - whole + BLOCK_TOKENS - 1]
+        whole = -(-n // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+        return self._interp(whole) + self.shape[n - whole + KV_BLOCK_TOKENS - 1]
 
     def _interp(self, n):
         k = np.maximum(0, -(-(n - self.window) // self.period))   # periods beyond the window
@@ -342,7 +342,7 @@ class CduSliceTiming:
         self.token_cycles = max(0.0, 2 * cfg.dk * cfg.hbm_rate[1] / cfg.hbm_rate[0] - served)
         # the overlaps of every pair of curves, [previous][next]: 0 streamed, 1 cached (a
         # cached unit after a streamed one has its first blocks prefetched under it)
-        B = BLOCK_TOKENS
+        B = KV_BLOCK_TOKENS
         lead = (cdu.distance + 2) * B
         self.by_tail = np.empty((2, 2, B), dtype=np.float64)
         self.by_next = np.empty((2, 2, _NEXT_BLOCKS), dtype=np.float64)
@@ -380,7 +380,7 @@ def split_length(total_tokens: int, sms: int, per_sm: int = 1) -> int:
     """A part length ``S`` of the placement rule: the smallest multiple of 16 with ``S × sms ×
     per_sm >= total_tokens`` (at least 16)."""
     per = -(-int(total_tokens) // (sms * per_sm))
-    return max(BLOCK_TOKENS, -(-per // BLOCK_TOKENS) * BLOCK_TOKENS)
+    return max(KV_BLOCK_TOKENS, -(-per // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS)
 
 
 def place_parts(lengths, sms: int, S: int | None = None):
@@ -437,7 +437,7 @@ def grid_loads(timing, lengths, sms: int, cached=None, reuse: float = 0.0):
         curves, saving, flag = (timing, timing), 0.0, np.zeros(n, dtype=bool)
     total = int(lengths.sum())
     per = -(-total // (sms * _PARTS))                         # split_length, vectorised
-    S = np.maximum(BLOCK_TOKENS, -(-per // BLOCK_TOKENS) * BLOCK_TOKENS)
+    S = np.maximum(KV_BLOCK_TOKENS, -(-per // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS)
     M = S.size
     whole = lengths[None, :] // S[:, None]
     full_cached = (whole * flag[None, :]).sum(axis=1)
@@ -470,8 +470,8 @@ def grid_loads(timing, lengths, sms: int, cached=None, reuse: float = 0.0):
     else:
         bt = np.broadcast_to(timing.by_tail, (2, 2) + timing.by_tail.shape)
         bn = np.broadcast_to(timing.by_next, (2, 2) + timing.by_next.shape)
-    F = BLOCK_TOKENS - 1                                          # a full last block
-    kS = np.minimum(-(-S // BLOCK_TOKENS), bn.shape[-1]) - 1       # a full part's blocks
+    F = KV_BLOCK_TOKENS - 1                                          # a full last block
+    kS = np.minimum(-(-S // KV_BLOCK_TOKENS), bn.shape[-1]) - 1       # a full part's blocks
     full_ov = bt[:, :, F][:, :, None] + bn[:, :, kS]              # [prev, next, candidate]
     ov = np.maximum(full_c - 1, 0) * full_ov[1, 1][:, None] \
         + np.maximum(full_s - 1, 0) * full_ov[0, 0][:, None] \
@@ -479,8 +479,8 @@ def grid_loads(timing, lengths, sms: int, cached=None, reuse: float = 0.0):
     order = np.argsort(sm, kind="stable")                         # by SM, as dealt
     sm_o, c_o, t_o = sm[order], c[order].astype(np.int64), t[order]
     after = sm_o[1:] == sm_o[:-1]
-    k_o = np.minimum(-(-t_o // BLOCK_TOKENS), bn.shape[-1]) - 1
-    pair = bt[c_o[:-1], c_o[1:], (t_o[:-1] - 1) % BLOCK_TOKENS] + bn[c_o[:-1], c_o[1:], k_o[1:]]
+    k_o = np.minimum(-(-t_o // KV_BLOCK_TOKENS), bn.shape[-1]) - 1
+    pair = bt[c_o[:-1], c_o[1:], (t_o[:-1] - 1) % KV_BLOCK_TOKENS] + bn[c_o[:-1], c_o[1:], k_o[1:]]
     ov_t = np.bincount(sm_o[1:][after], weights=pair[after], minlength=M * sms)
     first = np.ones(sm_o.size, dtype=bool)
     first[1:] = ~after

@@ -135,6 +135,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from tricut.models.cdu import KV_BLOCK_TOKENS
 from tricut.models.te import te_pipe_timing
 from tricut.models.tile import split_parts
 
@@ -143,8 +144,6 @@ from .te_array_timing import STATUS_TAIL
 __all__ = ["CDU_FE_ENTRIES", "TileConfig", "Decision", "host_gaps", "predict_run", "predict_dsu_run",
            "cdu_decisions", "engine_job_cycles", "predict_dsu_timeout",
            "DSU_TIMEOUT_EXTRA"]
-
-BLOCK_TOKENS = 16
 
 
 def walk_depth(max_outstanding):
@@ -197,7 +196,7 @@ class TileConfig:
 
     @property
     def block_beats(self):
-        return BLOCK_TOKENS * self.num_kv_heads * 2 * self.dk
+        return KV_BLOCK_TOKENS * self.num_kv_heads * 2 * self.dk
 
 
 @dataclass(frozen=True)
@@ -366,7 +365,7 @@ class _Filler:
                 f = self.reg = self.reqs.popleft()
                 f.at = t + 1
         if self.issuing and t >= self.issue_from and self.reader.ready():
-            self.reader.request(t, BLOCK_TOKENS, None)
+            self.reader.request(t, KV_BLOCK_TOKENS, None)
             self.issuing -= 1
 
     def tick_drain(self, t, l2_port_busy):
@@ -707,12 +706,12 @@ class _Streamer:
 
     def _start_walk(self):
         self.walking, self.wj = True, 0
-        self.wt = max(self.lo, self.blk * BLOCK_TOKENS)
+        self.wt = max(self.lo, self.blk * KV_BLOCK_TOKENS)
         if self.cfg.l2:
-            self.wend = min(self.hi, (self.blk + 1) * BLOCK_TOKENS)
+            self.wend = min(self.hi, (self.blk + 1) * KV_BLOCK_TOKENS)
         else:                           # no L2: one walk over the pass, offsets into its jobs
             self.wt, self.wend = 0, max(j.end - j.start for j in self.pass_)
-            self.blk = (self.hi - 1) // BLOCK_TOKENS
+            self.blk = (self.hi - 1) // KV_BLOCK_TOKENS
         self.state = "hbm"
 
     def tick(self, t):
@@ -731,7 +730,7 @@ class _Streamer:
             self.cnt += 1
             if self.cnt == self.q:
                 if self.k == len(self.pass_) - 1:
-                    self.state, self.blk = "block", self.lo // BLOCK_TOKENS
+                    self.state, self.blk = "block", self.lo // KV_BLOCK_TOKENS
                 else:
                     self.k, self.state = self.k + 1, "desc"
         elif st == "block":
@@ -749,7 +748,7 @@ class _Streamer:
         elif st == "hbm":
             self._hbm_word(t, walking, routes_level)
         else:                           # next
-            if self.blk == (self.hi - 1) // BLOCK_TOKENS:
+            if self.blk == (self.hi - 1) // KV_BLOCK_TOKENS:
                 self.pass_ = []
                 if self.taken == self.unit_total:
                     self.unit = None
@@ -775,7 +774,7 @@ class _Streamer:
         if t < self.l2_due:
             return
         tok, rest = divmod(self.word, self.H * self.two_dk)
-        j = self._cover(self.blk * BLOCK_TOKENS + tok, rest // self.two_dk)
+        j = self._cover(self.blk * KV_BLOCK_TOKENS + tok, rest // self.two_dk)
         if j is not None:
             e = self.engines[j.eng]
             if not e.room():

@@ -1,7 +1,7 @@
 """Bad input to ``tricut cdu replay``: every case ends with exactly one stderr line
 ``tricut: error: ...`` naming what is wrong, exit status 2, no traceback -- and before any
-work: the replay engines, the RTL bench and the model front end are replaced by stubs that
-fail the test if they are reached (a refusal after a minute of work, or a MemoryError,
+work: the replay implementations, the RTL bench and the model front end are replaced by stubs
+that fail the test if they are reached (a refusal after a minute of work, or a MemoryError,
 would show as ``internal error``, exit 3).
 
 ``BAD_INPUTS`` (module level) lists ``(command, case id)`` for counting."""
@@ -75,9 +75,9 @@ CASES = [
     (P + ["--steps", "1000000", "--batch", "64", "--context", "100000"], "steps-1e6-ctx-1e5",
      "exceeds llama-3-8b's max_context"),
     (P + ["--steps", "100", "--batch", "64", "--context", "100000"], "block-ops-limit",
-     "block operations exceed the limit of 1,000,000,000 for --engine fast"),
-    (P + ["--steps", "100", "--batch", "64", "--context", "2000", "--engine", "golden"],
-     "block-ops-limit-golden", "exceed the limit of 20,000,000 for --engine golden"),
+     "block operations exceed the limit of 1,000,000,000 for --implementation fast"),
+    (P + ["--steps", "100", "--batch", "64", "--context", "2000", "--implementation", "golden"],
+     "block-ops-limit-golden", "exceed the limit of 20,000,000 for --implementation golden"),
     (P + ["--steps", "100000", "--batch", "64", "--context", "1"], "units-limit",
      "units exceed the replay limit of 1,000,000 units"),
     (P + ["--batch", "9000000", "--context", "1", "--steps", "1"], "batch-beyond-requests",
@@ -148,7 +148,11 @@ CASES = [
     (R + ["--trace", "@ok", "--steps", "3"], "trace-with-steps", "--steps does not apply to --trace"),
     (R + ["--trace", "@ok", "--context", "300"], "trace-with-context", "--context does not apply"),
     (RTL + ["--l2-mb", "5"], "rtl-with-l2-mb", "--l2-mb does not apply to --rtl"),
+    (RTL + ["--implementation", "golden"], "rtl-with-implementation",
+     "--implementation does not apply to --rtl"),
     (RTL + ["--engine", "golden"], "rtl-with-engine", "--engine does not apply to --rtl"),
+    (P + ["--implementation", "fast", "--engine", "golden"], "implementation-and-engine-disagree",
+     "--engine golden and --implementation fast disagree"),
     # 7. malformed access traces (file:line where there is a line)
     (R + ["--trace", "@neg_block"], "trace-negative-block", ":1: field 'blocks'"),
     (R + ["--trace", "@str_step"], "trace-string-step", ":1: field 'step'"),
@@ -230,3 +234,18 @@ def test_good_inputs_still_run(tmp_path, capsys):
     assert code == 0 and "accesses" in cap.out, cap.err
     code, cap = run_cli(R + ["--trace", expand_argv(["@ok"], tmp_path, TRACES, (128 << 20) + 1)[0], "--json"], capsys)
     assert code == 0 and json.loads(cap.out)["accesses"] == 5, cap.err
+
+
+@pytest.mark.parametrize("implementation", ["fast", "golden"])
+def test_engine_is_the_deprecated_spelling_of_implementation(implementation, capsys):
+    """``--engine`` (deprecated) replays as ``--implementation`` does, the same counters, and
+    says so in one note on stderr; given both, agreeing, it runs the same with the note."""
+    run = R + ["--pattern", "window", "--batch", "2", "--steps", "2", "--context", "100", "--json"]
+    code, new = run_cli(run + ["--implementation", implementation], capsys)
+    assert code == 0 and new.err == "", new.err
+    note = ["tricut: note: cdu replay --engine is deprecated; use --implementation"]
+    for alias in (["--engine", implementation],
+                  ["--engine", implementation, "--implementation", implementation]):
+        code, old = run_cli(run + alias, capsys)
+        assert code == 0 and old.err.splitlines() == note, old.err
+        assert json.loads(old.out) == json.loads(new.out)

@@ -530,8 +530,8 @@ def test_3_plots_are_written_atomically(tmp_path, capsys):
 
 
 def test_3_a_failed_plot_leaves_no_file(tmp_path, monkeypatch):
-    from tricut.sim.cli import plots
-    plt = plots._plt()
+    from tricut.sim import plotting
+    plt = plotting.pyplot()
     fig = plt.figure()
     target = tmp_path / "x.png"
     target.write_bytes(b"old")
@@ -541,7 +541,7 @@ def test_3_a_failed_plot_leaves_no_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(fig, "savefig", broken)
     with pytest.raises(OSError):
-        plots._save(fig, target)
+        plotting.save_png(fig, target)
     plt.close(fig)
     assert os.listdir(tmp_path) == ["x.png"] and target.read_bytes() == b"old"
 

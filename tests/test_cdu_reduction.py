@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from tricut.models.cdu import POLICIES
 from tricut.models.config import load_gpu, load_model
 from tricut.sim.fast.cdu_reduction import CduReduction, against_block_model
 from tricut.sim.fast.timing import StepModel
@@ -17,7 +18,7 @@ def random_batch(rng, n_max):
     return [rng.randint(4096, 12000) if rng.random() < frac else rng.randint(16, 4000) for _ in range(n)]
 
 
-@pytest.mark.parametrize("policy", ["static", "adaptive", "disabled"])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_reduction_vs_golden_small(policy):
     rng = random.Random(policy)
     for _ in range(4):

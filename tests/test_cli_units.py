@@ -142,13 +142,14 @@ def test_cdu_replay_json_keys_and_policies():
     assert rows["adaptive"]["hits"] > rows["static"]["hits"]
 
 
-def test_cdu_replay_engines_give_the_same_counters():
+def test_cdu_replay_implementations_give_the_same_counters():
     out = {}
-    for engine in ("fast", "golden"):
+    for impl in ("fast", "golden"):
         r = _cli("cdu", "replay", "--pattern", "topk", "--policy", "adaptive", "--batch", "2",
-                 "--steps", "3", "--context", "600", "--reserve", "3", "--engine", engine, "--json")
+                 "--steps", "3", "--context", "600", "--reserve", "3", "--implementation", impl,
+                 "--json")
         assert r.returncode == 0, r.stderr
-        out[engine] = json.loads(r.stdout)
+        out[impl] = json.loads(r.stdout)
     assert out["fast"].pop("txn_checksum") >= 0
     assert out["fast"] == out["golden"] and out["golden"]["reserve"] == 3
 
@@ -168,7 +169,7 @@ def test_cdu_replay_rtl_small_instance():
     (["cdu", "replay", "--trace", "missing.jsonl"], "missing.jsonl"),
     (["cdu", "replay", "--pattern", "full", "--batch", "0"], "batch must be a positive integer"),
     (["cdu", "replay", "--pattern", "full", "--reserve", "16"], "reserve must be an integer in [0, ways)"),
-    (["cdu", "replay", "--pattern", "full", "--engine", "turbo"], "invalid choice: 'turbo'"),
+    (["cdu", "replay", "--pattern", "full", "--implementation", "turbo"], "invalid choice: 'turbo'"),
 ])
 def test_cdu_replay_bad_input(args, needle):
     r = _cli(*args)

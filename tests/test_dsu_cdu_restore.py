@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from tricut.models.cdu import (BLOCK_TOKENS, HINT_OF_RESIDENCY, CDUCore, FrontEnd, SlotDesc,
-                               StepDesc)
+from tricut.models.cdu import (HINT_OF_RESIDENCY, KV_BLOCK_TOKENS, POLICIES, CDUCore, FrontEnd,
+                               SlotDesc, StepDesc)
 from tricut.models.dsu import DsuParams, RequestSpec, Session, SessionTurn, run_sessions
 
 LAYERS = 3
@@ -41,10 +41,10 @@ def _steps(batches, moves):
 
 
 def _demand(step, slot, layer):
-    return list(range(-(-slot.seq_len // BLOCK_TOKENS)))
+    return list(range(-(-slot.seq_len // KV_BLOCK_TOKENS)))
 
 
-@pytest.mark.parametrize("policy", ["static", "adaptive", "disabled"])
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("park_policy", ["park", "park-early"])
 def test_every_dsu_restore_becomes_the_cdu_restore_ops_of_its_blocks(policy, park_policy):
     reqs, sessions = _workload(5)
@@ -58,7 +58,7 @@ def test_every_dsu_restore_becomes_the_cdu_restore_ops_of_its_blocks(policy, par
     ops = list(FrontEnd(policy, 16, distance=4).ops(steps, _demand))
     s_ops = [(o.req, o.layer, o.block) for o in ops if o.kind == "S"]
     expect = [(m.request, layer, b) for m in restore_moves for layer in range(LAYERS)
-              for b in range(-(-m.tokens // BLOCK_TOKENS))]
+              for b in range(-(-m.tokens // KV_BLOCK_TOKENS))]
     assert s_ops == expect
 
     core = CDUCore(4, 4, block_bytes=512)

@@ -16,8 +16,8 @@ import pytest
 from tricut.models.config import ConfigError
 from tricut.models.tiers import TIERS, TierConfig, load_tiers, tier_ids
 from tricut.sim.fast.kv_tiers import (
-    BLOCK_TOKENS, LedgerError, PrefixCache, TierLedger, block_references, hbm_bytes_of_move,
-    physical_bound, transfer_time_s)
+    TIER_BLOCK_TOKENS, LedgerError, PrefixCache, TierLedger, block_references,
+    hbm_bytes_of_move, physical_bound, transfer_time_s)
 
 GB, GiB = 1e9, 2**30
 
@@ -231,7 +231,7 @@ def test_prefix_hits_are_contiguous_from_the_first_block():
     assert c.hit_rate == pytest.approx(5 / 15)
     c.insert([1, 2, 9, 10])
     assert c.inserted_blocks == 5               # 9 and 10 new; 1 and 2 already cached
-    assert len(c) == 5 and c.cached_tokens == 5 * BLOCK_TOKENS
+    assert len(c) == 5 and c.cached_tokens == 5 * TIER_BLOCK_TOKENS
 
 
 def test_lru_order_and_eviction():
@@ -371,7 +371,7 @@ def test_read_mooncake_hashes_agree():
             "data/mooncake_conversation_sample.jsonl")) as path:
         reqs = read_mooncake(path)
     assert physical_bound(r.prefix_hashes for r in reqs) == 676 / 8490
-    assert all(len(r.prefix_hashes) == -(-r.prompt_tokens // BLOCK_TOKENS) for r in reqs)
+    assert all(len(r.prefix_hashes) == -(-r.prompt_tokens // TIER_BLOCK_TOKENS) for r in reqs)
 
 # --------------------------------------------------------------------------- tier ledger
 

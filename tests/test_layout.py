@@ -1,5 +1,6 @@
 """The house plan, checked: which room may import which, and the installed package reads no
-test files. models <- rtl <- sim.harness; models <- sim.fast; sim.cli on top of both."""
+test files. models <- rtl <- sim.harness; models <- sim.fast; sim.sweep runs points through
+sim.fast and sim.harness, below the command line; sim.cli on top of them all."""
 
 import ast
 from pathlib import Path
@@ -15,6 +16,9 @@ FORBIDDEN = {
     "rtl": ("tricut.sim",),
     "sim/fast": ("tricut.rtl", "tricut.sim.harness", "tricut.sim.cli"),
     "sim/harness": ("tricut.sim.cli",),
+    # a sweep point runs the typed entry points (sim/fast/run.py, sim/harness/tile/options.py,
+    # sim/fast/cdu_replay.py), never the command line
+    "sim/sweep": ("tricut.sim.cli",),
 }
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tricut.models.config import ConfigError, load_gpu, load_model
+from tricut.models.config import KV_DTYPES, ConfigError, load_gpu, load_model
 from tricut.models.roofline import roofline
 
 H100 = load_gpu("h100-sxm5")
@@ -36,7 +36,7 @@ def test_step_floor_by_hand():
 
 
 def test_fp8_holds_twice_bf16_and_nvfp4_about_3_6x():
-    fits = {d: roofline(L8B, H100, d, 1024, 1).kv_tokens_fit for d in ("bf16", "fp8", "nvfp4")}
+    fits = {d: roofline(L8B, H100, d, 1024, 1).kv_tokens_fit for d in KV_DTYPES}
     assert fits["fp8"] / fits["bf16"] == pytest.approx(2.0, rel=1e-5)
     assert fits["nvfp4"] / fits["fp8"] == pytest.approx(8 / 4.5, rel=1e-5)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tricut.sim.fast.kv_tiers import TIER_BLOCK_TOKENS
 from tricut.sim.fast.sessions import (
-    AGENTIC_DEFAULTS, BLOCK_TOKENS, SAMPLE_AGENTIC, Session, SessionError, Turn, agentic,
+    AGENTIC_DEFAULTS, SAMPLE_AGENTIC, Session, SessionError, Turn, agentic,
     check_sessions, parse_agentic_spec, read_sessions, sessions_from_requests, write_sessions)
 from tricut.sim.fast.workload import TraceError, read_trace
 
@@ -188,14 +189,14 @@ def test_generator_counts_and_context_growth():
                 assert 100 <= t.input_tokens <= 1500 and t.gap_s >= 0
                 assert s.context_before(k) == s.prompt_tokens(k - 1) + s.turns[k - 1].output_tokens
                 assert s.prompt_tokens(k) > s.prompt_tokens(k - 1)
-            assert len(t.prefix_hashes) == math.ceil(s.prompt_tokens(k) / BLOCK_TOKENS)
+            assert len(t.prefix_hashes) == math.ceil(s.prompt_tokens(k) / TIER_BLOCK_TOKENS)
     gaps = [t.gap_s for s in sessions for t in s.turns[1:]]
     assert np.median(gaps) == pytest.approx(5.0, rel=0.3)
 
 
 def test_shared_system_blocks_and_prefix_stable_hashes():
     sessions = agentic(**SMALL, seed=2)
-    n_sys = 1500 // BLOCK_TOKENS                            # 2 full blocks; the 3rd is mixed
+    n_sys = 1500 // TIER_BLOCK_TOKENS                       # 2 full blocks; the 3rd is mixed
     owner = {}
     for s in sessions:
         for k, t in enumerate(s.turns):
@@ -204,7 +205,7 @@ def test_shared_system_blocks_and_prefix_stable_hashes():
                 assert owner.setdefault(h, s.id) == s.id     # no other session has its own blocks
             if k:
                 prev = s.turns[k - 1].prefix_hashes
-                full = s.prompt_tokens(k - 1) // BLOCK_TOKENS
+                full = s.prompt_tokens(k - 1) // TIER_BLOCK_TOKENS
                 assert t.prefix_hashes[:full] == prev[:full]
                 if full < len(prev):                          # a partial last block is not reused
                     assert prev[full] not in t.prefix_hashes

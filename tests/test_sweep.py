@@ -416,6 +416,23 @@ def test_metrics_equal_what_simulate_json_prints_for_the_same_flags(small, capsy
          "--max-batch", "8", "--cuts", "te,cdu"]
 
 
+def test_the_typed_options_are_the_commands_flags():
+    """A grid's settings are :class:`RunOptions` (sim/fast/run.py), not ``tricut simulate``'s
+    parser: each option is one of its flags, with its default and choices; and the command
+    takes no configuration flag the options lack."""
+    from tricut.sim.cli.simulate import simulate_parser
+    from tricut.sim.fast.run import OPTIONS, RunOptions
+    actions = {a.dest: a for a in simulate_parser()._actions if a.option_strings}
+    assert set(actions) - set(OPTIONS) == {"json", "csv", "plot", "no_progress"}
+    defaults = RunOptions()
+    for name, opt in OPTIONS.items():
+        a = actions[name]
+        assert a.option_strings == [opt.flag], name
+        assert a.default == (list(getattr(defaults, name)) if opt.repeat else getattr(defaults, name)), name
+        assert (None if a.choices is None else list(a.choices)) == \
+            (None if opt.allowed() is None else list(opt.allowed())), name
+
+
 def test_export_parquet_has_every_row(small, tmp_path, capsys):
     out = tmp_path / "small.parquet"
     code, cap = run_cli(["sweep", "export", "--db", str(small["db"]), "--parquet", str(out)], capsys)

@@ -82,6 +82,23 @@ def test_tile_grid_refuses_what_the_command_refuses(tmp_path, extra, needle):
     assert needle in msg and "\n" not in msg, msg
 
 
+def test_the_typed_options_are_the_commands_flags():
+    """A tile point's settings are :class:`TileRunOptions` (sim/harness/tile/options.py), not
+    ``tricut tile run``'s parser: each option is one of its flags, with its default and
+    choices; and the command takes no configuration flag the options lack."""
+    from tricut.sim.cli.tile_cmd import tile_run_parser
+    from tricut.sim.harness.tile.options import OPTIONS, TileRunOptions
+    actions = {a.dest: a for a in tile_run_parser()._actions if a.option_strings}
+    assert set(actions) - set(OPTIONS) == {"json"}
+    defaults = TileRunOptions()
+    for name, opt in OPTIONS.items():
+        a = actions[name]
+        assert a.option_strings == [opt.flag] and (a.nargs == 0) == opt.switch, name
+        assert a.default == getattr(defaults, name), name
+        assert (None if a.choices is None else list(a.choices)) == \
+            (None if opt.allowed() is None else list(opt.allowed())), name
+
+
 def test_unknown_tile_setting_is_named(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text(GRID.replace("lanes = 16", "lane = 16"))

@@ -186,6 +186,38 @@ def test_cli_compare_on_shipped_sample_and_plots(tmp_path):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_table_durations_in_one_unit_per_row_the_largest_the_row_allows():
+    from tricut.sim.cli.simulate import _fmt_row
+    assert _fmt_row("tpot_p50_s", [0.0263, 0.0186]) == ["26.3 ms", "18.6 ms"]
+    assert _fmt_row("ttft_p99_s", [0.5, 5.2223]) == ["0.50 s", "5.22 s"]
+    assert _fmt_row("duration_s", [138.85, 900.0]) == ["2.3 min", "15.0 min"]
+    assert _fmt_row("decode_queue_p99_s", [86400.0, None]) == ["24.00 h", "-"]
+    assert _fmt_row("prefill_s_total", [0.0]) == ["0.0 ms"]
+    assert _fmt_row("tokens_per_s", [814.39]) == ["814.39"]       # a rate, not a duration
+
+
+def _summary(queue_s, tpot_s, prefill_s=0.0):
+    return {"tpot_p50_s": tpot_s, "tpot_p99_s": 2 * tpot_s, "tokens_per_s": 100.0, "hbm_gbps_mean": 1000.0,
+            "decode_queue_p50_s": queue_s, "mean_batch": 19.08, "duration_s": 100.0,
+            "prefill_s_total": prefill_s}
+
+
+def test_compare_reading_says_what_the_cuts_buy_and_when_the_group_is_overloaded():
+    from tricut.sim.cli.simulate import OVERLOAD_QUEUE_STEPS, reading
+    fast = dict(_summary(0.01, 0.02), tpot_p50_s=0.015, tokens_per_s=110.0)
+    kept = reading({"baseline": _summary(0.01, 0.02), "te+cdu+dsu": fast}, 64)
+    assert kept[0] == "reading: te+cdu+dsu against baseline"
+    assert "TPOT p50 20.0 ms -> 15.0 ms (-25.0 %)" in kept[1] and "(+10.0 %) tokens/s" in kept[2]
+    assert kept[-1].endswith("the group keeps up with this workload") and "of at most 64" in kept[-1]
+    edge = OVERLOAD_QUEUE_STEPS * 0.02
+    assert "overloads" not in " ".join(reading({"b": _summary(edge, 0.02), "a": fast}, 64))
+    over = reading({"b": _summary(2 * edge, 0.02, prefill_s=70.0), "a": fast}, 64)
+    assert "overloads the group" in " ".join(over) and "--prefill disaggregated" in over[-1]
+    assert "--rate-scale" in reading({"b": _summary(2 * edge, 0.02), "a": fast}, 64)[-1]
+    assert reading({"b": _summary(None, 0.02), "a": fast}, 64) == []     # an undefined metric: no reading
+    assert reading({"b": _summary(0.01, 0.02)}, 64) == []                # one column: nothing to compare
+
+
 def test_cli_bench_three_rounds():
     out = _cli("bench", "--prompt-tokens", "256", "--output-tokens", "8", "--slots", "8",
                "--max-batch", "8", "--json")

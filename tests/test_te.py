@@ -22,6 +22,7 @@ from amaranth.sim import Simulator
 
 from tricut.models import formats as F
 from tricut.models import te as M
+from tricut.models.config import KV_DTYPES
 from tricut.rtl.te.dequant import KVDequant
 from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.exp2 import Exp2
@@ -269,7 +270,7 @@ def test_rtl_unary_units_match_model(unit):
     assert bad.size == 0, [(hex(x[i]), hex(got[i]), hex(exp[i])) for i in bad[:5]]
 
 
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_rtl_dequant_matches_model(kv_dtype):
     rng = np.random.default_rng(23)
     L = 4
@@ -390,7 +391,7 @@ def test_run_te_rejects_bad_input():
 # ----------------------------------------------------------------------------------------------
 # RTL engine in the Amaranth simulator
 # ----------------------------------------------------------------------------------------------
-MATRIX = [(dt, G, d) for dt in ("bf16", "fp8", "nvfp4") for G in (1, 4, 7) for d in (64, 128)]
+MATRIX = [(dt, G, d) for dt in KV_DTYPES for G in (1, 4, 7) for d in (64, 128)]
 MATRIX += [("bf16", 1, 256), ("nvfp4", 2, 256)]
 
 
@@ -410,7 +411,7 @@ def test_engine_matches_model_random(kv_dtype, G, d):
 EDGE_SUBSET = ["mask", "allmask", "bad_kv", "toolong", "early_p", "normal"]
 
 
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_engine_edge_cases_back_to_back(kv_dtype):
     """bf16 runs every edge case; fp8/nvfp4 the ones whose arithmetic depends on the dtype."""
     rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])

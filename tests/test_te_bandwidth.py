@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from tricut.models.config import KV_DTYPES
+
 from conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +71,7 @@ def test_report_has_every_row(tb, rows):
     assert len(rows) == 3 * 3 * 2
     text = tb.bandwidth_report(rows)
     for m in ("llama-3-8b", "qwen2-7b", "llama-3-70b"):
-        for dt in ("bf16", "fp8", "nvfp4"):
+        for dt in KV_DTYPES:
             assert sum(1 for ln in text.splitlines() if ln.startswith(f"| {m} |")
                        and f"| {dt} |" in ln) == 1, (m, dt)
     for gpu in ("h100-sxm5", "h200"):

@@ -14,6 +14,7 @@ import pytest
 
 
 from tricut.models import te as M
+from tricut.models.config import KV_DTYPES
 from tricut.rtl.te.dequant import KVDequant
 from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.layouts import kv_layout, kv_scale_bits, pack_kv_beats
@@ -22,8 +23,6 @@ from tricut.sim.harness.te import make_vector, simulate_amaranth
 from test_te import _comb_run
 
 F32 = np.float32
-KV_DTYPES = ("bf16", "fp8", "nvfp4")
-
 
 
 def _word(values, bits):

@@ -19,7 +19,7 @@ import pytest
 from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.models.attention import decode_attention
-from tricut.models.config import load_model
+from tricut.models.config import KV_DTYPES, load_model
 from tricut.models.llama import LlamaWeights, generate
 from tricut.sim.harness.te import make_vector, simulate_amaranth
 
@@ -143,7 +143,7 @@ def test_tiny_te_is_what_the_te_runs():
         M.validate_params(load_model("tiny").head_dim, cfg.group_size, LANES, "bf16")
 
 
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_tiny_te_decode_with_te_attention(tiny_te, te_run, kv_dtype):
     cfg, weights, prompts, ref = tiny_te
     gen, calls = te_run(kv_dtype)

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tricut.models import te as M
+from tricut.models.config import KV_DTYPES
 from tricut.rtl.te.ceil_int import CeilInt
 from tricut.rtl.te.pow2scale import Pow2Scale
 from tricut.rtl.te.pipelined_engine import TEPipelinedEngine
@@ -182,7 +183,7 @@ def test_narrow_fmul_rejects_bad_widths():
 
 
 # ------------------------------------------------------------------------------ model
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_split_model_vs_float64_within_the_serial_bounds(kv_dtype):
     """The integer running maximum changes no accuracy bound: the same 2e-6 datapath bound as
     the serial engine (tests/test_te.py), on random and on rising-maximum inputs."""
@@ -247,7 +248,7 @@ def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(engine,
 
 
 @pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_split_engine_edge_cases_back_to_back(kv_dtype, engine):
     rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])
     G, d, L = 2, 64, 16

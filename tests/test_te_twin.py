@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from tricut.models import te as M
+from tricut.models.config import KV_DTYPES
 from tricut.sim.fast.te_twin import PRIMITIVES, primitives, te_decode_fast
 from tricut.sim.harness.te import TEVector, make_vector, rising_max_inputs
 
 from test_te import EDGE_NAMES, _with, edge_steps, random_vector
 
-KV_DTYPES = ("bf16", "fp8", "nvfp4")
 #: (G, head_dim, lanes): the narrowest and widest lanes, one beat per head and many
 SHAPES = [(1, 64, 2), (4, 128, 32), (7, 256, 16), (16, 64, 8)]
 

@@ -18,6 +18,7 @@ import warnings
 
 import pytest
 
+from tricut.models.config import KV_DTYPES
 from tricut.rtl.tile import attention_layouts as AL
 from tricut.rtl.tile.attention_path import AttentionPath
 from tricut.rtl.tile.behavioural import layouts as BL
@@ -64,7 +65,7 @@ def test_layouts_agree_with_the_behavioural_hbm_and_the_te():
     # one HBM word = one TE kv beat without last, rounded to bytes (exact for every config)
     from tricut.rtl.te.layouts import kv_layout
     for lanes in (2, 4, 8, 16, 32):
-        for dt in ("bf16", "fp8", "nvfp4"):
+        for dt in KV_DTYPES:
             assert AL.kv_word_bits(lanes, dt) == kv_layout(lanes, dt).size - 1
             assert AL.kv_data_bits(lanes, dt) % 8 == 0
             assert AL.kv_data_bits(lanes, dt) - AL.kv_word_bits(lanes, dt) < 8
@@ -125,7 +126,7 @@ def test_verilog_lint_clean(tmp_path, cdu):
     assert not clean and "%Warning-" in messages
 
 
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("lanes", [2, 4, 16, 32])
 def test_image_words_are_the_te_kv_beats(kv_dtype, lanes):
     """``kv_words`` (the HBM image's packing, numpy) equals ``pack_kv_beats`` (the TE's kv

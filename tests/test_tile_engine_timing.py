@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from tricut.models.config import KV_DTYPES
 from tricut.models.te import te_cycles
 from tricut.models.tile import TILE_ENGINES
 from tricut.models.tile_timing import TileConfig, engine_job_cycles, predict_run
@@ -18,7 +19,7 @@ SHAPES = [(64, 1, 2), (64, 2, 16), (64, 4, 32), (128, 4, 32), (128, 7, 16), (128
 
 
 @pytest.mark.parametrize("engine", TILE_ENGINES)
-@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8", "nvfp4"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_one_job_takes_the_engines_cycles(engine, kv_dtype):
     for head_dim, G, lanes in SHAPES:
         cfg = TileConfig(engines=1, head_dim=head_dim, G=G, lanes=lanes, num_kv_heads=1,

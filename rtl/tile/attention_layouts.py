@@ -49,14 +49,11 @@ from amaranth.lib import data
 from tricut.models.te import KV_CODE_BITS
 from tricut.rtl.te.layouts import kv_scale_bits
 
-__all__ = ["BLOCK_TOKENS", "kv_word_bits", "kv_data_bits", "kv_addr", "kv_region_words",
+__all__ = ["kv_word_bits", "kv_data_bits", "kv_addr", "kv_region_words",
            "kv_image_words", "index_bits", "count_bits", "tag_layout", "block_req_layout",
            "block_data_layout", "hbm_req_layout", "hbm_resp_layout", "hbm_write_layout",
            "l2_write_layout", "l2_read_layout", "l2_data_layout", "q_write_layout",
            "newkv_write_layout"]
-
-#: tokens per KV block (the CDU's block: ``seq_bits = block_bits + 4``)
-BLOCK_TOKENS = 16
 
 
 def index_bits(n):

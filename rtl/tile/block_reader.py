@@ -11,6 +11,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from tricut.models.cdu import KV_BLOCK_TOKENS
 from tricut.models.te import HEAD_DIMS, KV_CODE_BITS, MAX_G, f2b
 from tricut.models.tile import TILE_LANES as LANES
 from tricut.rtl.cdu.checked import CheckedComponent
@@ -18,7 +19,7 @@ from tricut.rtl.cdu.layouts import Widths, seq_bits
 from tricut.rtl.te.layouts import kv_layout, q_layout
 
 from .array_layouts import array_job_layout
-from .attention_layouts import (BLOCK_TOKENS, block_data_layout, block_req_layout, count_bits,
+from .attention_layouts import (block_data_layout, block_req_layout, count_bits,
                                 hbm_req_layout, hbm_resp_layout, index_bits, kv_data_bits,
                                 kv_image_words, kv_region_words, kv_word_bits, q_write_layout,
                                 tag_layout)
@@ -129,7 +130,7 @@ class HbmBlockReader(wiring.Component):
         two_dk = 2 * self.dk
         # ------------------------------------------------------------ burst issue
         addr = Signal(self.addr_bits + 1)
-        left = Signal(range(BLOCK_TOKENS * two_dk + 1))     # words of the block not yet issued
+        left = Signal(range(KV_BLOCK_TOKENS * two_dk + 1))     # words of the block not yet issued
         cutting = Signal()
         wr = Signal(range(S))                               # next slot to issue into
         rd = Signal(range(S))                               # oldest slot (drain)

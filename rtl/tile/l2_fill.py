@@ -22,12 +22,12 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from tricut.models.cdu import LAYER_STRIDE, REQ_STRIDE
+from tricut.models.cdu import KV_BLOCK_TOKENS, LAYER_STRIDE, REQ_STRIDE
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu import layouts as cdu_layouts
 from tricut.rtl.cdu.layouts import KIND, RESULT, WAY_BITS, Widths, seq_bits
 
-from .attention_layouts import (BLOCK_TOKENS, hbm_req_layout, hbm_resp_layout, hbm_write_layout,
+from .attention_layouts import (hbm_req_layout, hbm_resp_layout, hbm_write_layout,
                                 index_bits, kv_data_bits, kv_image_words, kv_region_words,
                                 l2_write_layout, newkv_write_layout)
 from .block_reader import HbmBlockReader, check_streamer_params
@@ -42,7 +42,7 @@ MAX_SETS = 1024
 
 def block_beats(num_kv_heads, head_dim, lanes):
     """Beats of one L2 frame: ``16 * H * 2*Dk``."""
-    return BLOCK_TOKENS * num_kv_heads * 2 * (head_dim // lanes)
+    return KV_BLOCK_TOKENS * num_kv_heads * 2 * (head_dim // lanes)
 
 
 def frame_of(req, layer, block, way, sets, ways):
@@ -77,8 +77,8 @@ def check_fill_params(head_dim, lanes, kv_dtype, num_layers, num_kv_heads, max_c
     ``Widths``."""
     w = check_streamer_params(head_dim, 1, lanes, kv_dtype, num_layers, num_kv_heads, 0, widths,
                               1, max_ctx, num_requests, max_beats, max_outstanding, None)
-    if max_ctx % BLOCK_TOKENS:
-        raise ValueError(f"max_ctx must be a multiple of {BLOCK_TOKENS} (whole KV blocks: "
+    if max_ctx % KV_BLOCK_TOKENS:
+        raise ValueError(f"max_ctx must be a multiple of {KV_BLOCK_TOKENS} (whole KV blocks: "
                          f"an L2 frame holds a whole block), got {max_ctx!r}")
     if not isinstance(sets, int) or isinstance(sets, bool) or not 1 <= sets <= MAX_SETS \
             or sets & (sets - 1):
@@ -205,7 +205,7 @@ class L2Filler(_FillGeometry, CheckedComponent):
         b = rd.rd_req.payload
         m.d.comb += [rd.rd_req.valid.eq(issuing), b.request.eq(ireq), b.layer.eq(ilayer),
                      b.kv_head.eq(ih), b.block.eq(iblock), b.t0.eq(0),
-                     b.ntok.eq(BLOCK_TOKENS)]
+                     b.ntok.eq(KV_BLOCK_TOKENS)]
         with m.If(rd.rd_req.valid & rd.rd_req.ready):
             m.d.sync += ih.eq(ih + 1)
             with m.If(ih == H - 1):
@@ -228,7 +228,7 @@ class L2Filler(_FillGeometry, CheckedComponent):
         with m.If(self.hbm_resp.valid & self.hbm_resp.ready):
             m.d.sync += rv.eq(0)
         last = Signal()
-        m.d.comb += last.eq((dt == BLOCK_TOKENS - 1) & (dh == H - 1) & (dw == two_dk - 1))
+        m.d.comb += last.eq((dt == KV_BLOCK_TOKENS - 1) & (dh == H - 1) & (dw == two_dk - 1))
         d = rd.rd_data.payload
         o = self.l2_write.payload
         beat = (dt * H + dh) * two_dk + dw
@@ -245,7 +245,7 @@ class L2Filler(_FillGeometry, CheckedComponent):
                 m.d.sync += [dw.eq(dw + 1), err.eq(err | d.err)]
                 with m.If(dw == two_dk - 1):
                     m.d.sync += [dw.eq(0), dt.eq(dt + 1)]
-                    with m.If(dt == BLOCK_TOKENS - 1):
+                    with m.If(dt == KV_BLOCK_TOKENS - 1):
                         m.d.sync += dh.eq(dh + 1)
                         with m.If(dh == H - 1):
                             m.d.sync += dh.eq(0)

@@ -11,13 +11,14 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from tricut.models.cdu import KV_BLOCK_TOKENS
 from tricut.models.tile_timing import walk_depth
 from tricut.rtl.cdu.checked import CheckedComponent
 from tricut.rtl.cdu.layouts import Widths, ready_layout, seq_bits
 from tricut.rtl.te.layouts import q_layout
 
 from .array_layouts import array_job_layout, routed_kv_layout
-from .attention_layouts import (BLOCK_TOKENS, count_bits, hbm_req_layout, hbm_resp_layout,
+from .attention_layouts import (count_bits, hbm_req_layout, hbm_resp_layout,
                                 index_bits, kv_word_bits, l2_data_layout, l2_read_layout,
                                 q_write_layout, tag_layout)
 from .block_reader import (HbmBlockReader, check_streamer_params, combine_parts,
@@ -156,8 +157,8 @@ class UnitStreamer(CheckedComponent):
             raise ValueError(f"sets must be a power of 2, got {sets!r}")
         if not isinstance(ways, int) or isinstance(ways, bool) or not 1 <= ways <= 16:
             raise ValueError(f"ways must be an integer in 1..16, got {ways!r}")
-        if isinstance(max_ctx, int) and max_ctx % BLOCK_TOKENS:
-            raise ValueError(f"max_ctx must be a multiple of {BLOCK_TOKENS} (whole KV blocks), "
+        if isinstance(max_ctx, int) and max_ctx % KV_BLOCK_TOKENS:
+            raise ValueError(f"max_ctx must be a multiple of {KV_BLOCK_TOKENS} (whole KV blocks), "
                              f"got {max_ctx!r}")
         return check_streamer_params(head_dim, G, lanes, kv_dtype, num_layers, num_kv_heads,
                                      split_tokens, widths, slot_bits, max_ctx, num_requests,
@@ -243,7 +244,7 @@ class UnitStreamer(CheckedComponent):
 
         # ------------------------------------------------------------ routing
         blk = Signal(self.w.block + 1)           # block being streamed
-        tok = Signal(range(BLOCK_TOKENS))        # token within the block (L2 walk)
+        tok = Signal(range(KV_BLOCK_TOKENS))        # token within the block (L2 walk)
         head = Signal(range(H))
         word = Signal(range(two_dk))
         t_abs = Signal(sb + 1)

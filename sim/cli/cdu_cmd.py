@@ -6,25 +6,29 @@ access trace -- is refused before any work with one line ``tricut: error: ...`` 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
 from pathlib import Path
 
-from tricut.models.cdu import PATTERNS, POLICIES
+from tricut.models.cdu import MODEL_WAYS, PATTERNS, POLICIES
 from tricut.models.config import KV_DTYPES
 from .errors import one_line_argparse
 
 __all__ = ["add_commands"]
 
-#: replay() / replay_rtl() argument names -> this command's flags (for messages)
+#: replay() / replay_rtl() argument names (and this command's own) -> its flags (for messages);
+#: replay()'s ``engine`` is the replay's implementation, --implementation
 FLAGS = {"l2_mb": "--l2-mb", "steps": "--steps", "batch": "--batch", "context": "--context",
-         "seed": "--seed", "reserve": "--reserve", "engine": "--engine", "rtl": "--rtl",
-         "hints": "--dsu-hints"}
+         "seed": "--seed", "reserve": "--reserve", "engine": "--implementation",
+         "implementation": "--implementation", "rtl": "--rtl", "hints": "--dsu-hints"}
 #: defaults of the flags that a trace or --rtl makes meaningless (None = not given)
-DEFAULTS = {"l2_mb": 50.0, "steps": 8, "batch": 1, "context": 4096, "engine": "fast"}
-#: ways per set of the model replay and of the --rtl instance
-MODEL_WAYS = 16
+DEFAULTS = {"l2_mb": 50.0, "steps": 8, "batch": 1, "context": 4096, "implementation": "fast"}
+#: --implementation's values: replay()'s ``engine`` (sim/fast/cdu_replay.py)
+IMPLEMENTATIONS = ("fast", "golden")
+#: the note a run given the deprecated spelling --engine prints on stderr
+ENGINE_NOTE = "tricut: note: cdu replay --engine is deprecated; use --implementation"
 
 
 class _Bad(ValueError):
@@ -52,7 +56,20 @@ def _parse_hbm_errors(text):
     return rate, mode == "persistent"
 
 
-def _check_args(args, given):
+def _implementation_alias(args):
+    """Fold the deprecated ``--engine`` into ``args.implementation`` (``_Bad`` when both are
+    given and disagree); the flags messages name (``--engine`` where it was given)."""
+    old = args.deprecated_engine
+    if old is None:
+        return FLAGS
+    if args.implementation is not None and args.implementation != old:
+        _fail(f"--engine {old} and --implementation {args.implementation} disagree (--engine is "
+              "the deprecated name of --implementation): give --implementation only")
+    args.implementation = old
+    return dict(FLAGS, engine="--engine", implementation="--engine")
+
+
+def _check_args(args, given, names=FLAGS):
     """Flag values and combinations, before anything is loaded or run (``_Bad``)."""
     rtl = args.rtl
     if args.trace is not None:
@@ -61,9 +78,9 @@ def _check_args(args, given):
                 _fail(f"--{k} does not apply to --trace (the trace gives the steps, requests "
                       "and their seq_len)")
     if rtl:
-        for k in ("l2_mb", "engine"):
+        for k in ("l2_mb", "implementation"):
             if k in given:
-                _fail(f"{FLAGS[k]} does not apply to --rtl (the RTL instance is 4 sets x 2 ways, "
+                _fail(f"{names[k]} does not apply to --rtl (the RTL instance is 4 sets x 2 ways, "
                       "compared with the golden policy model)")
     else:
         for flag, v in (("--hbm-errors", args.hbm_errors), ("--wave", args.wave),
@@ -92,9 +109,10 @@ def cmd_cdu_replay(args) -> int:
     from ..fast.cdu_replay import COUNTER_KEYS, replay
     from ..harness.cdu import HbmFaults, RtlMismatch, replay_rtl
 
-    given = {k for k in DEFAULTS if getattr(args, k) is not None}
     try:
-        hbm = _check_args(args, given)
+        names = _implementation_alias(args)
+        given = {k for k in DEFAULTS if getattr(args, k) is not None}
+        hbm = _check_args(args, given, names)
     except _Bad as e:
         print(f"tricut: error: {e}", file=sys.stderr)
         return 2
@@ -119,14 +137,16 @@ def cmd_cdu_replay(args) -> int:
             counters = replay_rtl(model, source, args.policy, steps=args.steps,
                                   batch=args.batch, kv_dtype=args.kv_dtype, seed=args.seed,
                                   context=args.context, reserve=args.reserve, hints=hints,
-                                  hbm_errors=faults, wave=wave, names=FLAGS)
+                                  hbm_errors=faults, wave=wave, names=names)
         except RtlMismatch as e:
             print(f"tricut: error: CDU RTL differs from the policy model: {e}", file=sys.stderr)
             return 1
     else:
         counters = replay(model, source, args.policy, args.l2_mb, args.steps, args.batch,
                           args.kv_dtype, args.seed, context=args.context, hints=hints,
-                          engine=args.engine, reserve=args.reserve, names=FLAGS)
+                          engine=args.implementation, reserve=args.reserve, names=names)
+    if args.deprecated_engine is not None:                # after the checks: a refusal stays one line
+        print(ENGINE_NOTE, file=sys.stderr)
     if args.json:
         print(json.dumps(counters, indent=2))
         return 0
@@ -199,9 +219,13 @@ def add_commands(sub) -> None:
                         "left to the policy)")
     p.add_argument("--reserve", type=int, default=None,
                    help="ways per set kept from the keep class for the prefetch stream (default: ways // 8)")
-    p.add_argument("--engine", choices=("fast", "golden"), default=None,
-                   help="fast: the policy model's exact compiled twin (default; same transactions, "
-                        "tests/test_cdu_fast.py); golden: models/cdu.py itself, ~100x slower")
+    p.add_argument("--implementation", choices=IMPLEMENTATIONS, default=None,
+                   help="the policy model's implementation that replays: fast, its exact compiled "
+                        "twin (default; same transactions, tests/test_cdu_fast.py); golden, "
+                        "models/cdu.py itself, ~100x slower")
+    # the deprecated spelling of --implementation (a note on stderr), not shown in --help
+    p.add_argument("--engine", dest="deprecated_engine", choices=IMPLEMENTATIONS, default=None,
+                   help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help="pattern and HBM-error seed, 0..2^63-1")
     p.add_argument("--rtl", action="store_true", help="run through the RTL and compare with the model")
     p.add_argument("--hbm-errors", metavar="RATE[:persistent]", default=None,

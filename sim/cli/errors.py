@@ -1,6 +1,8 @@
-"""The CLI's user errors: :class:`InputError` for bad input files and flags, and
+"""The CLI's user errors: :class:`InputError` for bad input files and flags (declared in
+``sim/options.py``, below the command line, and raised by the layers under it too),
 :func:`one_line_argparse`, which makes an argparse parser report a bad flag the same way (one
-line ``tricut: error: ...`` on stderr, exit 2, no usage block)."""
+line ``tricut: error: ...`` on stderr, exit 2, no usage block), and :func:`argparse_type`,
+an option's parser as an argparse ``type``."""
 
 from __future__ import annotations
 
@@ -8,12 +10,21 @@ import argparse
 import sys
 
 from ..harness.waves import one_line
+from ..options import InputError, positive_ints
 
-__all__ = ["InputError", "one_line", "one_line_argparse", "positive_int_list"]
+__all__ = ["InputError", "argparse_type", "one_line", "one_line_argparse", "positive_int_list"]
 
 
-class InputError(ValueError):
-    """Bad input file or flag; printed as one line."""
+def argparse_type(parse):
+    """``parse`` (text -> value, :class:`InputError` saying why not) as an argparse ``type``:
+    argparse prints the refusal as ``argument FLAG: why``."""
+    def convert(text):
+        try:
+            return parse(text)
+        except InputError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
 
 
 def one_line_argparse(parser: argparse.ArgumentParser, *, with_command: bool = False
@@ -41,15 +52,6 @@ def one_line_argparse(parser: argparse.ArgumentParser, *, with_command: bool = F
     return parser
 
 
-def positive_int_list(text: str) -> list[int]:
-    """An argparse type: ``N,N,...`` of integers >= 1 (``_`` allowed as a digit separator)."""
-    values = []
-    for part in text.split(","):
-        try:
-            value = int(part.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r} is not an integer") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{value} is not positive")
-        values.append(value)
-    return values
+#: An argparse type: ``N,N,...`` of integers >= 1 (``_`` allowed as a digit separator;
+#: :func:`~tricut.sim.options.positive_ints`).
+positive_int_list = argparse_type(positive_ints)

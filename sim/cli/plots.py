@@ -13,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..plotting import DPI, labels_inside, legend_below, likeness, pyplot, save_png, series_style
 from .errors import InputError
 
-__all__ = ["plot_run", "plot_sweep", "check_out_dir", "prepare_out_dir", "remove_created",
-           "RUN_FIGURES", "BENCH_FIGURES"]
+__all__ = ["plot_run", "plot_agentic", "plot_sweep", "run_figures", "agentic_figures",
+           "check_out_dir", "prepare_out_dir", "remove_created",
+           "RUN_FIGURES", "BENCH_FIGURES", "AGENTIC_FIGURES"]
 
 #: the files :func:`plot_run` writes, and bench's figure
 RUN_FIGURES = ("latency_cdf.png", "hbm_bandwidth.png")
@@ -80,119 +82,159 @@ def remove_created(dirs: list[Path]) -> None:
             pass
 
 
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+def _cdf_quantiles(a: np.ndarray, b: np.ndarray):
+    """Two sorted samples made comparable: as they are when of one size, else their quantiles
+    at the same 201 probabilities."""
+    if len(a) == len(b):
+        return a, b
+    q = np.linspace(0, 1, 201)
+    return np.quantile(a, q), np.quantile(b, q)
 
 
-def _save(fig, path: Path) -> Path:
-    """``fig`` as a PNG at ``path``, atomically: a temporary file beside it, then renamed."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=110)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+def _cdf_axes(ax, samples: dict, xlabel: str, title: str, ylabel: str | None) -> None:
+    """One CDF per sample (``label -> sorted values``) with :func:`series_style`, x from 0; the
+    markers of series ``i`` start ``i / n`` of their spacing along the line, so that series on
+    one another show every marker."""
+    n = len(samples)
+    for i, (label, v) in enumerate(samples.items()):
+        s = series_style(i, n)
+        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label,
+                markevery=(0.01 + 0.07 * i / n, 0.07), **s)
+    ax.set(xlabel=xlabel, title=title, ylim=(0, 1.03))
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.set_xlim(left=0)
+    ax.grid(alpha=0.3)
+    legend_below(ax, likeness(samples, _cdf_quantiles), n)
+
+
+def run_figures(results: dict) -> dict:
+    """``results``: label -> SimResult. ``{file name: Figure}`` of :data:`RUN_FIGURES` (the
+    caller closes them): the TTFT and TPOT CDFs, and the HBM bandwidth of each decode step
+    over simulated time (seconds since the first request's arrival, the trace's time zero)."""
+    plt = pyplot()
+    figs = {}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5.6), dpi=DPI, layout="constrained")
+    ttft = {label: np.sort(np.asarray([x.ttft_s for x in r.request_times]) * 1e3)
+            for label, r in results.items() if r.request_times}
+    tpot = {label: np.sort(np.asarray(v) * 1e3) for label, r in results.items()
+            if (v := [x.tpot_s for x in r.request_times if x.tpot_s is not None])}
+    _cdf_axes(axes[0], ttft, "TTFT (ms), from 0", "TTFT CDF", "fraction of requests (cumulative, 0-1)")
+    _cdf_axes(axes[1], tpot, "TPOT (ms), from 0", "TPOT CDF", None)
+    figs[RUN_FIGURES[0]] = fig
+
+    fig, ax = plt.subplots(figsize=(10, 5.2), dpi=DPI, layout="constrained")
+    series = {label: (r.step_end_s, r.step_hbm_bytes / r.step_times_s / 1e9)
+              for label, r in results.items() if len(r.step_end_s)}
+    n = len(series)
+    for i, (label, (t, gbps)) in enumerate(series.items()):
+        stride = max(n, len(t) // 12)          # at least n: the n series' first markers at n steps
+        ax.plot(t, gbps, label=label, markevery=(i * stride // n, stride), **series_style(i, n, (0.9, 2.4)))
+    first = min((t[0] for t, _ in series.values()), default=0.0)
+    last = max((t[-1] for t, _ in series.values()), default=0.0)
+    xlabel = "simulated time since the first request's arrival (s); a point per decode step, at its end"
+    if last > 0 and first > 0.05 * last:
+        xlabel += f"\nno decode step ends before {first:.3g} s"
+    ax.set(xlabel=xlabel, ylabel="HBM bandwidth per GPU (GB/s), from 0",
+           title="HBM bandwidth per decode step")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+
+    def along(b, a):        # b's bandwidth at a's step ends, where both ran
+        (ta, ya), (tb, yb) = a, b
+        keep = (ta >= tb[0]) & (ta <= tb[-1])
+        return (np.interp(ta[keep], tb, yb), ya[keep]) if keep.any() else None
+    legend_below(ax, likeness(series, along), n, ncol=3)
+    figs[RUN_FIGURES[1]] = fig
+    return figs
 
 
 def plot_run(results: dict, out_dir: Path) -> list[Path]:
-    """``results``: label -> SimResult. Writes latency CDFs and HBM bandwidth over time."""
-    plt = _plt()
+    """``results``: label -> SimResult. Writes :data:`RUN_FIGURES` (:func:`run_figures`)."""
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for label, r in results.items():
-        for ax, values in ((axes[0], [x.ttft_s for x in r.request_times]),
-                           (axes[1], [x.tpot_s for x in r.request_times if x.tpot_s is not None])):
-            if values:
-                v = np.sort(np.asarray(values) * 1e3)
-                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
-    axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT CDF")
-    axes[1].set(xlabel="TPOT (ms)", title="TPOT CDF")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend()
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / RUN_FIGURES[0]))
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(10, 4))
-    for label, r in results.items():
-        if len(r.step_end_s):
-            ax.plot(r.step_end_s, r.step_hbm_bytes / r.step_times_s / 1e9, label=label, lw=0.8)
-    ax.set(xlabel="simulated time (s)", ylabel="HBM GB/s (per GPU)", title="HBM bandwidth per decode step")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / RUN_FIGURES[1]))
-    plt.close(fig)
+    for name, fig in run_figures(results).items():
+        try:
+            written.append(save_png(fig, out_dir / name))
+        finally:
+            plt.close(fig)
     return written
 
 
-def plot_agentic(results: dict, out_dir: Path) -> list[Path]:
-    """``results``: park policy -> AgenticResult. Writes the TTFT CDF of turn 0 and of later
-    turns per policy, and the KV held over time (HBM: running and waiting turns, parked slots;
-    G2), per GPU."""
-    plt = _plt()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+def agentic_figures(results: dict) -> dict:
+    """``results``: park policy -> AgenticResult. ``{file name: Figure}`` of
+    :data:`AGENTIC_FIGURES` (the caller closes them): the TTFT CDF of turn 0 and of later turns
+    per policy, and the KV held over time (HBM: running and waiting turns, parked slots; G2),
+    per GPU, over seconds since the first session's arrival."""
+    plt = pyplot()
+    figs = {}
+    fig, axes = plt.subplots(1, 2, figsize=(10, 5.6), dpi=DPI, layout="constrained")
+    first, later = {}, {}
     for label, r in results.items():
-        first = r.turn_ttft_s.get(0, [])
-        later = [x for k, v in r.turn_ttft_s.items() if k > 0 for x in v]
-        for ax, values in ((axes[0], first), (axes[1], later)):
-            if values:
-                v = np.sort(np.asarray(values))
-                ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=label)
-    axes[0].set(xlabel="TTFT (s)", ylabel="fraction of turns", title="turn 0 (from the session's arrival)")
-    axes[1].set(xlabel="TTFT (s)", title="turns 1+ (from the tool's return)")
+        if r.turn_ttft_s.get(0):
+            first[label] = np.sort(np.asarray(r.turn_ttft_s[0]))
+        if v := [x for k, v in r.turn_ttft_s.items() if k > 0 for x in v]:
+            later[label] = np.sort(np.asarray(v))
     for ax in axes:
-        ax.grid(alpha=0.3)
         ax.set_xscale("symlog", linthresh=0.01)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend()
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / AGENTIC_FIGURES[0]))
-    plt.close(fig)
+    scale = "TTFT (s), from 0; log scale, linear below 0.01 s"
+    _cdf_axes(axes[0], first, scale, "turn 0 (from the session's arrival)", "fraction of turns (cumulative, 0-1)")
+    _cdf_axes(axes[1], later, scale, "turns 1+ (from the tool's return)", None)
+    figs[AGENTIC_FIGURES[0]] = fig
 
-    fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.2 * len(results) + 0.6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 2.2 * len(results) + 0.8), sharex=True,
+                             squeeze=False, dpi=DPI, layout="constrained")
     for ax, (label, r) in zip(axes[:, 0], results.items()):
         occ = r.occupancy
         gb = r.kv_bytes_per_token / 1e9
         ax.stackplot(occ[:, 0], occ[:, 1] * gb, occ[:, 2] * gb, labels=("HBM: running / waiting turns",
                                                                         "HBM: parked (tool call)"), alpha=0.8)
         ax.plot(occ[:, 0], occ[:, 3] * gb, color="k", lw=0.8, label="G2 (host memory)")
-        ax.set(ylabel="KV GB per GPU", title=f"park policy {label}")
+        ax.set(ylabel="KV per GPU (GB)", title=f"park policy {label}")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="upper right")
-    axes[-1, 0].set(xlabel="simulated time (s)")
-    fig.tight_layout()
-    written.append(_save(fig, out_dir / AGENTIC_FIGURES[1]))
-    plt.close(fig)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    axes[-1, 0].set(xlabel="simulated time since the first session's arrival (s)")
+    figs[AGENTIC_FIGURES[1]] = fig
+    return figs
+
+
+def plot_agentic(results: dict, out_dir: Path) -> list[Path]:
+    """``results``: park policy -> AgenticResult. Writes :data:`AGENTIC_FIGURES`
+    (:func:`agentic_figures`)."""
+    plt = pyplot()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fig in agentic_figures(results).items():
+        try:
+            written.append(save_png(fig, out_dir / name))
+        finally:
+            plt.close(fig)
     return written
 
 
 def plot_sweep(concurrency: list[int], series: dict, out_path: Path, sweet_spot: int | None = None) -> Path:
     """Throughput vs concurrency; ``series``: label -> list of tokens/s."""
-    plt = _plt()
+    plt = pyplot()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, tps in series.items():
-        ax.plot(concurrency, tps, marker="o", label=label)
+    fig, ax = plt.subplots(figsize=(6, 4.4), dpi=DPI, layout="constrained")
+    n = len(series)
+    for i, (label, tps) in enumerate(series.items()):
+        ax.plot(concurrency, tps, label=label, **series_style(i, n, (1.2, 2.4)))
     if sweet_spot is not None:
-        ax.axvline(sweet_spot, color="grey", ls="--", label=f"sweet spot ({sweet_spot})")
-    ax.set(xscale="log", xlabel="concurrent requests", ylabel="tokens/s", title="Throughput vs concurrency")
+        ax.axvline(sweet_spot, color="grey", ls="--", label=f"sweet spot ({sweet_spot})", zorder=1)
+    ax.set(xscale="log", xlabel="concurrent requests (count, log scale)",
+           ylabel="throughput (tokens/s), from 0", title="Throughput vs concurrency")
+    ax.set_xticks(concurrency, [str(c) for c in concurrency])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    _save(fig, out_path)
-    plt.close(fig)
+    ax.legend(fontsize=8, loc="lower right")
+    try:
+        save_png(fig, out_path)
+    finally:
+        plt.close(fig)
     return out_path

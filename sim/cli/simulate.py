@@ -16,25 +16,19 @@ from tricut.models.cdu import POLICIES
 from tricut.models.config import KV_DTYPES, gpu_ids, load_gpu, load_model, model_ids
 from tricut.models.dsu import PROFILES
 from tricut.models.roofline import roofline
-from tricut.models.te import LANES as TE_LANES
 
+from ..fast import run as fast_run
+from ..fast.run import MAX_SLOTS, MAX_SYNTHETIC, OPTIONS, UNIT_FIELDS, RunOptions, cuts_label, prepare
+from ..fast.run import defined as _defined
 from ..fast.setup import ServingSetup
-from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
-from ..fast.timing import CUTS, DEFAULT_TE_LANES, Assumptions
-from ..fast.workload import TRACE_FORMATS, TraceError, check_lengths, read_trace, scale_rate, synthetic
-from .errors import InputError, one_line_argparse
+from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, stack_names
+from ..fast.timing import CUTS
+from ..fast.workload import TRACE_FORMATS, synthetic
+from .errors import InputError, argparse_type, one_line_argparse
 from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
 
-__all__ = ["add_commands", "simulate_parser", "prepared_run", "workload_of", "setup_of", "session_mode",
-           "prepare_sessions", "UNIT_FIELDS"]
-
-#: Upper limits of the size flags (docs/system-model.md, "Bad input"): beyond them a run needs
-#: more memory than a workstation has (every token time is kept) or is a typo.
-MAX_SYNTHETIC = 1_000_000
-MAX_SLOTS = 65_536
-#: --assume on a stack parameter: seconds at most this, token budgets and batch sizes at most that
-MAX_STACK_SECONDS = 10.0
-MAX_STACK_INT = 10**9
+__all__ = ["add_commands", "simulate_parser", "prepared_run", "run_options", "workload_of", "setup_of",
+           "session_mode", "UNIT_FIELDS"]
 
 KEY_COLUMNS = ("requests", "output_tokens", "duration_s", "tokens_per_s", "ttft_p50_s", "ttft_p99_s",
                "tpot_p50_s", "tpot_p99_s", "itl_p99_s", "hbm_gbps_mean", "hbm_gbps_peak",
@@ -43,138 +37,10 @@ ABLATION = (("baseline", ()), ("te", ("te",)), ("cdu", ("cdu",)), ("dsu", ("dsu"
             ("te+cdu+dsu", ("te", "cdu", "dsu")))
 
 
-def _cuts(text: str) -> tuple[str, ...]:
-    if text in ("none", ""):
-        return ()
-    if text == "all":
-        return CUTS
-    parts = tuple(text.split(","))
-    for p in parts:
-        if p not in CUTS:
-            raise argparse.ArgumentTypeError(f"{p!r} is not a cut; use none, all, or a list of {', '.join(CUTS)}")
-    return parts
-
-
-def _lengths(what: str):
-    """``1024``, ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``, checked at once
-    (:func:`check_lengths`: finite, in range) so that the message names the flag."""
-    def parse(text: str):
-        spec = None
-        try:
-            if ":" not in text:
-                spec = int(text)
-            else:
-                kind, a, b = text.split(":")
-                if kind == "uniform":
-                    spec = ("uniform", int(a), int(b))
-                elif kind == "lognormal":
-                    spec = ("lognormal", float(a), float(b))
-        except ValueError:
-            pass
-        if spec is None:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected N, uniform:LO:HI or lognormal:MEDIAN:SIGMA")
-        try:
-            check_lengths(spec, what)
-        except TraceError as e:
-            raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-        return spec
-    return parse
-
-
-def _positive(kind, maximum=None, allow_inf: bool = False):
-    """A parser of a number > 0 (and <= ``maximum``); a float must be finite unless
-    ``allow_inf`` (then ``inf`` is accepted)."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text} must be > 0")
-        if kind is float and not math.isfinite(value) and not allow_inf:
-            raise argparse.ArgumentTypeError(f"{text} must be a finite number > 0")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"{text} must be at most {maximum:,}")
-        return value
-    return parse
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be an integer >= 0")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number >= 0")
-    return value
-
-
-def _assumption(text: str) -> tuple[str, float]:
-    """``NAME=VALUE`` for one field of :class:`Assumptions` or one numeric parameter of the
-    stack (:meth:`StackProfile.numeric_fields`); checked here against the default stack, applied
-    to the chosen one in :func:`setup_of`."""
-    name, sep, value = text.partition("=")
-    assumed, stacked = list(Assumptions.__dataclass_fields__), list(StackProfile.numeric_fields())
-    if not sep or name not in assumed + stacked:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(assumed)} "
-                                         f"(assumptions) or {', '.join(stacked)} (stack)")
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
-    try:
-        if name in assumed:
-            Assumptions(**{name: number})
-        else:
-            get_stack(DEFAULT_STACK).with_values(**{name: number})
-    except (ValueError, OverflowError) as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    if name not in assumed:
-        # the stack's own check wants finite numbers >= 0; here also a sane upper limit
-        if name.endswith("_s") and number > MAX_STACK_SECONDS:
-            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be at most {MAX_STACK_SECONDS:g} s")
-        if name in ("graph_max_batch", "prefill_batch_tokens", "prefill_chunk_tokens") \
-                and number > MAX_STACK_INT:
-            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be at most {MAX_STACK_INT:,}")
-        if name == "attn_bw_efficiency" and number < 0.01:
-            raise argparse.ArgumentTypeError(f"{text!r}: {name} must be at least 0.01")
-    return name, number
-
-
-
-
-#: --unit NAME=VALUE: the decode units' sizes, beside the GPU config's (docs/system-model.md)
-UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's)",
-               "te_lanes": f"multiplier lanes per lane array of the (split) TE engine ({', '.join(map(str, TE_LANES[:-1]))} or {TE_LANES[-1]}; "
-                           f"default {DEFAULT_TE_LANES})",
-               "dsu_cores": "DSU RISC-V cores (the GPU config's; the fast model's DSU round runs on one)"}
-
-
-def _unit(text: str) -> tuple[str, int]:
-    """``NAME=VALUE`` for one decode-unit size (:data:`UNIT_FIELDS`), an integer, range-checked
-    by :meth:`ServingSetup.with_units` when the GPU is known."""
-    name, sep, value = text.partition("=")
-    if not sep or name not in UNIT_FIELDS:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(UNIT_FIELDS)}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not an integer") from None
-    try:
-        ServingSetup.check_units({name: number})
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
-    return name, number
+def _type(name: str):
+    """The argparse ``type`` of option ``name``: its parser in :class:`RunOptions`
+    (``sim/fast/run.py``), the one a sweep's grid values go through too."""
+    return argparse_type(OPTIONS[name].parse)
 
 
 def _agentic_flags(p: argparse.ArgumentParser) -> None:
@@ -187,10 +53,10 @@ def _agentic_flags(p: argparse.ArgumentParser) -> None:
                    help="sessions: what a session's KV does during a tool call: keep (stays in HBM), park (to G2 "
                         "host memory, restored when the tool returns), park-early (restored --restore-lead before "
                         "it returns), drop (recomputed) (default: keep)")
-    p.add_argument("--restore-lead", type=_non_negative, metavar="SECONDS",
+    p.add_argument("--restore-lead", type=_type("restore_lead"), metavar="SECONDS",
                    help="park-early: start the restore this long before the tool returns (default: the "
                         "restore's own time)")
-    p.add_argument("--prefix-cache-tokens", type=_seed, default=0, metavar="N",
+    p.add_argument("--prefix-cache-tokens", type=_type("prefix_cache_tokens"), default=0, metavar="N",
                    help="HBM tokens kept for shared prefix blocks (Mooncake hash_ids, session prefixes); their "
                         "prefill is skipped; taken from the DSU's KV budget (default: 0, no prefix cache)")
     p.add_argument("--prefix-spill", choices=("G3", "G3.5"),
@@ -205,11 +71,11 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     synthetic with their own rates)."""
     p.add_argument("--model", default="llama-3-8b", help=f"model id ({', '.join(model_ids())}) or .toml (default: %(default)s)")
     p.add_argument("--gpu", default="h100-sxm5", help=f"GPU id ({', '.join(gpu_ids())}) or .toml (default: %(default)s)")
-    p.add_argument("--tp", type=_positive(int), default=1, help="tensor-parallel GPUs (default: 1)")
+    p.add_argument("--tp", type=_type("tp"), default=1, help="tensor-parallel GPUs (default: 1)")
     p.add_argument("--kv-dtype", choices=KV_DTYPES, default="bf16", help="KV cache format (default: bf16)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--trace", type=Path, help="trace file: Mooncake .jsonl, Azure or Vidur .csv")
-    src.add_argument("--synthetic", type=_positive(int, MAX_SYNTHETIC), metavar="N",
+    src.add_argument("--synthetic", type=_type("synthetic"), metavar="N",
                      help=f"N synthetic requests, at most {MAX_SYNTHETIC:,} (default: 200)")
     if not bench:
         src.add_argument("--sessions", type=Path, metavar="FILE",
@@ -219,29 +85,29 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                               "gap=lognormal:5:1,system=2048,input=lognormal:32768:0.5,turn_input=uniform:512:4096,"
                               "output=lognormal:256:0.5,seed=0' (every key optional; docs/agentic.md)")
     p.add_argument("--trace-format", choices=tuple(TRACE_FORMATS), help="trace format (default: guessed)")
-    p.add_argument("--limit", type=_positive(int), help="use only the first N requests of the trace")
-    p.add_argument("--rate", type=_positive(float, allow_inf=True), default=None if bench else 10.0,
+    p.add_argument("--limit", type=_type("limit"), help="use only the first N requests of the trace")
+    p.add_argument("--rate", type=_type("rate"), default=None if bench else 10.0,
                    help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0; ignored with "
                         "--concurrency (default: 10)")
-    p.add_argument("--rate-scale", type=_positive(float), default=None if bench else 1.0,
+    p.add_argument("--rate-scale", type=_type("rate_scale"), default=None if bench else 1.0,
                    help="speed arrivals up by this factor")
-    p.add_argument("--prompt-tokens", type=_lengths("prompt"), default=1024,
+    p.add_argument("--prompt-tokens", type=_type("prompt_tokens"), default=1024,
                    help="synthetic prompt lengths: N, uniform:LO:HI, lognormal:MEDIAN:SIGMA (default: 1024)")
-    p.add_argument("--output-tokens", type=_lengths("output"), default=128,
+    p.add_argument("--output-tokens", type=_type("output_tokens"), default=128,
                    help="synthetic output lengths (same forms; default: 128)")
     if with_cuts:
-        p.add_argument("--cuts", type=_cuts, default=CUTS,
+        p.add_argument("--cuts", type=_type("cuts"), default=CUTS,
                        help="which cuts are on: none, all, or a list of te,cdu,dsu (default: all)")
     # choices listed adaptive (the default) first, as before
     p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive", help="CDU policy (default: adaptive)")
     p.add_argument("--profile", choices=PROFILES, default="throughput-opt", help="DSU profile (default: throughput-opt)")
-    p.add_argument("--slots", type=_positive(int, MAX_SLOTS), default=64,
+    p.add_argument("--slots", type=_type("slots"), default=64,
                    help=f"decode slots, at most {MAX_SLOTS:,} (default: 64)")
-    p.add_argument("--max-batch", type=_positive(int, MAX_SLOTS), default=64,
+    p.add_argument("--max-batch", type=_type("max_batch"), default=64,
                    help=f"batch cap, at most {MAX_SLOTS:,} (default: 64)")
-    p.add_argument("--ttft-slo", type=_positive(float, allow_inf=True), help="TTFT SLO in seconds, for goodput")
-    p.add_argument("--tpot-slo", type=_positive(float, allow_inf=True), help="TPOT SLO in seconds, for goodput")
-    p.add_argument("--degraded-at", type=_non_negative, metavar="SECONDS",
+    p.add_argument("--ttft-slo", type=_type("ttft_slo"), help="TTFT SLO in seconds, for goodput")
+    p.add_argument("--tpot-slo", type=_type("tpot_slo"), help="TPOT SLO in seconds, for goodput")
+    p.add_argument("--degraded-at", type=_type("degraded_at"), metavar="SECONDS",
                    help="DSU degrades to host scheduling from this simulated time on (a finite number >= 0)")
     p.add_argument("--stack", choices=stack_names(), default=DEFAULT_STACK,
                    help="software-stack profile: what a serving stack adds to the GPU's physics (host "
@@ -252,22 +118,22 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                    help="how prefill shares the GPUs: disaggregated (a separate, uncontended pool), colocated "
                         "(whole prefill batches on the decode GPUs, pre-empting decode), chunked (prompt chunks "
                         "riding along in decode steps) (default: the stack's own mode)")
-    p.add_argument("--concurrency", type=_positive(int), metavar="C",
+    p.add_argument("--concurrency", type=_type("concurrency"), metavar="C",
                    help="closed loop: C clients, each sending its next request when its previous one finished "
                         "(plus --think-time); arrival times (--rate, the trace's timestamps) are then ignored "
                         "(default: open loop)")
-    p.add_argument("--think-time", type=_non_negative, default=0.0, metavar="SECONDS",
+    p.add_argument("--think-time", type=_type("think_time"), default=0.0, metavar="SECONDS",
                    help="closed loop: a client's pause between a finished request and its next (default: 0)")
-    p.add_argument("--assume", type=_assumption, action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--assume", type=_type("assume"), action="append", default=[], metavar="NAME=VALUE",
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
                         "names and defaults: docs/system-model.md, docs/fidelity.md")
     if not bench:
         _agentic_flags(p)
-    p.add_argument("--unit", type=_unit, action="append", default=[], metavar="NAME=VALUE",
+    p.add_argument("--unit", type=_type("unit"), action="append", default=[], metavar="NAME=VALUE",
                    help="size one decode unit (repeatable): " + "; ".join(f"{k}: {v}" for k, v in UNIT_FIELDS.items())
                         + " (default: the GPU config's, 16 lanes)")
-    p.add_argument("--seed", type=_seed, default=0, help="random seed, an integer >= 0 (default: 0)")
+    p.add_argument("--seed", type=_type("seed"), default=0, help="random seed, an integer >= 0 (default: 0)")
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true",
                      help="print JSON instead of a table (an undefined metric is null)")
@@ -278,28 +144,19 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def run_options(args) -> RunOptions:
+    """The typed options of parsed flags (a flag the command does not take: its default)."""
+    return RunOptions(**{name: getattr(args, name) for name in OPTIONS if hasattr(args, name)})
+
+
 def workload_of(args):
-    if args.trace is not None:
-        reqs = read_trace(args.trace, args.trace_format)
-        if args.limit:
-            reqs = reqs[: args.limit]
-    else:
-        for flag, value in (("--limit", args.limit), ("--trace-format", args.trace_format)):
-            if value is not None:
-                raise InputError(f"{flag} applies to a --trace, and there is none")
-        reqs = synthetic(args.synthetic or 200, args.rate, args.prompt_tokens, args.output_tokens, args.seed)
-    return scale_rate(reqs, args.rate_scale) if args.rate_scale != 1.0 else reqs
+    """:func:`tricut.sim.fast.run.workload_of` of parsed flags."""
+    return fast_run.workload_of(run_options(args))
 
 
 def setup_of(args) -> ServingSetup:
-    assumed = {k: v for k, v in args.assume if k in Assumptions.__dataclass_fields__}
-    stacked = {k: v for k, v in args.assume if k not in assumed}
-    return ServingSetup(load_model(args.model), load_gpu(args.gpu), args.kv_dtype, args.tp, args.policy,
-                        args.profile, args.slots, args.max_batch,
-                        assumptions=Assumptions(**assumed),
-                        stack=get_stack(args.stack).with_values(**stacked),
-                        prefill=args.prefill, concurrency=args.concurrency, think_s=args.think_time,
-                        units=dict(args.unit))
+    """:func:`tricut.sim.fast.run.setup_of` of parsed flags."""
+    return fast_run.setup_of(run_options(args))
 
 
 def _prepare(args, cut_sets):
@@ -358,18 +215,11 @@ def prepared_run(argv: list[str], prepare_only: bool = False):
     exactly as ``--json`` prints it (undefined metrics None); ``prepare_only``: every check of
     the input and no run (summary None). Bad input raises one-line ``ValueError``s."""
     args = simulate_parser().parse_args(argv)
-    if session_mode(args):
-        policy = args.park_policy or "keep"
-        setup, sessions, options = prepare_sessions(args, [policy])
-        if prepare_only:
-            return args, setup, None
-        return args, setup, _defined(_session_results(args, setup, sessions, options)[policy].summary)
-    setup, reqs = _prepare(args, [args.cuts])
+    prepared = prepare(run_options(args))
     if prepare_only:
-        return args, setup, None
+        return args, prepared.setup, None
     args.no_progress = True
-    label = "+".join(args.cuts) if args.cuts else "baseline"
-    return args, setup, _defined(_run(args, setup, reqs, args.cuts, label).summary)
+    return args, prepared.setup, _defined(next(iter(prepared.run().values())).summary)
 
 
 def _run(args, setup: ServingSetup, reqs, cuts, label):
@@ -378,19 +228,26 @@ def _run(args, setup: ServingSetup, reqs, cuts, label):
                      ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
 
 
-def _defined(value):
-    """An undefined metric (NaN: TPOT of one-token requests; inf: a rate over no time) is
-    None: null in JSON, an empty cell in CSV, '-' in the table (docs/metrics.md)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _defined(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_defined(v) for v in value]
-    return value
+def _is_duration(key: str) -> bool:
+    return (key.endswith("_s") and not key.endswith("per_s")) or key.endswith("_s_total")
 
 
-def _fmt(key: str, value) -> str:
+#: a table row of durations in one unit, the largest its values allow: (below, unit, scale, digits)
+DURATION_UNITS = ((1.0, "ms", 1e3, 1), (600.0, "s", 1.0, 2), (36000.0, "min", 1 / 60, 1),
+                  (math.inf, "h", 1 / 3600, 2))
+
+
+def _duration_unit(values) -> tuple[str, float, int]:
+    """The unit of a row of durations (seconds): ms below 1 s, s below 10 min, min below 10 h,
+    else h, chosen by the row's largest value so a row's cells compare at a glance."""
+    top = max((abs(v) for v in values if isinstance(v, (int, float))), default=0.0)
+    for below, unit, scale, digits in DURATION_UNITS:
+        if top < below:
+            return unit, scale, digits
+    raise AssertionError(top)
+
+
+def _fmt(key: str, value, unit: tuple[str, float, int] | None = None) -> str:
     if value is None:
         return "-"
     if isinstance(value, (int, float)) and ("bytes" in key):
@@ -398,12 +255,18 @@ def _fmt(key: str, value) -> str:
     if isinstance(value, (int, float)) and key.endswith("flops_saved"):
         return f"{value / 1e15:,.1f} PFLOP"
     if isinstance(value, float):
-        if (key.endswith("_s") and not key.endswith("per_s")) or key.endswith("_s_total"):
-            return f"{value * 1e3:.3f} ms"
+        if _is_duration(key):
+            name, scale, digits = unit or _duration_unit([value])
+            return f"{value * scale:,.{digits}f} {name}"
         if key in ("l2_hit_rate", "l2_reuse_rate") or key.endswith("utilisation"):
             return f"{100 * value:.1f} %"
         return f"{value:,.2f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _fmt_row(key: str, values: list) -> list[str]:
+    unit = _duration_unit(values) if _is_duration(key) else None
+    return [_fmt(key, v, unit) for v in values]
 
 
 #: the table's rows of a session run, after KEY_COLUMNS
@@ -437,11 +300,53 @@ def _emit(args, rows: dict[str, dict], session_keys: bool = False) -> None:
         if session_keys:
             keys = [k for k in keys if k != "concurrency"] + list(SESSION_COLUMNS)
         width = max(len(k) for k in keys)
-        cols = [[_fmt(k, rows[lab][k]) for k in keys] for lab in labels]
+        cells = [_fmt_row(k, [rows[lab][k] for lab in labels]) for k in keys]
+        cols = [[row[j] for row in cells] for j in range(len(labels))]
         cw = [max(len(lab), *(len(c) for c in col)) for lab, col in zip(labels, cols)]
         print(" " * width + "  " + "  ".join(lab.rjust(w) for lab, w in zip(labels, cw)))
         for i, k in enumerate(keys):
             print(k.ljust(width) + "  " + "  ".join(col[i].rjust(w) for col, w in zip(cols, cw)))
+
+
+#: the decode queue's p50, in TPOT p50s, beyond which a run is read as overloaded
+OVERLOAD_QUEUE_STEPS = 10
+
+
+def _change(before, after, key: str) -> str:
+    a, b = before[key], after[key]
+    unit = _duration_unit([a, b]) if _is_duration(key) else None
+    text = f"{_fmt(key, a, unit)} -> {_fmt(key, b, unit)}"
+    return text + (f" ({100 * (b / a - 1):+.1f} %)" if a else "")
+
+
+def reading(summaries: dict[str, dict], max_batch: int) -> list[str]:
+    """compare's closing lines: what the all-cuts column shows against the baseline, and
+    whether the workload overloads the group (then the latencies measure a backlog)."""
+    labels = list(summaries)
+    base, last = summaries[labels[0]], summaries[labels[-1]]
+    needed = ("tpot_p50_s", "tpot_p99_s", "tokens_per_s", "hbm_gbps_mean", "decode_queue_p50_s")
+    if len(labels) < 2 or any(s.get(k) is None for s in (base, last) for k in needed):
+        return []
+    lines = [f"reading: {labels[-1]} against {labels[0]}",
+             f"  TPOT p50 {_change(base, last, 'tpot_p50_s')}, p99 {_change(base, last, 'tpot_p99_s')}",
+             f"  throughput {_change(base, last, 'tokens_per_s')} tokens/s; "
+             f"HBM mean {_change(base, last, 'hbm_gbps_mean')} GB/s"]
+    queue, step = base["decode_queue_p50_s"], base["tpot_p50_s"]
+    load = f"  load: mean batch {base['mean_batch']:,.1f} of at most {max_batch:,}; decode queue p50 " \
+           f"{_fmt('decode_queue_p50_s', queue)}"
+    prefill = base.get("prefill_s_total") or 0.0
+    if step and queue > OVERLOAD_QUEUE_STEPS * step:
+        lines += [load + f", {queue / step:,.0f} decode steps:",
+                  "  the workload overloads the group, and its latencies measure the backlog more "
+                  "than the hardware;"]
+        if base.get("duration_s") and prefill > 0.5 * base["duration_s"]:
+            lines.append(f"  prefill holds the decode GPUs {100 * prefill / base['duration_s']:.0f} % of the run: "
+                         "try --prefill disaggregated or a lower --rate-scale")
+        else:
+            lines.append("  try a lower --rate-scale (or --rate), or more GPUs (--tp)")
+    else:
+        lines.append(load + ": the group keeps up with this workload")
+    return lines
 
 
 def _failure_notes(results: dict) -> None:
@@ -478,87 +383,20 @@ def _park_policies(text: str) -> list[str]:
 
 
 def session_mode(args) -> bool:
-    """Sessions run through sim/fast/agentic.py: --sessions, --agentic, or a trace with a
-    prefix cache (each request a one-turn session)."""
-    on = args.sessions is not None or args.agentic is not None or args.prefix_cache_tokens > 0
-    if not on:
-        for flag, value in (("--park-policy", args.park_policy), ("--restore-lead", args.restore_lead)):
-            if value is not None:
-                raise InputError(f"{flag} applies to agentic sessions (--sessions or --agentic), and there are none")
-        if args.tiers != "none":
-            raise InputError("--tiers applies to agentic sessions (--sessions, --agentic) or a prefix cache")
-        if args.prefix_spill is not None:
-            raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
-        return False
-    if args.prefix_spill is not None and args.prefix_cache_tokens == 0:
-        raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
-    flags = [("--concurrency", args.concurrency)]
-    if args.trace is None:           # a trace with a prefix cache keeps its own --limit and format
-        flags += [("--limit", args.limit), ("--trace-format", args.trace_format)]
-    for flag, value in flags:
-        if value is not None:
-            raise InputError(f"{flag} does not apply to sessions")
-    if args.prefill == "chunked":
-        raise InputError("sessions run with --prefill disaggregated or colocated, not chunked")
-    if args.restore_lead is not None and args.park_policy != "park-early":
-        raise InputError("--restore-lead applies to --park-policy park-early")
-    return True
-
-
-def _sessions_of(args, model):
-    from ..fast.sessions import agentic, check_sessions, parse_agentic_spec, read_sessions, sessions_from_requests
-    if args.sessions is not None:
-        sessions = read_sessions(args.sessions)
-    elif args.agentic is not None:
-        spec = parse_agentic_spec(args.agentic)
-        if spec.get("max_context") is None:
-            spec["max_context"] = model.max_context
-        sessions = agentic(**spec)
-    else:
-        sessions = sessions_from_requests(workload_of(args))
-    check_sessions(sessions, model.max_context)
-    return sessions
-
-
-def _agentic_options(args, policy):
-    from tricut.models.tiers import load_tiers
-
-    from ..fast.agentic import AgenticOptions
-    tiers = load_tiers(args.tiers)
-    spill = None
-    if args.prefix_spill is not None:
-        spill = tiers.tier(args.prefix_spill)
-        if spill is None:
-            raise InputError(f"--prefix-spill {args.prefix_spill}: the tier config {args.tiers!r} has no "
-                             f"{args.prefix_spill} tier")
-    return AgenticOptions(policy, g2=tiers.g2, g3=tiers.g3, restore_lead_s=args.restore_lead,
-                          prefix_cache_tokens=args.prefix_cache_tokens, prefix_spill=spill)
-
-
-def prepare_sessions(args, policies):
-    """Every check of a session run before it runs: ``(setup, sessions, {policy: options})``."""
-    setup = setup_of(args)
-    sessions = _sessions_of(args, setup.model)
-    options = {p: _agentic_options(args, p) for p in policies}
-    setup.step_model(args.cuts)
-    setup.dsu_params()
-    return setup, sessions, options
-
-
-def _session_results(args, setup, sessions, options) -> dict:
-    from ..fast.agentic import simulate_sessions
-    sm, dsu = setup.step_model(args.cuts), setup.dsu_params()
-    return {p: simulate_sessions(sessions, sm, dsu, o, seed=args.seed, prefill=args.prefill,
-                                 ttft_slo_s=args.ttft_slo, tpot_slo_s=args.tpot_slo)
-            for p, o in options.items()}
+    """:func:`tricut.sim.fast.run.session_mode` of parsed flags."""
+    return fast_run.session_mode(run_options(args))
 
 
 def _run_sessions(args, policies) -> int:
-    """simulate / compare --park-policies over sessions: one column per park policy."""
-    setup, sessions, options = prepare_sessions(args, policies)
+    """compare --park-policies over sessions: one column per park policy."""
+    return _report_sessions(args, prepare(run_options(args), policies))
+
+
+def _report_sessions(args, prepared) -> int:
+    """A prepared run over sessions, run and printed: one column per park policy."""
     from .plots import AGENTIC_FIGURES
     with _plot_dir(args.plot, AGENTIC_FIGURES):
-        results = _session_results(args, setup, sessions, options)
+        results = prepared.run()
         _emit(args, {p: r.summary for p, r in results.items()}, session_keys=True)
         if args.plot:
             from .plots import plot_agentic
@@ -568,16 +406,16 @@ def _run_sessions(args, policies) -> int:
 
 
 def cmd_simulate(args) -> int:
-    if session_mode(args):
-        return _run_sessions(args, [args.park_policy or "keep"])
-    label = "+".join(args.cuts) if args.cuts else "baseline"
-    setup, reqs = _prepare(args, [args.cuts])
+    prepared = prepare(run_options(args))
+    if prepared.sessions is not None:
+        return _report_sessions(args, prepared)
+    label = cuts_label(args.cuts)
     with _plot_dir(args.plot, RUN_FIGURES):
-        result = _run(args, setup, reqs, args.cuts, label)
-        _emit(args, {label: result.summary})
-        _failure_notes({label: result})
+        results = prepared.run(progress=_progress(not args.no_progress, label))
+        _emit(args, {k: r.summary for k, r in results.items()})
+        _failure_notes(results)
         if args.plot:
-            _plot_runs({label: result}, args.plot)
+            _plot_runs(results, args.plot)
     return 0
 
 
@@ -610,6 +448,9 @@ def cmd_compare(args) -> int:
     with _plot_dir(args.plot, RUN_FIGURES):
         results = {label: _run(args, setup, reqs, cuts, label) for label, cuts in runs}
         _emit(args, {k: v.summary for k, v in results.items()})
+        if not (args.json or args.csv):
+            lines = reading({k: _defined(v.summary) for k, v in results.items()}, args.max_batch)
+            print("\n" + "\n".join(lines) if lines else "", end="\n" if lines else "")
         _failure_notes(results)
         if args.plot:
             _plot_runs(results, args.plot)

@@ -10,152 +10,37 @@ are the golden decode step's, 1 on a difference (one ``tricut: error:`` line nam
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 
 from tricut.models.cdu import POLICIES
+from tricut.models.config import KV_DTYPES
 from tricut.models.dsu import PROFILES
-from tricut.models.te import KV_CODE_BITS
 from tricut.models.tile import TILE_ENGINES, TILE_LANES as LANES
 
-from .errors import InputError, one_line_argparse, positive_int_list
+from ..harness.tile.options import CDU_GEOMETRY, OPTIONS, TileRunOptions
+from ..harness.tile.options import SETUP_FLAGS as _FLAGS
+from .errors import InputError, argparse_type, one_line_argparse
 
-__all__ = ["add_commands", "cmd_tile_run", "tile_run_parser", "tile_setup"]
-
-#: harness parameter -> the flag that sets it
-#: the CDU geometry of a run without --gpu, when its flags are not given (Setup's defaults)
-CDU_GEOMETRY = {"cdu_sets": 4, "cdu_ways": 2, "distance": 4}
-
-_FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--prompt-lens",
-          "max_prompt": "--max-prompt", "steps": "--steps", "kv_dtype": "--kv-dtype",
-          "engines": "--engines", "engine": "--engine", "lanes": "--lanes", "split_tokens": "--split-tokens",
-          "max_ctx": "--max-ctx", "max_batch": "--max-batch", "profile": "--profile",
-          "policy": "--policy", "cdu_sets": "--cdu-sets", "cdu_ways": "--cdu-ways",
-          "distance": "--distance", "long_context": "--long-context", "dsu": "--dsu",
-          "dsu_cores": "--dsu-cores", "max_retries": "--max-retries", "faults": "--faults",
-          "hang": "--hang", "watchdog": "--watchdog"}
+__all__ = ["add_commands", "cmd_tile_run", "tile_options", "tile_run_parser", "tile_setup"]
 
 
-def _prompt_lens(text):
-    return tuple(positive_int_list(text))
+def _type(name: str):
+    """The argparse ``type`` of option ``name``: its parser in :class:`TileRunOptions`
+    (``sim/harness/tile/options.py``), the one a sweep's grid values go through too."""
+    return argparse_type(OPTIONS[name].parse)
 
 
-def _block_entry(item, last="FAILS"):
-    """``R:L:H:B:N`` -> ``(R, L, H, B, N)``."""
-    try:
-        f = tuple(int(x) for x in item.split(":"))
-    except ValueError:
-        f = ()
-    if len(f) != 5:
-        raise argparse.ArgumentTypeError(
-            f"{item!r} is not REQUEST:LAYER:KV_HEAD:BLOCK:{last} (five integers)")
-    return f
-
-
-def _faults(text):
-    """``R:L:H:B:N[,...]`` -> ``((R, L, H, B, N), ...)``."""
-    return tuple(_block_entry(item) for item in text.split(","))
-
-
-def _hang(text):
-    return _block_entry(text, "COUNT")
-
-
-def _int_arg(lo=None):
-    def parse(text):
-        try:
-            value = int(text.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if lo is not None and value < lo:
-            raise argparse.ArgumentTypeError(f"{value} is below {lo}")
-        return value
-    return parse
-
-
-def _slice(args):
-    """The ``Setup`` fields of ``--gpu``'s SM slice (empty without it)."""
-    if args.gpu is None:
-        return {}
-    from tricut.models.config import ConfigError, load_gpu, load_model
-    from tricut.models.sm_slice import slice_cdu, slice_config
-    from tricut.sim.fast.timing import Assumptions
-    try:
-        gpu, model = load_gpu(args.gpu), load_model(args.model)
-    except ConfigError as e:
-        raise InputError(f"--gpu: {e}") from None
-    engines = gpu.te_engines_per_sm if args.engines is None else args.engines
-    if args.kv_dtype not in KV_CODE_BITS or args.lanes not in LANES:
-        return {"engines": engines}           # check_setup names the flag
-    a = Assumptions()
-    cfg = slice_config(gpu, model, args.kv_dtype, a.te_bw_efficiency, args.lanes,
-                       args.engine or "pipelined", engines=engines)
-    fields = {"engines": cfg.engines, "latency": cfg.latency, "hbm_rate": cfg.hbm_rate,
-              "max_outstanding": cfg.max_outstanding, "split_tokens": cfg.split_tokens}
-    if args.policy in POLICIES:
-        # the CDU at the SM's share of the L2 (a geometry flag given overrides its part)
-        try:
-            cdu = slice_cdu(gpu, dataclasses.replace(cfg, l2=True), args.policy,
-                            a.cdu_l2_share)
-        except ValueError as e:
-            raise InputError(f"--gpu: {e}") from None
-        fields.update(cdu_sets=cdu.sets, cdu_ways=cdu.ways, distance=cdu.distance)
-    return fields
-
-
-def _lens_ok(s):
-    """The setup's prompt lengths can be read (else ``check_setup`` names the flag)."""
-    from tricut.sim.harness.tile.setup import MAX_CTX
-    if s.prompt_lens is None and not (isinstance(s.max_prompt, int) and 1 <= s.max_prompt <= MAX_CTX):
-        return False
-    try:
-        lens = s.lens()
-    except (ValueError, TypeError):
-        return False
-    return bool(lens) and all(isinstance(x, int) for x in lens)
+def tile_options(args) -> TileRunOptions:
+    """The typed options of parsed flags."""
+    return TileRunOptions(**{name: getattr(args, name) for name in OPTIONS})
 
 
 def tile_setup(args):
     """The run's :class:`~tricut.sim.harness.tile.setup.Setup` from parsed flags, with every
-    check the command makes before it runs (:class:`InputError`, one line naming the flag)."""
-    from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
-
-    lens = args.prompt_lens
-    n = len(lens) if lens else 2 if args.synthetic is None else args.synthetic
-    if args.policy not in POLICIES:
-        given = [_FLAGS[k] for k in CDU_GEOMETRY if getattr(args, k) is not None]
-        if given:
-            raise InputError(f"{given[0]} needs --policy (the tile has no CDU without one)")
-    slice_fields = _slice(args)
-    for flag in ("split_tokens", "cdu_sets", "cdu_ways", "distance"):
-        if getattr(args, flag) is not None:          # given: it overrides the slice's
-            slice_fields.pop(flag, None)
-    geometry = {k: slice_fields.pop(k, CDU_GEOMETRY[k] if getattr(args, k) is None
-                                    else getattr(args, k)) for k in CDU_GEOMETRY}
-    s = Setup(model=args.model, requests=n, prompt_lens=lens,
-              max_prompt=args.max_prompt, steps=args.steps, kv_dtype=args.kv_dtype,
-              engines=slice_fields.pop("engines", 1 if args.engines is None else args.engines),
-              engine=args.engine, lanes=args.lanes,
-              split_tokens=slice_fields.pop(
-                  "split_tokens", 0 if args.split_tokens is None else args.split_tokens),
-              max_ctx=args.max_ctx, max_batch=args.max_batch, profile=args.profile,
-              seed=args.seed, policy=None if args.policy == "none" else args.policy,
-              **geometry, long_context=args.long_context, dsu=args.dsu, dsu_cores=args.dsu_cores,
-              max_retries=args.max_retries, faults=args.faults, hang=args.hang,
-              watchdog=args.watchdog, **slice_fields)
-    if args.split_tokens is None and s.split_tokens:
-        # the slice's split where a context is longer than a part (else none: nothing splits)
-        longest = max(s.lens()) + s.steps if _lens_ok(s) else 0
-        if longest <= s.split_tokens:
-            s = dataclasses.replace(s, split_tokens=0)
-    if args.dsu and args.sim != "verilator":
-        raise InputError("--dsu: the DSU cluster runs on Verilator only (add --sim verilator)")
-    try:
-        check_setup(s)
-    except SetupError as e:
-        raise InputError(f"{_FLAGS.get(e.param, e.param)}: {e.detail}") from None
-    return s
+    check the command makes before it runs (:class:`InputError`, one line naming the flag;
+    :meth:`TileRunOptions.setup`)."""
+    return tile_options(args).setup()
 
 
 _SIM_NAMES = {"amaranth": "Amaranth simulator", "verilator": "Verilator"}
@@ -334,21 +219,21 @@ def _run_arguments(p) -> None:
                    help="model id or .toml; its head_dim must be one the TE takes (64, 128, "
                         "256) and its GQA group 1..16 (default: %(default)s)")
     req = p.add_mutually_exclusive_group()
-    req.add_argument("--synthetic", type=_int_arg(), metavar="N",
+    req.add_argument("--synthetic", type=_type("synthetic"), metavar="N",
                      help="N synthetic requests (1..16), random prompts of distinct lengths "
                           "1..--max-prompt drawn from --seed (default: 2)")
-    req.add_argument("--prompt-lens", type=_prompt_lens, metavar="L1,L2,...",
+    req.add_argument("--prompt-lens", type=_type("prompt_lens"), metavar="L1,L2,...",
                      help="instead of --synthetic: one request per length given")
-    p.add_argument("--max-prompt", type=_int_arg(), default=3, metavar="P",
+    p.add_argument("--max-prompt", type=_type("max_prompt"), default=3, metavar="P",
                    help="longest synthetic prompt, 1..16368 (default: %(default)s; Amaranth's simulator runs "
                         "tens to ~100 cycles/s, the TE ~(G+1)*head_dim/lanes cycles per "
                         "token; --sim verilator is thousands of times faster)")
-    p.add_argument("--steps", type=_int_arg(), default=2, metavar="S",
+    p.add_argument("--steps", type=_type("steps"), default=2, metavar="S",
                    help="decode steps (tokens) per request, >= 1 (default: %(default)s)")
     p.add_argument("--kv-dtype", default="bf16",
-                   help=f"K/V format in the tile's HBM: {', '.join(KV_CODE_BITS)} "
+                   help=f"K/V format in the tile's HBM: {', '.join(KV_DTYPES)} "
                         f"(default: %(default)s)")
-    p.add_argument("--engines", type=_int_arg(), default=None, metavar="E",
+    p.add_argument("--engines", type=_type("engines"), default=None, metavar="E",
                    help="TE engines of the tile's array, 1..16 (default: 1, or the GPU's "
                         "engines per SM with --gpu; given with --gpu, a design with other "
                         "engines on the SM's share, its split-K chosen for them)")
@@ -364,40 +249,40 @@ def _run_arguments(p) -> None:
     p.add_argument("--engine", choices=TILE_ENGINES, default=None,
                    help="the TE engine design of the tile's array (docs/te.md; default: the "
                         "shipped pipelined engine)")
-    p.add_argument("--lanes", type=_int_arg(), default=32, metavar="L",
+    p.add_argument("--lanes", type=_type("lanes"), default=32, metavar="L",
                    help=f"TE multiplier lanes: {', '.join(map(str, LANES))} "
                         f"(default: %(default)s, the shipped tile's)")
-    p.add_argument("--split-tokens", type=_int_arg(), default=None, metavar="T",
+    p.add_argument("--split-tokens", type=_type("split_tokens"), default=None, metavar="T",
                    help="Flash-Decoding split-K: contexts longer than T tokens run in parts "
                         "through the combine unit; 0 never splits; T > 0 must split at least "
                         "one context (default: 0, or with --gpu the SM slice's split when a "
                         "context is longer)")
-    p.add_argument("--max-ctx", type=_int_arg(), default=64, metavar="C",
+    p.add_argument("--max-ctx", type=_type("max_ctx"), default=64, metavar="C",
                    help="the tile's max_ctx: KV tokens per (request, layer, KV head) region of "
                         "the HBM image, a multiple of 16 (whole KV blocks); the longest prompt "
                         "+ --steps must fit (default: %(default)s)")
-    p.add_argument("--max-batch", type=_int_arg(), metavar="B",
+    p.add_argument("--max-batch", type=_type("max_batch"), metavar="B",
                    help="the DSU's batch cap (default: every request, every round)")
     p.add_argument("--profile", default="throughput-opt",
                    help=f"DSU scheduling profile: {', '.join(PROFILES)} (default: %(default)s)")
     p.add_argument("--policy", default="none",
-                   choices=("none", "disabled", "static", "adaptive"),
+                   choices=("none", *POLICIES),
                    help="the CDU in the K/V path with this policy (its decisions checked "
                         "against the CDU golden model, transaction by transaction): blocks "
                         "come from the L2 data array on a hit or an allocated miss, from HBM "
                         "on a bypass; 'none': the tile without the CDU, the same unit "
                         "streamer reading every block from HBM "
                         "(default: %(default)s)")
-    p.add_argument("--cdu-sets", type=_int_arg(), default=None, metavar="S",
+    p.add_argument("--cdu-sets", type=_type("cdu_sets"), default=None, metavar="S",
                    help=f"CDU tag-store sets, a power of 2 (default: {CDU_GEOMETRY['cdu_sets']}, "
                         "or with --gpu the SM's share of the L2)")
-    p.add_argument("--cdu-ways", type=_int_arg(), default=None, metavar="W",
+    p.add_argument("--cdu-ways", type=_type("cdu_ways"), default=None, metavar="W",
                    help=f"CDU ways per set, 1..16 (default: {CDU_GEOMETRY['cdu_ways']}, or "
                         "with --gpu the SM slice's)")
-    p.add_argument("--distance", type=_int_arg(0), default=None, metavar="D",
+    p.add_argument("--distance", type=_type("distance"), default=None, metavar="D",
                    help=f"CDU prefetch distance in blocks, 0..255 (default: "
                         f"{CDU_GEOMETRY['distance']}, or with --gpu the SM slice's)")
-    p.add_argument("--long-context", type=_int_arg(), default=1, metavar="T",
+    p.add_argument("--long-context", type=_type("long_context"), default=1, metavar="T",
                    help="with a CDU policy: the DSU marks contexts of at least T tokens "
                         "resident (CDU hint 'auto', may be kept in L2), shorter ones 'stream' "
                         "(default: %(default)s: every context)")
@@ -407,27 +292,27 @@ def _run_arguments(p) -> None:
                         "chooses each round's batch and takes the tile's completions (failed "
                         "steps are rolled back and run again); needs --sim verilator. Default: "
                         "the golden DSU model's schedule, computed up front")
-    p.add_argument("--dsu-cores", type=_int_arg(), default=1, metavar="N",
+    p.add_argument("--dsu-cores", type=_type("dsu_cores"), default=1, metavar="N",
                    help="with --dsu: cores of the DSU cluster, 1..4 (default: %(default)s)")
-    p.add_argument("--max-retries", type=_int_arg(0), default=2, metavar="R",
+    p.add_argument("--max-retries", type=_type("max_retries"), default=2, metavar="R",
                    help="with --dsu: times the DSU runs a failed step again before the request "
                         "fails (default: %(default)s)")
-    p.add_argument("--faults", type=_faults, default=(), metavar="R:L:H:B:N[,...]",
+    p.add_argument("--faults", type=_type("faults"), default=(), metavar="R:L:H:B:N[,...]",
                    help="with --dsu: HBM read errors; the first burst of KV block B (16 tokens) "
                         "of request R, layer L, KV head H answers err to its first N reads. "
                         "No --policy: the step fails, the DSU rolls it back and runs it again. "
                         "With a --policy: the CDU retries the block's fill (N at most 2, its "
                         "retries; the block must be first read by a fill): no step fails. At "
                         "most 4 blocks")
-    p.add_argument("--hang", type=_hang, default=(), metavar="R:L:H:B:N",
+    p.add_argument("--hang", type=_type("hang"), default=(), metavar="R:L:H:B:N",
                    help="with --dsu, no --policy, no --faults: a lost HBM read; the next N "
                         "reads of that block's first burst are never answered, so a TE job "
                         "never finishes: the DSU's slot watchdog times the round out, the "
                         "tile aborts it and the DSU runs it again")
-    p.add_argument("--watchdog", type=_int_arg(1), default=None, metavar="CYCLES",
+    p.add_argument("--watchdog", type=_type("watchdog"), default=None, metavar="CYCLES",
                    help="with --dsu: the DSU's slot watchdog limit, 1..16777215 (default: "
                         "16777215, with --hang twice the fast model's longest round + 1024)")
-    p.add_argument("--seed", type=_int_arg(0), default=0, metavar="X",
+    p.add_argument("--seed", type=_type("seed"), default=0, metavar="X",
                    help="seed of the weights, prompts and synthetic lengths (default: %(default)s)")
     p.add_argument("--sim", choices=("amaranth", "verilator"), default="amaranth",
                    help="the tile's simulator: amaranth (~80-130 cycles/s) or verilator (the "

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tricut.models.cdu import (BLOCK_TOKENS, POLICIES, STATIC_RECENT_TOKENS, default_reserve,
+from tricut.models.cdu import (KV_BLOCK_TOKENS, POLICIES, STATIC_RECENT_TOKENS, default_reserve,
                                geometry, keep_budget)
 
 __all__ = ["CduStep", "CduReduction", "against_block_model"]
@@ -117,7 +117,7 @@ class CduReduction:
     def step(self, seq_lens, residency) -> CduStep:
         """``seq_lens`` include this step's token (the blocks the TE reads); ``residency`` is
         each request's DSU residency bit."""
-        blocks = [-(-n // BLOCK_TOKENS) for n in seq_lens]
+        blocks = [-(-n // KV_BLOCK_TOKENS) for n in seq_lens]
         accesses = float(sum(blocks) * self.layers)
         if self.policy == "disabled":
             return CduStep(accesses, 0.0, 0.0)
@@ -130,7 +130,7 @@ class CduReduction:
         if self.policy == "static":
             # each unit (request, layer) keeps 1 + 8 blocks in as many sets: per set, one
             # Bernoulli(9 / sets) draw per unit
-            rb = -(-STATIC_RECENT_TOKENS // BLOCK_TOKENS)
+            rb = -(-STATIC_RECENT_TOKENS // KV_BLOCK_TOKENS)
             units = len(cached) * self.layers
             kept = float(sum(min(b, 1 + rb) for b in cached) * self.layers)
             n, p = units, min(1.0, kept / units / self.sets)

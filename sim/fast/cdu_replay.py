@@ -36,7 +36,7 @@ import os
 from pathlib import Path
 
 from tricut.models.cdu import (
-    BLOCK_TOKENS, HINTS, PATTERNS, POLICIES, Pattern, SlotDesc, StepDesc,
+    KV_BLOCK_TOKENS, HINTS, PATTERNS, POLICIES, Pattern, SlotDesc, StepDesc,
     dsu_hints, read_access_trace, run, default_reserve, geometry)
 from tricut.models.config import ModelConfig, kv_dtype_bytes, load_gpu, load_model
 from tricut.models.jsonl import TraceError, parse_json_object, stat_input_file
@@ -61,7 +61,7 @@ MAX_TRACE_BLOCKS = 10_000_000
 MAX_SEED = 2**63 - 1
 #: the largest request id and seq_len the compiled twin takes (cdu_twin REQ_LIMIT, BLOCK_LIMIT)
 REQ_MAX = (1 << 23) - 1
-SEQ_MAX = (1 << 24) * BLOCK_TOKENS
+SEQ_MAX = (1 << 24) * KV_BLOCK_TOKENS
 
 COUNTER_KEYS = ("accesses", "hits", "misses", "prefetch_issued", "prefetch_useful",
                 "prefetch_late", "prefetch_useless", "evictions", "hbm_read_bytes",
@@ -81,7 +81,7 @@ def arg_name(names, key):
 
 
 def _blocks(tokens):
-    return -(-tokens // BLOCK_TOKENS)
+    return -(-tokens // KV_BLOCK_TOKENS)
 
 
 def check_size(units, block_ops, engine, what, names=None):
@@ -251,7 +251,7 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
     g = load_gpu(gpu) if isinstance(gpu, (str, Path)) else gpu
 
     token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
-    block_bytes = token_bytes * BLOCK_TOKENS
+    block_bytes = token_bytes * KV_BLOCK_TOKENS
     l2_bytes = l2_mb * 2**20 * layers / model.num_layers
     if l2_bytes / block_bytes > MAX_FRAMES:
         raise ValueError(

@@ -42,7 +42,7 @@ import numpy as np
 from numba import njit
 
 from tricut.models.cdu import (
-    BLOCK_TOKENS, KEEP_HASH_BITS, KEEP_HASH_MUL, KINDS, LAYER_STRIDE, REQ_STRIDE, RESULTS,
+    KV_BLOCK_TOKENS, KEEP_HASH_BITS, KEEP_HASH_MUL, KINDS, LAYER_STRIDE, REQ_STRIDE, RESULTS,
     CDUCore, FrontEnd, Pattern, AdaptivePredictor)
 
 __all__ = ["run_fast", "txn_checksum", "KIND_CODE", "RESULT_CODE"]
@@ -746,7 +746,7 @@ class _Counted:
 # --------------------------------------------------------------------------- driver
 
 def _ceil_blocks(t):
-    return -(-t // BLOCK_TOKENS)
+    return -(-t // KV_BLOCK_TOKENS)
 
 
 def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, token_bytes=1,
@@ -782,9 +782,9 @@ def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, toke
                 if not isinstance(v, (int, np.integer)) or not 0 <= v < lim:
                     raise ValueError(f"run_fast: restore {name} must be an integer in "
                                      f"[0, {lim}), got {v!r}")
-            if not isinstance(seq, (int, np.integer)) or not 0 <= seq <= BLOCK_LIMIT * BLOCK_TOKENS:
+            if not isinstance(seq, (int, np.integer)) or not 0 <= seq <= BLOCK_LIMIT * KV_BLOCK_TOKENS:
                 raise ValueError("run_fast: restore seq_len must be an integer in "
-                                 f"[0, {BLOCK_LIMIT * BLOCK_TOKENS}], got {seq!r}")
+                                 f"[0, {BLOCK_LIMIT * KV_BLOCK_TOKENS}], got {seq!r}")
             rs.append((req, layer, _ceil_blocks(seq)))
         r_off[n + 1] = len(rs)
     r_req = np.array([r[0] for r in rs] or [0], np.int64)
@@ -821,9 +821,9 @@ def run_fast(descs, demand, policy, sets, ways, distance=16, block_bytes=1, toke
         if not isinstance(slot, (int, np.integer)) or not -(1 << 40) < slot < (1 << 40):
             raise ValueError(f"run_fast: slot must be an integer of magnitude < 2**40, "
                              f"got {slot!r}")
-        if not isinstance(seq, (int, np.integer)) or not 1 <= seq <= BLOCK_LIMIT * BLOCK_TOKENS:
+        if not isinstance(seq, (int, np.integer)) or not 1 <= seq <= BLOCK_LIMIT * KV_BLOCK_TOKENS:
             raise ValueError("run_fast: seq_len must be an integer in "
-                             f"[1, {BLOCK_LIMIT * BLOCK_TOKENS}], got {seq!r}")
+                             f"[1, {BLOCK_LIMIT * KV_BLOCK_TOKENS}], got {seq!r}")
         nb = _ceil_blocks(seq)
         u_req[k], u_layer[k], u_slot[k], u_seq[k], u_nb[k] = req, layer, slot, seq, nb
         u_new[k] = st is not prev

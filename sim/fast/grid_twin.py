@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tricut.models.sm_slice import BLOCK_TOKENS, PARTS_PER_SM, CduSliceTiming
+from tricut.models.cdu import KV_BLOCK_TOKENS
+from tricut.models.sm_slice import PARTS_PER_SM, CduSliceTiming
 
 __all__ = ["grid_layer_cycles_fast"]
 
 _OPTS = dict(cache=True, nogil=True)
-_B = BLOCK_TOKENS
+_B = KV_BLOCK_TOKENS
 
 
 @njit(inline="always", **_OPTS)

@@ -27,12 +27,14 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from tricut.models.tiers import HBM, TIERS, Tier
 
-__all__ = ["BLOCK_TOKENS", "LedgerError", "transfer_time_s", "hbm_bytes_of_move", "LinkQueue",
+__all__ = ["TIER_BLOCK_TOKENS", "LedgerError", "transfer_time_s", "hbm_bytes_of_move", "LinkQueue",
            "PrefixCache", "block_references", "physical_bound", "TierLedger"]
 
-#: Mooncake's prefix-block size: one ``hash_ids`` entry per 512 prompt tokens (the last block
-#: may be partial).
-BLOCK_TOKENS = 512
+#: tokens per block of the KV tiers: Mooncake's prefix-block size, one ``hash_ids`` entry per
+#: 512 prompt tokens (the last block may be partial), the unit the prefix cache deduplicates and
+#: moves between HBM and the host tiers. Declared here only. Not the 16-token KV block of the
+#: CDU and the tile (``models/cdu.py: KV_BLOCK_TOKENS``).
+TIER_BLOCK_TOKENS = 512
 
 
 class LedgerError(AssertionError):
@@ -138,7 +140,8 @@ class PrefixCache:
     (:meth:`lookup_split`); :meth:`insert` brings such blocks back into HBM.
     """
 
-    def __init__(self, capacity_tokens: float, block_tokens: int = BLOCK_TOKENS, lower_tokens: float = 0):
+    def __init__(self, capacity_tokens: float, block_tokens: int = TIER_BLOCK_TOKENS,
+                 lower_tokens: float = 0):
         if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
             raise ValueError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
         if isinstance(capacity_tokens, bool) or not isinstance(capacity_tokens, (int, float)) \

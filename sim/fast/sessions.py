@@ -27,7 +27,7 @@ Session file format (JSONL, one turn per line)
 * ``input_tokens``: the new tokens of this turn (turn 0: the whole first prompt); ``output_tokens``:
   the tokens it decodes, the first one included. JSON integers in [1, 10**9]; a turn's prompt +
   output (the whole context) must also stay within 10**9.
-* ``hash_ids`` (optional): ids of the 512-token blocks (:data:`BLOCK_TOKENS`) of the turn's
+* ``hash_ids`` (optional): ids of the 512-token blocks (:data:`TIER_BLOCK_TOKENS`) of the turn's
   whole prompt (context so far + input), as in Mooncake's traces: the same id means the same
   tokens from the start of the prompt to the end of that block, so its KV can be reused. At
   most ``ceil(prompt_tokens / 512)`` integers (below 2**63 in magnitude); the last one may name
@@ -108,14 +108,12 @@ import numpy as np
 
 from tricut.models.jsonl import TraceError, iter_jsonl_objects, stat_input_file
 
+from .kv_tiers import TIER_BLOCK_TOKENS
 from .workload import MAX_LENGTH, MAX_SIGMA, TIME_HORIZON_S, Request, _lengths, _short, check_lengths
 
-__all__ = ["BLOCK_TOKENS", "Turn", "Session", "SessionError", "read_sessions", "write_sessions",
+__all__ = ["Turn", "Session", "SessionError", "read_sessions", "write_sessions",
            "agentic", "parse_agentic_spec", "sessions_from_requests", "check_sessions",
            "AGENTIC_DEFAULTS", "SAMPLE_AGENTIC", "MAX_TURNS", "MAX_SESSIONS", "MAX_GAP_S"]
-
-#: tokens per prefix block (Mooncake's ``hash_ids`` granularity)
-BLOCK_TOKENS = 512
 
 #: generator limits: turns per session, sessions, one tool gap (draws are cut there), turns in
 #: all, and prefix-block ids in all (the sum over turns of the prompt's blocks)
@@ -181,7 +179,7 @@ class Session:
 
 
 def _blocks(tokens: int) -> int:
-    return -(-tokens // BLOCK_TOKENS)
+    return -(-tokens // TIER_BLOCK_TOKENS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,8 +221,9 @@ def _hash_ids(row: dict, label: str, prompt: int) -> tuple[int, ...]:
             isinstance(x, int) and not isinstance(x, bool) and -_MAX_ID <= x < _MAX_ID for x in h):
         raise SessionError(f"{label}: hash_ids must be a list of integers (each below 2**63 in magnitude)")
     if len(h) > _blocks(prompt):
-        raise SessionError(f"{label}: hash_ids names {len(h)} blocks but the prompt of {prompt:,} tokens "
-                           f"(context + input) fills only {_blocks(prompt)} blocks of {BLOCK_TOKENS}")
+        raise SessionError(f"{label}: hash_ids names {len(h)} blocks but the prompt of {prompt:,} "
+                           f"tokens (context + input) fills only {_blocks(prompt)} blocks of "
+                           f"{TIER_BLOCK_TOKENS}")
     return tuple(h)
 
 
@@ -464,7 +463,7 @@ def agentic(n_sessions=AGENTIC_DEFAULTS["n_sessions"], rate=AGENTIC_DEFAULTS["ra
                            f"{MAX_PREFIX_BLOCKS:,}: fewer sessions, turns or tokens")
 
     # prefix hashes: shared system blocks 0..n_sys-1, then ids unique to a session
-    n_sys = system // BLOCK_TOKENS
+    n_sys = system // TIER_BLOCK_TOKENS
     shared = tuple(range(n_sys))
     next_id = n_sys
     out = []
@@ -474,12 +473,12 @@ def agentic(n_sessions=AGENTIC_DEFAULTS["n_sessions"], rate=AGENTIC_DEFAULTS["ra
         ts = []
         for i, o, g in rows:
             prompt = ctx + i
-            full = prompt // BLOCK_TOKENS
+            full = prompt // TIER_BLOCK_TOKENS
             while n_sys + len(own) < full:
                 own.append(next_id)
                 next_id += 1
             hashes = shared + tuple(own[:full - n_sys])
-            if prompt % BLOCK_TOKENS:
+            if prompt % TIER_BLOCK_TOKENS:
                 hashes += (next_id,)
                 next_id += 1
             ts.append(Turn(i, o, g, hashes))

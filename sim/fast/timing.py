@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tricut.models.cdu import BLOCK_TOKENS, POLICIES
+from tricut.models.cdu import KV_BLOCK_TOKENS, POLICIES
 from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
 from tricut.models.sm_slice import cdu_slice_timing, slice_cdu, slice_config, slice_timing
@@ -343,7 +343,7 @@ class StepModel:
                 self.slice_cdu = slice_cdu(self.gpu, self.slice, self.policy, a.cdu_l2_share)
         self.cdu = None
         if "cdu" in self.cuts:
-            block_bytes = self.kv_token_bytes / m.num_layers * BLOCK_TOKENS   # one layer, this GPU
+            block_bytes = self.kv_token_bytes / m.num_layers * KV_BLOCK_TOKENS   # one layer, this GPU
             self.cdu = CduReduction.sized(self.policy, a.cdu_l2_share * self.gpu.l2_bytes, block_bytes,
                                           self.gpu.hbm_latency_s, self.gpu.hbm_bandwidth, m.num_layers)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tricut.models.cdu import (BLOCK_TOKENS, PATTERNS, POLICIES, CDUCore, FrontEnd, Pattern,
+from tricut.models.cdu import (KV_BLOCK_TOKENS, PATTERNS, POLICIES, CDUCore, FrontEnd, Pattern,
                                SlotDesc, StepDesc)
 from tricut.models.config import kv_dtype_bytes, load_model
 from tricut.rtl.cdu.core import COUNTERS
@@ -512,7 +512,7 @@ def _rtl_trace_descs(trace, model, hints, names, widths):
     from tricut.models.cdu import dsu_hints, read_access_trace
 
     max_layers = min(model.num_layers, 2 ** widths.layer)
-    max_seq = min(model.max_context, BLOCK_TOKENS * 2 ** widths.block)
+    max_seq = min(model.max_context, KV_BLOCK_TOKENS * 2 ** widths.block)
     note = f" of the {arg_name(names, 'rtl')} instance" if names else " of the RTL instance"
     check_access_trace(trace, model, max_layers=max_layers, max_seq_len=max_seq,
                        limit_note=note if (max_layers < model.num_layers or
@@ -619,14 +619,14 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
         if batch > 2 ** widths.req:
             raise ValueError(f"{rtl}: {arg_name(names, 'batch')} must be <= {2 ** widths.req}, "
                              f"got {batch}")
-        if -(-(context + steps) // BLOCK_TOKENS) > 2 ** widths.block:
+        if -(-(context + steps) // KV_BLOCK_TOKENS) > 2 ** widths.block:
             raise ValueError(f"{rtl}: {arg_name(names, 'context')} + {arg_name(names, 'steps')} "
-                             f"must be <= {BLOCK_TOKENS * 2 ** widths.block} tokens, got "
+                             f"must be <= {KV_BLOCK_TOKENS * 2 ** widths.block} tokens, got "
                              f"{context + steps}")
         layers = min(model.num_layers, 2 ** widths.layer)
-        bound = steps * batch * layers * -(-(context + steps) // BLOCK_TOKENS)
+        bound = steps * batch * layers * -(-(context + steps) // KV_BLOCK_TOKENS)
         what = (f"{steps} steps x {batch} requests x {layers} layers x "
-                f"{-(-(context + steps) // BLOCK_TOKENS)} blocks")
+                f"{-(-(context + steps) // KV_BLOCK_TOKENS)} blocks")
     if bound > RTL_MAX_BLOCK_OPS:
         raise ValueError(f"{rtl}: {what} = {bound:,} block operations exceed the RTL replay's "
                          f"limit of {RTL_MAX_BLOCK_OPS:,} (Amaranth simulation, ~2 min)")
@@ -666,7 +666,7 @@ def replay_rtl(model="tiny", pattern="window", policy="adaptive", steps=4, batch
     core = compare_rtl(ops, got, **params, faults=faults)
     token_bytes = model.kv_bytes_per_token(kv_dtype) / model.num_layers
     out = core.counters()
-    out.update(hbm_read_bytes=got["counters"]["hbm_reads"] * token_bytes * BLOCK_TOKENS,
+    out.update(hbm_read_bytes=got["counters"]["hbm_reads"] * token_bytes * KV_BLOCK_TOKENS,
                hbm_write_bytes=got["counters"]["writes"] * token_bytes,
                rtl_cycles=got["cycles"], ops=len(ops), layers_simulated=layers,
                hbm_reads=got["counters"]["hbm_reads"],
@@ -706,7 +706,7 @@ def step_beats(descs):
 def fe_config(policy, pattern, distance, pat=None):
     """The front end's ``config`` port for a model Pattern (``pat``) and policy."""
     from tricut.rtl.cdu.layouts import PATTERN, POLICY
-    ceil = lambda t: -(-t // BLOCK_TOKENS)  # noqa: E731
+    ceil = lambda t: -(-t // KV_BLOCK_TOKENS)  # noqa: E731
     code = PATTERN["list"] if pattern in ("topk", "list", "trace") else PATTERN[pattern]
     cfg = dict(policy=POLICY[policy], pattern=code, distance=distance, sink_blocks=1,
                window_blocks=1, reread_blocks=1, burst_start=0, burst_len=0)

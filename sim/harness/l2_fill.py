@@ -35,9 +35,9 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from tricut.models.cdu import KV_BLOCK_TOKENS
 from tricut.rtl.cdu.layouts import KIND, RESULT
-from tricut.rtl.tile.attention_layouts import (BLOCK_TOKENS, kv_addr, kv_data_bits,
-                                               kv_image_words)
+from tricut.rtl.tile.attention_layouts import kv_addr, kv_data_bits, kv_image_words
 from tricut.rtl.tile.behavioural.hbm import ALWAYS, HbmModel
 from tricut.rtl.tile.behavioural.l2 import L2Data
 from tricut.rtl.tile.l2_fill import L2Filler, L2WriteArbiter, NewTokenWriter, frame_of
@@ -184,10 +184,10 @@ class Reference:
         return None
 
     def fill_err(self, req, layer, block):
-        n = BLOCK_TOKENS * 2 * self.dk
+        n = KV_BLOCK_TOKENS * 2 * self.dk
         mb = self.p["max_beats"]
         for h in range(self.H):
-            base = self.addr(req, layer, h, block * BLOCK_TOKENS)
+            base = self.addr(req, layer, h, block * KV_BLOCK_TOKENS)
             if any(base + i in self.faulty for i in range(0, n, mb)):
                 return 1
         return 0
@@ -197,11 +197,11 @@ class Reference:
             if op.alloc:
                 f = self.frame(op.req, op.layer, op.block, op.way)
                 self.tags[f] = (op.req, op.layer, op.block)
-                self.valid[f] = set(range(BLOCK_TOKENS))
+                self.valid[f] = set(range(KV_BLOCK_TOKENS))
             err = self.fill_err(op.req, op.layer, op.block) if op.alloc else 0
             self.resps.append((op.id, err))
         elif op.kind == "W":
-            blk = op.pos // BLOCK_TOKENS
+            blk = op.pos // KV_BLOCK_TOKENS
             for h in range(self.H):
                 for w in range(2 * self.dk):
                     self.hbm[self.addr(op.req, op.layer, h, op.pos) + w] = \
@@ -211,7 +211,7 @@ class Reference:
                 if op.result == "w_alloc":
                     self.tags[f] = (op.req, op.layer, blk)
                     self.valid[f] = set()
-                self.valid[f].add(op.pos % BLOCK_TOKENS)
+                self.valid[f].add(op.pos % KV_BLOCK_TOKENS)
 
     def expected_frames(self):
         """``{frame: {beat: word}}`` over the valid tokens of every allocated frame."""
@@ -220,7 +220,7 @@ class Reference:
             words = {}
             for t in sorted(self.valid[f]):
                 for h in range(self.H):
-                    base = self.addr(r, l, h, b * BLOCK_TOKENS + t)
+                    base = self.addr(r, l, h, b * KV_BLOCK_TOKENS + t)
                     for w in range(2 * self.dk):
                         words[(t * self.H + h) * 2 * self.dk + w] = self.hbm[base + w]
             out[f] = words
@@ -242,7 +242,7 @@ def random_ops(ref, rng, n, id_bits=2, weights=(35, 35, 10, 20), p_alloc=0.8, p_
     """``n`` random CDU decisions (fill, W, retry, other txn by ``weights``), applied to
     ``ref`` as they are made; returns the :class:`Op` list."""
     p = ref.p
-    R, L, blocks = p["num_requests"], p["num_layers"], p["max_ctx"] // BLOCK_TOKENS
+    R, L, blocks = p["num_requests"], p["num_layers"], p["max_ctx"] // KV_BLOCK_TOKENS
     fills, ops = [], []
     nw = ref.H * 2 * ref.dk
     for _ in range(n):
@@ -278,17 +278,17 @@ def random_ops(ref, rng, n, id_bits=2, weights=(35, 35, 10, 20), p_alloc=0.8, p_
             if ref.tags and rng.random() < p_hit:
                 f = rng.choice(sorted(ref.tags))
                 r, l, b = ref.tags[f]
-                pos = b * BLOCK_TOKENS + rng.randrange(BLOCK_TOKENS)
+                pos = b * KV_BLOCK_TOKENS + rng.randrange(KV_BLOCK_TOKENS)
             else:
                 r, l = rng.randrange(R), rng.randrange(L)
                 pos = rng.randrange(p["max_ctx"])
                 if rng.random() < 0.4:
-                    pos -= pos % BLOCK_TOKENS
-            b = pos // BLOCK_TOKENS
+                    pos -= pos % KV_BLOCK_TOKENS
+            b = pos // KV_BLOCK_TOKENS
             f = ref.resident((r, l, b))
             if f is not None:
                 result, way = "w_hit", f % ref.ways
-            elif pos % BLOCK_TOKENS == 0 and rng.random() < 0.7:
+            elif pos % KV_BLOCK_TOKENS == 0 and rng.random() < 0.7:
                 result, way = "w_alloc", rng.randrange(ref.ways)
             else:
                 result, way = "w_bypass", rng.randrange(ref.ways)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .store import ResultStore, StoreError
 
-__all__ = ["better_low", "pareto_front", "plot_sweep"]
+__all__ = ["better_low", "pareto_front", "metric_unit", "plot_sweep", "sweep_figures"]
 
 DEFAULT_X, DEFAULT_Y = "tpot_p99_s", "tokens_per_s"
 #: the default (x, y) of a sweep's Pareto plot per task (else DEFAULT_X, DEFAULT_Y)
@@ -29,17 +29,64 @@ def better_low(metric: str) -> bool:
 
 def pareto_front(points, x_low: bool, y_low: bool) -> list[int]:
     """Indices of the non-dominated ``(x, y)`` points (a point is dominated when another is at
-    least as good in both and better in one), sorted by x."""
+    least as good in both and better in one; equal points do not dominate each other, so all
+    of them are on the front or none), sorted by x."""
     sx = 1 if x_low else -1
     sy = 1 if y_low else -1
     keyed = sorted(range(len(points)), key=lambda i: (sx * points[i][0], sy * points[i][1]))
-    front, best = [], math.inf
+    front, best, last = [], math.inf, None
     for i in keyed:
         y = sy * points[i][1]
-        if y < best:
+        if y < best or (y == best and tuple(points[i]) == last):
             front.append(i)
-            best = y
+            best, last = y, tuple(points[i])
     return front
+
+
+def metric_unit(metric: str, values=()) -> str:
+    """The unit of a metric, from its name (the conventions of ``simulate --json``, the tile
+    tasks and ``cdu replay``): ``tokens_per_s`` -> tokens/s, ``..._s`` -> s, ``cycles...`` ->
+    cycles; a name no rule knows is a count when every value is an integer."""
+    m = metric.lower()
+    if m.endswith("_per_s"):
+        return f"{m[:-len('_per_s')].split('_')[-1]}/s"
+    if m.endswith("_rps"):
+        return "requests/s"
+    if m.endswith("_s"):
+        return "s"
+    if "gbps" in m:
+        return "GB/s"
+    if "bytes" in m:
+        return "bytes"
+    if m.endswith("_mb"):
+        return "MiB"
+    if "flops" in m:
+        return "FLOP"
+    if m.startswith("cycles") or "_cycles" in m:
+        return "cycles"
+    if m.startswith("cells"):
+        return "cells"
+    if (m.endswith(("_rate", "utilisation", "_use", "_error", "_share")) or m in ("accuracy", "coverage")):
+        return "fraction, 0-1"
+    if "_over_" in m or "imbalance" in m:
+        return "ratio"
+    if "tokens" in m:
+        return "tokens"
+    if m == "mean_batch":
+        return "requests"
+    if values and all(isinstance(v, int) or float(v).is_integer() for v in values):
+        return "count"
+    return "unit not known"
+
+
+def _axis_label(metric: str, values, scale: str, lims) -> str:
+    """``metric (unit; lower/higher is better)``, and where the axis starts when not at 0."""
+    text = f"{metric} ({metric_unit(metric, values)}; {'lower' if better_low(metric) else 'higher'} is better)"
+    if scale == "log":
+        return text + ", log scale"
+    if lims[0] > 0:
+        return text + f"\naxis from {lims[0]:.4g}, not 0: zoomed to the points"
+    return text
 
 
 def _value_label(v) -> str:
@@ -65,13 +112,129 @@ def _load(db, sweep):
     return sweep, rows
 
 
-def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None, metric=None) -> list[Path]:
-    """Write the Pareto plot and the heat map of one sweep; returns the paths."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _place_text(members, js, group) -> str:
+    """The label of points ``js`` of ``members`` at one place: their axes other than ``group``,
+    one line a point (up to three), else each axis with the values found there."""
+    def axes_of(j):
+        return {k.split(".")[-1]: _value_label(v) for k, v in members[j]["axes"].items() if k != group}
+    if len(js) == 1:
+        return " ".join(f"{k}={v}" for k, v in axes_of(js[0]).items()) or "the point"
+    if len(js) <= 3:
+        return f"{len(js)} points here:\n" + "\n".join(
+            " ".join(f"{k}={v}" for k, v in axes_of(j).items()) or "the point" for j in js)
+    values: dict = {}
+    for j in js:
+        for k, v in axes_of(j).items():
+            values.setdefault(k, [])
+            if v not in values[k]:
+                values[k].append(v)
+    return f"{len(js)} points here:\n" + "\n".join(
+        f"{k}={'/'.join(sorted(v, key=_sort_key))}" for k, v in values.items())
 
-    sweep, rows = _load(db, sweep)
+
+#: front places named on the Pareto plot up to this many (beyond, the plot shows only markers)
+MAX_LABELS = 40
+
+
+def _pareto_figure(plt, sweep, usable, x, y, group):
+    """The Pareto plot: per group its front (line and filled markers, a label per place naming
+    the points there) and its dominated points (hollow markers in the group's colour and
+    marker); earlier groups' markers larger, so that groups meeting at one place show as rings."""
+    from ..plotting import DPI, labels_inside, series_style
+
+    groups = {}
+    for r in usable:
+        groups.setdefault(_value_label(r["axes"].get(group)) if group else "all", []).append(r)
+    groups = sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))
+    fig, ax = plt.subplots(figsize=(10, 5.6), dpi=DPI, layout="constrained")
+    n = len(groups)
+    on_front = dominated = shared = 0
+    places = []                      # (x, y, text, colour) of each front place, and of shared dominated ones
+    for i, (label, members) in enumerate(groups):
+        st = series_style(i, n, (1.0, 2.0))
+        color, marker = st["color"], st["marker"]
+        ms = 11 - 5 * i / max(n - 1, 1)
+        pts = [(float(r["metrics"][x]), float(r["metrics"][y])) for r in members]
+        idx = pareto_front(pts, better_low(x), better_low(y))
+        rest = sorted(set(range(len(pts))) - set(idx))
+        on_front += len(idx)
+        dominated += len(rest)
+        if rest:
+            ax.plot([pts[j][0] for j in rest], [pts[j][1] for j in rest], ls="none", marker=marker, ms=ms,
+                    mfc="none", mec=color, mew=1.2, zorder=2 + i, gid="dominated", label="_dominated")
+        ax.plot([pts[j][0] for j in idx], [pts[j][1] for j in idx], color=color, ls=st["linestyle"], lw=st["lw"],
+                marker=marker, ms=ms, mec="white", mew=0.6, zorder=10 + i, gid="front",
+                label=(f"{group} = {label}" if group else "Pareto front") + f": {len(idx)} of {len(pts)} on its front")
+        for js, dom in ((idx, False), (rest, True)):
+            at: dict = {}
+            for j in js:
+                at.setdefault(pts[j], []).append(j)
+            for (px, py), same in at.items():
+                shared += len(same) if len(same) > 1 else 0
+                if not dom:
+                    places.append((px, py, _place_text(members, same, group), color))
+                elif len(same) > 1:
+                    places.append((px, py, f"{len(same)} dominated points here", color))
+    if dominated:
+        ax.plot([], [], ls="none", marker="o", ms=7, mfc="none", mec="0.35", mew=1.2,
+                label=f"dominated ({dominated}): hollow, its group's colour and marker")
+    allx = [float(r["metrics"][x]) for r in usable]
+    if min(allx) > 0 and max(allx) / min(allx) > 30:     # a wide range: the good end stays readable
+        ax.set_xscale("log")
+    ax.margins(0.1, 0.12)
+    ax.set_xlabel(_axis_label(x, [r["metrics"][x] for r in usable], ax.get_xscale(), ax.get_xlim()))
+    ax.set_ylabel(_axis_label(y, [r["metrics"][y] for r in usable], ax.get_yscale(), ax.get_ylim()))
+    title = f"sweep {sweep}: Pareto front per {group or 'sweep'}\n{len(usable)} points: {on_front} on a front, " \
+            f"{dominated} dominated"
+    if shared:
+        title += f"; {shared} share a place with another of their group (the label lists them)"
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    if len(places) <= MAX_LABELS:
+        texts = [ax.annotate(text, (px, py), fontsize=6.5, color=color, xytext=(4, 4), textcoords="offset points",
+                             zorder=30, gid="label", bbox={"boxstyle": "round,pad=0.15", "fc": "white",
+                                                           "ec": "none", "alpha": 0.6})
+                 for px, py, text, color in places]
+        labels_inside(fig, ax, texts)
+    return fig
+
+
+def _heat_figure(plt, rows, axes, pair, metric):
+    """The heat map: ``metric``'s mean over the other axes, per value of the two axes."""
+    from ..plotting import DPI
+    a, b = pair
+    va = sorted({_value_label(r["axes"][a]) for r in rows}, key=_sort_key)
+    vb = sorted({_value_label(r["axes"][b]) for r in rows}, key=_sort_key)
+    grid = [[[] for _ in va] for _ in vb]
+    for r in rows:
+        v = r["metrics"].get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            grid[vb.index(_value_label(r["axes"][b]))][va.index(_value_label(r["axes"][a]))].append(v)
+    cells = [[sum(c) / len(c) if c else math.nan for c in row] for row in grid]
+    fig, ax = plt.subplots(figsize=(1.2 * len(va) + 3.5, 0.6 * len(vb) + 2.5), dpi=DPI, layout="constrained")
+    im = ax.imshow(cells, cmap="viridis_r" if better_low(metric) else "viridis", aspect="auto")
+    ax.set_xticks(range(len(va)), va, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(vb)), vb, fontsize=8)
+    ax.set_xlabel(a)
+    ax.set_ylabel(b)
+    finite = [v for row in cells for v in row if not math.isnan(v)]
+    mid = (min(finite) + max(finite)) / 2 if finite else 0.0
+    for i, row in enumerate(cells):
+        for j, v in enumerate(row):
+            if not math.isnan(v):
+                light = (v > mid) != better_low(metric)      # the colour map's bright end
+                ax.text(j, i, f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}", ha="center", va="center", fontsize=7,
+                        color="k" if light else "w")
+    others = [k for k in axes if k not in pair]
+    ax.set_title(f"{metric}" + (f" (mean over {', '.join(others)})" if others else ""), fontsize=9)
+    fig.colorbar(im, ax=ax, label=f"{metric} ({metric_unit(metric, finite)}; "
+                                  f"{'lower' if better_low(metric) else 'higher'} is better)")
+    return fig
+
+
+def _options(rows, sweep, x, y, group, heat, metric):
+    """The checked plot options: (x, y, group, heat pair or None, metric)."""
     axes = list(rows[0]["axes"])
     numeric = sorted({k for r in rows for k, v in r["metrics"].items()
                       if isinstance(v, (int, float)) and not isinstance(v, bool)})
@@ -93,90 +256,48 @@ def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None
                              f"({', '.join(axes) or 'none'}) separated by a comma")
     else:
         pair = axes[:2] if len(axes) >= 2 else None
-    metric = metric or y
+    return x, y, group, pair, metric or y
 
-    out_dir = Path(out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StoreError(f"cannot create {out_dir}: {e.strerror or e}") from None
-    written = []
 
-    # ----- Pareto fronts
+def sweep_figures(db, *, x=None, y=None, group=None, sweep=None, heat=None, metric=None, out_dir=None) -> dict:
+    """``{file name: Figure}`` of one sweep (the caller closes them): the Pareto plot and, with
+    two axes, the heat map. ``out_dir``, when given, is created once the options are checked
+    (before the figures are drawn)."""
+    from ..plotting import pyplot as _plt
+    plt = _plt()
+    sweep, rows = _load(db, sweep)
+    x, y, group, pair, metric = _options(rows, sweep, x, y, group, heat, metric)
+    if out_dir is not None:
+        try:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create {out_dir}: {e.strerror or e}") from None
     usable = [r for r in rows if isinstance(r["metrics"].get(x), (int, float))
               and isinstance(r["metrics"].get(y), (int, float))]
     if not usable:
         raise StoreError(f"no finished point of sweep {sweep!r} has both {x} and {y} defined")
-    groups = {}
-    for r in usable:
-        groups.setdefault(_value_label(r["axes"].get(group)) if group else "all", []).append(r)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    ax.scatter([r["metrics"][x] for r in usable], [r["metrics"][y] for r in usable], s=18,
-               color="0.8", label="dominated", zorder=1)
-    for i, (label, members) in enumerate(sorted(groups.items())):
-        pts = [(r["metrics"][x], r["metrics"][y]) for r in members]
-        idx = pareto_front(pts, better_low(x), better_low(y))
-        front = [pts[j] for j in idx]
-        color = f"C{i % 10}"
-        ax.plot([p[0] for p in front], [p[1] for p in front], "-o", color=color, ms=5, zorder=2,
-                label=f"{group} = {label}" if group else "Pareto front")
-        if len(usable) <= 200:       # name each front point by its other axes (one label per place)
-            places: dict = {}
-            for j, (px, py) in zip(idx, front):
-                places.setdefault((f"{px:.2g}", f"{py:.2g}"), []).append((j, px, py))
-            for same in places.values():
-                j, px, py = same[0]
-                text = " ".join(f"{k.split('.')[-1]}={_value_label(v)}" for k, v in members[j]["axes"].items()
-                                if k != group) + (f" (+{len(same) - 1} alike)" if len(same) > 1 else "")
-                ax.annotate(text, (px, py), fontsize=6, color=color, xytext=(3, 3),
-                            textcoords="offset points")
-    xs = [r["metrics"][x] for r in usable]
-    if min(xs) > 0 and max(xs) / min(xs) > 30:     # a wide range: the good end stays readable
-        ax.set_xscale("log")
-    ax.set_xlabel(f"{x} ({'lower' if better_low(x) else 'higher'} is better)")
-    ax.set_ylabel(f"{y} ({'lower' if better_low(y) else 'higher'} is better)")
-    ax.set_title(f"sweep {sweep}: Pareto front per {group or 'sweep'} ({len(usable)} points)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    path = out_dir / f"pareto_{_file_part(y)}_vs_{_file_part(x)}.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    # ----- heat map: the metric's mean over the other axes, per (a, b)
+    figs = {f"pareto_{_file_part(y)}_vs_{_file_part(x)}.png": _pareto_figure(plt, sweep, usable, x, y, group)}
     if pair is not None:
         a, b = pair
-        va = sorted({_value_label(r["axes"][a]) for r in rows}, key=_sort_key)
-        vb = sorted({_value_label(r["axes"][b]) for r in rows}, key=_sort_key)
-        grid = [[[] for _ in va] for _ in vb]
-        for r in rows:
-            v = r["metrics"].get(metric)
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                grid[vb.index(_value_label(r["axes"][b]))][va.index(_value_label(r["axes"][a]))].append(v)
-        cells = [[sum(c) / len(c) if c else math.nan for c in row] for row in grid]
-        fig, ax = plt.subplots(figsize=(1.2 * len(va) + 3, 0.6 * len(vb) + 2.5))
-        im = ax.imshow(cells, cmap="viridis_r" if better_low(metric) else "viridis", aspect="auto")
-        ax.set_xticks(range(len(va)), va, rotation=30, ha="right", fontsize=8)
-        ax.set_yticks(range(len(vb)), vb, fontsize=8)
-        ax.set_xlabel(a)
-        ax.set_ylabel(b)
-        finite = [v for row in cells for v in row if not math.isnan(v)]
-        mid = (min(finite) + max(finite)) / 2 if finite else 0.0
-        for i, row in enumerate(cells):
-            for j, v in enumerate(row):
-                if not math.isnan(v):
-                    light = (v > mid) != better_low(metric)      # the colour map's bright end
-                    ax.text(j, i, f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}", ha="center", va="center", fontsize=7,
-                            color="k" if light else "w")
-        others = [k for k in axes if k not in pair]
-        ax.set_title(f"{metric}" + (f" (mean over {', '.join(others)})" if others else ""), fontsize=9)
-        fig.colorbar(im, ax=ax)
-        path = out_dir / f"heatmap_{_file_part(metric)}_{_file_part(a)}_{_file_part(b)}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        figs[f"heatmap_{_file_part(metric)}_{_file_part(a)}_{_file_part(b)}.png"] = \
+            _heat_figure(plt, rows, list(rows[0]["axes"]), pair, metric)
+    return figs
+
+
+def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None, metric=None) -> list[Path]:
+    """Write the Pareto plot and the heat map of one sweep (:func:`sweep_figures`); returns the
+    paths."""
+    from ..plotting import pyplot as _plt, save_png as _save
+    plt = _plt()
+    out_dir = Path(out_dir)
+    figs = sweep_figures(db, x=x, y=y, group=group, sweep=sweep, heat=heat, metric=metric, out_dir=out_dir)
+    written = []
+    try:
+        for name, fig in figs.items():
+            written.append(_save(fig, out_dir / name))
+    finally:
+        for fig in figs.values():
+            plt.close(fig)
     return written
 
 

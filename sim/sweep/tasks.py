@@ -1,10 +1,12 @@
-"""What one sweep point runs. A task turns a point's settings into its command's flags,
-checks them exactly as that command does before it runs anything, resolves the full
-configuration (every default filled in, the key of the point hashes it) and runs the point,
-returning its metrics as a flat dict.
+"""What one sweep point runs. A task turns a point's settings into its command's typed
+options (each value as its flag's text, parsed by the flag's own parser), checks them with the
+checks that command makes before it runs anything (the same code, below the command line:
+the sweep imports no ``sim.cli``), resolves the full configuration (every default filled in,
+the key of the point hashes it) and runs the point, returning its metrics as a flat dict.
 
-* ``simulate``: one ``tricut simulate`` run (:func:`tricut.sim.cli.simulate.prepared_run`,
-  the command's own code path); the metrics are what ``simulate --json`` prints.
+* ``simulate``: one ``tricut simulate`` run (:func:`tricut.sim.fast.run.run` of the point's
+  :class:`~tricut.sim.fast.run.RunOptions`, the command's own code path); the metrics are what
+  ``simulate --json`` prints.
 * ``tile-run``, ``tile-area``, ``tile-design``: the decode tile's RTL, co-simulated, its
   Yosys area, or both (:mod:`.tile_tasks`).
 * ``cdu-replay``: one CDU policy replay (:func:`tricut.sim.fast.cdu_replay.replay`, what
@@ -61,108 +63,98 @@ def _file_digest(path: str) -> str:
 
 class SimulateTask(Task):
     NAME = "simulate"
-    #: simulate's flags that are output, not configuration
-    OUTPUT_FLAGS = ("json", "csv", "plot", "no_progress")
     #: settings whose value may be a list (joined with commas)
     LIST_SETTINGS = ("cuts",)
     PATH_SETTINGS = {"trace": "", "sessions": "", "model": ".toml", "gpu": ".toml", "tiers": ".toml"}
-
-    @staticmethod
-    @functools.cache
-    def _flags() -> dict:
-        from ..cli.simulate import simulate_parser
-        return {a.dest: a.option_strings[0] for a in simulate_parser()._actions
-                if a.option_strings and a.dest not in SimulateTask.OUTPUT_FLAGS + ("assume", "unit")}
+    #: the options a grid gives as ``NAME.FIELD`` settings (``assume.cdu_l2_share``), one
+    #: ``FIELD=VALUE`` each
+    KEYED = ("assume", "unit")
 
     @classmethod
     def names(cls) -> list[str]:
-        from ..cli.simulate import UNIT_FIELDS
+        from ..fast.run import OPTIONS, UNIT_FIELDS
         from ..fast.stacks import StackProfile
         from ..fast.timing import Assumptions
-        return (list(cls._flags()) + [f"assume.{n}" for n in Assumptions.__dataclass_fields__]
+        return ([k for k in OPTIONS if k not in cls.KEYED] + [f"assume.{n}" for n in Assumptions.__dataclass_fields__]
                 + [f"assume.{n}" for n in StackProfile.numeric_fields()] + [f"unit.{n}" for n in UNIT_FIELDS])
 
-
     @classmethod
-    def argv(cls, settings: dict) -> list[str]:
-        flags, argv = cls._flags(), []
+    def texts(cls, settings: dict) -> list[tuple[str, str]]:
+        """The point's settings as ``(option, text)`` pairs, in their order: each value as
+        its flag's text (a list joined with commas, ``none`` when empty)."""
+        out = []
         for k, v in settings.items():
             if isinstance(v, bool):
                 raise ValueError(f"{k} = {v}: expected a value, not true/false")
-            if k.startswith(("assume.", "unit.")):
+            if k.startswith(tuple(f"{kind}." for kind in cls.KEYED)):
                 kind, _, name = k.partition(".")
-                argv += [f"--{kind}", f"{name}={v}"]
+                out.append((kind, f"{name}={v}"))
             elif isinstance(v, list):
-                argv += [flags[k], ",".join(map(str, v)) if v else "none"]
+                out.append((k, ",".join(map(str, v)) if v else "none"))
             else:
-                argv += [flags[k], str(v)]
-        return argv
+                out.append((k, str(v)))
+        return out
+
+    @classmethod
+    def argv(cls, settings: dict) -> list[str]:
+        """The point as ``tricut simulate``'s flags."""
+        from ..fast.run import OPTIONS
+        return [a for k, text in cls.texts(settings) for a in (OPTIONS[k].flag, text)]
+
+    @classmethod
+    def options(cls, settings: dict):
+        """The point's :class:`~tricut.sim.fast.run.RunOptions` (a refused value: a one-line
+        :class:`~tricut.sim.options.InputError`, the command's message)."""
+        from ..fast.run import RunOptions
+        return RunOptions.from_texts(cls.texts(settings))
 
     @staticmethod
     @functools.lru_cache(maxsize=32)
     def _workload(key):
-        from ..cli.simulate import workload_of
-        return workload_of(key[0])
+        from ..fast.run import workload_of
+        return workload_of(key)
 
     @classmethod
     def check(cls, settings: dict) -> dict:
         """Every check ``tricut simulate`` makes before it runs; the resolved configuration.
         A refused value raises ``ValueError``; a refused combination :class:`Impossible`."""
-        from ..cli.simulate import prepare_sessions, session_mode, setup_of, simulate_parser
         from tricut.models.config import ConfigError, load_gpu, load_model
+        from ..fast.run import WORKLOAD_FIELDS, RunOptions, prepare, session_mode, setup_of
         from ..fast.workload import TraceError
-        args = simulate_parser().parse_args(cls.argv(settings))
-        load_model(args.model)          # an unknown model or GPU is a refused value (ValueError),
-        load_gpu(args.gpu)              # not an impossible combination
-        if session_mode(args):          # agentic sessions: every check `tricut simulate` makes
-            setup = prepare_sessions(args, [args.park_policy or "keep"])[0]
-            return cls._resolved(args, setup)
-        wl = ("trace", "trace_format", "limit", "synthetic", "rate", "rate_scale", "prompt_tokens",
-              "output_tokens", "seed")
-        reqs = cls._workload((_Frozen(args, wl),))
+        options = cls.options(settings)
+        load_model(options.model)          # an unknown model or GPU is a refused value (ValueError),
+        load_gpu(options.gpu)              # not an impossible combination
+        if session_mode(options):          # agentic sessions: every check `tricut simulate` makes
+            return cls._resolved(options, prepare(options).setup)
+        # the workload's options alone: the cache's key
+        reqs = cls._workload(RunOptions(**{n: getattr(options, n) for n in WORKLOAD_FIELDS}))
         try:
-            setup = setup_of(args)
-            setup.check(reqs, args.cuts)
+            setup = setup_of(options)
+            setup.check(reqs, options.cuts)
         except (ConfigError, TraceError, ValueError) as e:
             raise Impossible(str(e)) from None
-        return cls._resolved(args, setup)
+        return cls._resolved(options, setup)
 
     @classmethod
-    def _resolved(cls, args, setup) -> dict:
-        """The full configuration: every flag with its default, input files' content hashes,
+    def _resolved(cls, options, setup) -> dict:
+        """The full configuration: every option with its default, input files' content hashes,
         the assumptions, the stack's parameters and the unit sizes."""
-        config = {k: _jsonable(v) for k, v in vars(args).items()
-                  if k not in cls.OUTPUT_FLAGS + ("assume", "unit")}
+        from ..fast.run import OPTIONS
+        config = {k: _jsonable(getattr(options, k)) for k in OPTIONS if k not in cls.KEYED}
         for name in ("trace", "sessions"):
-            if getattr(args, name, None) is not None:
-                config[f"{name}_sha256"] = _file_digest(getattr(args, name))
+            if getattr(options, name) is not None:
+                config[f"{name}_sha256"] = _file_digest(getattr(options, name))
         config.update(asdict(setup.assumptions))
         config.update({f"stack_{k}": v for k, v in asdict(setup.stack).items() if k != "name"})
-        units = setup.step_model(args.cuts).units
+        units = setup.step_model(options.cuts).units
         config.update(te_engines_per_sm=setup.gpu.te_engines_per_sm, te_lanes=units.te_lanes,
                       dsu_cores=setup.gpu.dsu_cores)
         return config
 
     @classmethod
     def run(cls, settings: dict) -> dict:
-        from ..cli.simulate import prepared_run
-        return prepared_run(cls.argv(settings))[2]
-
-
-class _Frozen:
-    """The workload fields of parsed args, hashable (the workload cache's key) and still
-    readable as args by ``workload_of``."""
-
-    def __init__(self, args, names):
-        for n in names:
-            setattr(self, n, getattr(args, n))
-        self._key = tuple(repr(getattr(args, n)) for n in names)
-
-    def __hash__(self):
-        return hash(self._key)
-
-    def __eq__(self, other):
-        return isinstance(other, _Frozen) and self._key == other._key
+        from ..fast.run import run
+        return run(cls.options(settings))
 
 
 class CduReplayTask(Task):
@@ -180,9 +172,8 @@ class CduReplayTask(Task):
 
     @classmethod
     def check(cls, settings: dict) -> dict:
-        from tricut.models.cdu import PATTERNS, POLICIES
+        from tricut.models.cdu import MODEL_WAYS, PATTERNS, POLICIES
         from tricut.models.config import KV_DTYPES, load_gpu, load_model
-        from ..cli.cdu_cmd import MODEL_WAYS
         c = {**cls.DEFAULTS, **settings}
         for k in ("steps", "batch", "context"):
             if not isinstance(c[k], int) or isinstance(c[k], bool) or c[k] < 1:

@@ -2,9 +2,9 @@
 
 * ``tile-run``: one ``tricut tile run`` (:func:`tricut.sim.harness.tile.cosim.simulate`, the
   command's own path; ``sim`` defaults to ``verilator`` here, the Amaranth simulator being too
-  slow for sweeps). Settings are the command's flags (``prompt_lens = [300, 700]``,
+  slow for sweeps). Settings are the command's options (``prompt_lens = [300, 700]``,
   ``dsu = true``); a point is checked by the command's own checks
-  (:func:`tricut.sim.cli.tile_cmd.tile_setup`). Metrics: pass/fail of the equivalence with the
+  (:class:`tricut.sim.harness.tile.options.TileRunOptions`). Metrics: pass/fail of the equivalence with the
   golden decode step (``ok``, ``differences``), cycles per step and per layer, the timing
   model's worst error per layer, HBM bytes and port use, TE use, the CDU's counters.
 * ``tile-area``: Yosys cells of ``tricut verilog tile --area`` for the tile unit's parameters
@@ -32,7 +32,6 @@ Metric definitions (every one from the run's own counts):
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -51,7 +50,6 @@ AREA_CACHE = Path(__file__).resolve().parents[2] / ".build" / "area"
 
 class TileRunTask(Task):
     NAME = "tile-run"
-    OUTPUT_FLAGS = ("json",)
     LIST_SETTINGS = ("prompt_lens",)
     PATH_SETTINGS = {"model": ".toml", "gpu": ".toml"}
     #: a sweep's defaults where the command's differ
@@ -61,63 +59,66 @@ class TileRunTask(Task):
     #: are the same)
     TASK_SETTINGS = {"cxx_opt": ("-O0", "-O1", "-O2", "-O3")}
 
-    @staticmethod
-    @functools.cache
-    def _actions() -> dict:
-        from ..cli.tile_cmd import tile_run_parser
-        return {a.dest: a for a in tile_run_parser()._actions
-                if a.option_strings and a.dest not in TileRunTask.OUTPUT_FLAGS}
-
     @classmethod
     def names(cls) -> list[str]:
-        return list(cls._actions()) + list(cls.TASK_SETTINGS)
+        from ..harness.tile.options import OPTIONS
+        return list(OPTIONS) + list(cls.TASK_SETTINGS)
 
     @classmethod
-    def argv(cls, settings: dict) -> list[str]:
-        actions, argv = cls._actions(), []
+    def texts(cls, settings: dict) -> list[tuple[str, str | None]]:
+        """The point's options (the task's defaults first) as ``(option, text)`` pairs: each
+        value as its flag's text (a list joined with commas; a switch given true: no text, a
+        switch given false: left out)."""
+        from ..harness.tile.options import OPTIONS
+        out = []
         for k, v in {**cls.DEFAULTS, **settings}.items():
             if k in cls.TASK_SETTINGS:
                 continue
-            a = actions[k]
-            flag = a.option_strings[0]
-            if a.nargs == 0:                      # a switch (--dsu): true or false
+            if OPTIONS[k].switch:                 # a switch (--dsu): true or false
                 if not isinstance(v, bool):
                     raise ValueError(f"{k} = {v!r}: expected true or false")
-                argv += [flag] if v else []
+                out += [(k, None)] if v else []
             elif isinstance(v, bool):
                 raise ValueError(f"{k} = {v}: expected a value, not true/false")
             elif isinstance(v, list):
-                argv += [flag, ",".join(map(str, v))]
+                out.append((k, ",".join(map(str, v))))
             else:
-                argv += [flag, str(v)]
-        return argv
+                out.append((k, str(v)))
+        return out
+
+    @classmethod
+    def argv(cls, settings: dict) -> list[str]:
+        """The point as ``tricut tile run``'s flags."""
+        from ..harness.tile.options import OPTIONS
+        return [a for k, text in cls.texts(settings)
+                for a in (OPTIONS[k].flag,) + (() if text is None else (text,))]
 
     @classmethod
     def _setup(cls, settings: dict):
-        """``(args, Setup)``; whatever the command refuses before it runs, a flag's value or
-        a setup its checks refuse (contexts beyond ``max_ctx``, a CDU geometry), is a
-        one-line ``ValueError`` (:class:`~tricut.sim.cli.errors.InputError`) naming the flag:
+        """``(TileRunOptions, Setup)``; whatever the command refuses before it runs, a flag's
+        value or a setup its checks refuse (contexts beyond ``max_ctx``, a CDU geometry), is a
+        one-line ``ValueError`` (:class:`~tricut.sim.options.InputError`) naming the flag:
         the check cannot tell a bad value from a bad combination, so nothing is dropped as
         impossible (``[[exclude]]`` removes combinations)."""
-        from ..cli.tile_cmd import tile_run_parser, tile_setup
+        from ..harness.tile.options import TileRunOptions
         for k, allowed in cls.TASK_SETTINGS.items():
             if k in settings and settings[k] not in allowed:
                 raise ValueError(f"{k} = {settings[k]!r}: choose one of {', '.join(allowed)}")
-        args = tile_run_parser().parse_args(cls.argv(settings))
-        if "cxx_opt" in settings and args.sim != "verilator":
+        options = TileRunOptions.from_texts(cls.texts(settings))
+        if "cxx_opt" in settings and options.sim != "verilator":
             raise ValueError(f"cxx_opt = {settings['cxx_opt']!r}: the C++ optimisation of a "
-                             f"Verilator build; sim = {args.sim!r} builds none")
-        return args, tile_setup(args)
+                             f"Verilator build; sim = {options.sim!r} builds none")
+        return options, options.setup()
 
     @classmethod
     def _simulate(cls, settings: dict):
         """``(Setup, Report)`` of the point's co-simulated run."""
         from tricut.sim.harness.tile import verilator as V
         from tricut.sim.harness.tile.cosim import simulate
-        args, s = cls._setup(settings)
+        options, s = cls._setup(settings)
         opt, V.DEFAULT_OPT = V.DEFAULT_OPT, settings.get("cxx_opt", V.DEFAULT_OPT)
         try:
-            return s, simulate(s, sim=args.sim)
+            return s, simulate(s, sim=options.sim)
         finally:
             V.DEFAULT_OPT = opt
 
@@ -126,12 +127,12 @@ class TileRunTask(Task):
         return cls._config(settings, *cls._setup(settings))
 
     @classmethod
-    def _config(cls, settings: dict, args, s) -> dict:
+    def _config(cls, settings: dict, options, s) -> dict:
         """The point's resolved configuration: the simulator, the build's C++ optimisation
         and the setup, every default filled in."""
         from tricut.sim.harness.tile import verilator as V
-        return {"sim": args.sim, "gpu": args.gpu,
-                "cxx_opt": settings.get("cxx_opt", V.DEFAULT_OPT) if args.sim == "verilator" else None,
+        return {"sim": options.sim, "gpu": options.gpu,
+                "cxx_opt": settings.get("cxx_opt", V.DEFAULT_OPT) if options.sim == "verilator" else None,
                 **{k: _jsonable(v) for k, v in asdict(s).items()}}
 
     @classmethod
@@ -310,8 +311,8 @@ class TileDesignTask(TileRunTask):
 
     @classmethod
     def check(cls, settings: dict) -> dict:
-        args, s = cls._setup(settings)
-        return {**cls._config(settings, args, s), "area": cls._area_params(s)}
+        options, s = cls._setup(settings)
+        return {**cls._config(settings, options, s), "area": cls._area_params(s)}
 
     @classmethod
     def run(cls, settings: dict) -> dict:

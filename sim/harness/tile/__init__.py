@@ -5,6 +5,8 @@ only modules above it):
 * :mod:`.params`: a run's parameter dict (``DEFAULTS``, ``TILE_KEYS``);
 * :mod:`.setup`: a co-simulation's :class:`~.setup.Setup`, its checks, prompts, DSU schedule,
   watchdog limit and timing-model configuration;
+* :mod:`.options`: a run's options as ``tricut tile run`` takes them, typed
+  (:class:`~.options.TileRunOptions`), and their checked :class:`~.setup.Setup`;
 * :mod:`.hbm_image`: K/V codes and their HBM image;
 * :mod:`.tops`: the tiles built from a run's parameters and the Amaranth simulation tops;
 * :mod:`.block_reads`: the block-read interface alone (``HbmBlockReader`` over the

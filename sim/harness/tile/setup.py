@@ -17,7 +17,7 @@ from tricut.models import te as M
 from tricut.models.tile_timing import (CDU_FE_ENTRIES, TileConfig, cdu_decisions, predict_dsu_run,
                                              predict_run)
 from tricut.models.cdu import HINT_OF_RESIDENCY, POLICIES, SlotDesc, StepDesc
-from tricut.models.config import load_model
+from tricut.models.config import KV_DTYPES, load_model
 from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
 from tricut.models.tile import TILE_ENGINES, TILE_LANES
 from tricut.rtl.cdu.layouts import Widths, seq_bits
@@ -175,8 +175,8 @@ def check_setup(s: Setup):
                                        f"takes), got {s.max_prompt!r}")
     if not _int(s.steps) or s.steps < 1:
         raise SetupError("steps", f"must be >= 1, got {s.steps!r}")
-    if s.kv_dtype not in M.KV_CODE_BITS:
-        raise SetupError("kv_dtype", f"must be one of {', '.join(M.KV_CODE_BITS)}, "
+    if s.kv_dtype not in KV_DTYPES:
+        raise SetupError("kv_dtype", f"must be one of {', '.join(KV_DTYPES)}, "
                                      f"got {s.kv_dtype!r}")
     if not _int(s.engines) or not ENGINES[0] <= s.engines <= ENGINES[1]:
         raise SetupError("engines", f"must be in {ENGINES[0]}..{ENGINES[1]}, got {s.engines!r}")

@@ -1,0 +1,422 @@
+"""One run of the system model from its options, below the command line: :class:`RunOptions`
+(what ``tricut simulate`` takes, typed, each field declared with its flag and the parser of
+its text), :func:`prepare` (every check of the input before anything runs, as
+:class:`PreparedRun`) and :func:`run` (the summary ``tricut simulate --json`` prints).
+``tricut simulate``, ``compare`` and ``bench`` (``sim/cli/simulate.py``) and the sweep's
+``simulate`` task (``sim/sweep/tasks.py``) both build a :class:`RunOptions` and call these, so
+a value, a combination or a workload is refused with the same one-line :class:`InputError`
+(or :class:`ConfigError`, :class:`TraceError`) either way. A message names an option by its
+flag."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tricut.models.cdu import POLICIES
+from tricut.models.config import KV_DTYPES, load_gpu, load_model
+from tricut.models.dsu import PARK_POLICIES, PROFILES
+from tricut.models.te import LANES as TE_LANES
+
+from ..options import InputError, checked_fields, option, options_of, values_of
+from .setup import ServingSetup
+from .stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
+from .timing import CUTS, DEFAULT_TE_LANES, Assumptions
+from .workload import TRACE_FORMATS, Request, TraceError, check_lengths, read_trace, scale_rate, synthetic
+
+__all__ = ["RunOptions", "PreparedRun", "prepare", "run", "OPTIONS", "EXCLUSIVE", "UNIT_FIELDS",
+           "workload_of", "setup_of", "session_mode", "prepare_sessions", "session_results",
+           "cuts_label", "defined", "WORKLOAD_FIELDS", "parse_cuts", "parse_lengths", "parse_positive", "parse_seed",
+           "parse_non_negative", "parse_assumption", "parse_unit",
+           "MAX_SYNTHETIC", "MAX_SLOTS", "MAX_STACK_SECONDS", "MAX_STACK_INT"]
+
+#: Upper limits of the size options (docs/system-model.md, "Bad input"): beyond them a run needs
+#: more memory than a workstation has (every token time is kept) or is a typo.
+MAX_SYNTHETIC = 1_000_000
+MAX_SLOTS = 65_536
+#: --assume on a stack parameter: seconds at most this, token budgets and batch sizes at most that
+MAX_STACK_SECONDS = 10.0
+MAX_STACK_INT = 10**9
+
+#: --unit NAME=VALUE: the decode units' sizes, beside the GPU config's (docs/system-model.md)
+UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's)",
+               "te_lanes": f"multiplier lanes per lane array of the (split) TE engine ({', '.join(map(str, TE_LANES[:-1]))} or {TE_LANES[-1]}; "
+                           f"default {DEFAULT_TE_LANES})",
+               "dsu_cores": "DSU RISC-V cores (the GPU config's; the fast model's DSU round runs on one)"}
+
+
+# ---- the parsers of the options' text (the command line's argparse types)
+
+def parse_cuts(text: str) -> tuple[str, ...]:
+    if text in ("none", ""):
+        return ()
+    if text == "all":
+        return CUTS
+    parts = tuple(text.split(","))
+    for p in parts:
+        if p not in CUTS:
+            raise InputError(f"{p!r} is not a cut; use none, all, or a list of {', '.join(CUTS)}")
+    return parts
+
+
+def _cuts_text(cuts) -> str:
+    return ",".join(cuts) if cuts else "none"
+
+
+def parse_lengths(what: str):
+    """A parser of ``1024``, ``uniform:LO:HI`` or ``lognormal:MEDIAN:SIGMA``, checked at once
+    (:func:`check_lengths`: finite, in range) so that the message names the option."""
+    def parse(text: str):
+        spec = None
+        try:
+            if ":" not in text:
+                spec = int(text)
+            else:
+                kind, a, b = text.split(":")
+                if kind == "uniform":
+                    spec = ("uniform", int(a), int(b))
+                elif kind == "lognormal":
+                    spec = ("lognormal", float(a), float(b))
+        except ValueError:
+            pass
+        if spec is None:
+            raise InputError(f"{text!r}: expected N, uniform:LO:HI or lognormal:MEDIAN:SIGMA")
+        try:
+            check_lengths(spec, what)
+        except TraceError as e:
+            raise InputError(f"{text!r}: {e}") from None
+        return spec
+    return parse
+
+
+def _lengths_text(spec) -> str:
+    return ":".join(map(str, spec)) if isinstance(spec, (tuple, list)) else str(spec)
+
+
+def parse_positive(kind, maximum=None, allow_inf: bool = False):
+    """A parser of a number > 0 (and <= ``maximum``); a float must be finite unless
+    ``allow_inf`` (then ``inf`` is accepted)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise InputError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not value > 0:
+            raise InputError(f"{text} must be > 0")
+        if kind is float and not math.isfinite(value) and not allow_inf:
+            raise InputError(f"{text} must be a finite number > 0")
+        if maximum is not None and value > maximum:
+            raise InputError(f"{text} must be at most {maximum:,}")
+        return value
+    return parse
+
+
+def parse_seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise InputError(f"{text} must be an integer >= 0")
+    return value
+
+
+def parse_non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise InputError(f"{text} must be a finite number >= 0")
+    return value
+
+
+def parse_assumption(text: str) -> tuple[str, float]:
+    """``NAME=VALUE`` for one field of :class:`Assumptions` or one numeric parameter of the
+    stack (:meth:`StackProfile.numeric_fields`); checked here against the default stack, applied
+    to the chosen one in :func:`setup_of`."""
+    name, sep, value = text.partition("=")
+    assumed, stacked = list(Assumptions.__dataclass_fields__), list(StackProfile.numeric_fields())
+    if not sep or name not in assumed + stacked:
+        raise InputError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(assumed)} "
+                         f"(assumptions) or {', '.join(stacked)} (stack)")
+    try:
+        number = float(value)
+    except ValueError:
+        raise InputError(f"{text!r}: {value!r} is not a number") from None
+    try:
+        if name in assumed:
+            Assumptions(**{name: number})
+        else:
+            get_stack(DEFAULT_STACK).with_values(**{name: number})
+    except (ValueError, OverflowError) as e:
+        raise InputError(f"{text!r}: {e}") from None
+    if name not in assumed:
+        # the stack's own check wants finite numbers >= 0; here also a sane upper limit
+        if name.endswith("_s") and number > MAX_STACK_SECONDS:
+            raise InputError(f"{text!r}: {name} must be at most {MAX_STACK_SECONDS:g} s")
+        if name in ("graph_max_batch", "prefill_batch_tokens", "prefill_chunk_tokens") \
+                and number > MAX_STACK_INT:
+            raise InputError(f"{text!r}: {name} must be at most {MAX_STACK_INT:,}")
+        if name == "attn_bw_efficiency" and number < 0.01:
+            raise InputError(f"{text!r}: {name} must be at least 0.01")
+    return name, number
+
+
+def parse_unit(text: str) -> tuple[str, int]:
+    """``NAME=VALUE`` for one decode-unit size (:data:`UNIT_FIELDS`), an integer, range-checked
+    by :meth:`ServingSetup.with_units` when the GPU is known."""
+    name, sep, value = text.partition("=")
+    if not sep or name not in UNIT_FIELDS:
+        raise InputError(f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(UNIT_FIELDS)}")
+    try:
+        number = int(value)
+    except ValueError:
+        raise InputError(f"{text!r}: {value!r} is not an integer") from None
+    try:
+        ServingSetup.check_units({name: number})
+    except ValueError as e:
+        raise InputError(f"{text!r}: {e}") from None
+    return name, number
+
+
+def _pair_text(pair) -> str:
+    return f"{pair[0]}={pair[1]}"
+
+
+# ---- the options
+
+#: options of which at most one is given: where the requests come from
+EXCLUSIVE = (("trace", "synthetic", "sessions", "agentic"),)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of one run of ``tricut simulate``, typed: a field is the flag's value (its
+    name the flag's without ``--``, hyphens as underscores). Constructing one checks each field
+    that is not None or its default as its flag's parser does and stores what it parses to
+    (:func:`~tricut.sim.options.checked_fields`): a bad value is an :class:`InputError` naming
+    the flag. :meth:`from_texts` parses the flags' texts in a given order (a sweep's grid).
+    ``assume`` and ``unit`` are ``(NAME, VALUE)`` pairs, later ones winning."""
+    model: str = option("--model", "llama-3-8b")
+    gpu: str = option("--gpu", "h100-sxm5")
+    tp: int = option("--tp", 1, parse_positive(int))
+    kv_dtype: str = option("--kv-dtype", "bf16", choices=KV_DTYPES)
+    trace: Path | None = option("--trace", None, Path)
+    synthetic: int | None = option("--synthetic", None, parse_positive(int, MAX_SYNTHETIC))
+    sessions: Path | None = option("--sessions", None, Path)
+    agentic: str | None = option("--agentic")
+    trace_format: str | None = option("--trace-format", None, choices=tuple(TRACE_FORMATS))
+    limit: int | None = option("--limit", None, parse_positive(int))
+    rate: float = option("--rate", 10.0, parse_positive(float, allow_inf=True))
+    rate_scale: float = option("--rate-scale", 1.0, parse_positive(float))
+    prompt_tokens: int | tuple = option("--prompt-tokens", 1024, parse_lengths("prompt"), text=_lengths_text)
+    output_tokens: int | tuple = option("--output-tokens", 128, parse_lengths("output"), text=_lengths_text)
+    cuts: tuple[str, ...] = option("--cuts", CUTS, parse_cuts, text=_cuts_text)
+    # choices listed adaptive (the default) first, as the command line does
+    policy: str = option("--policy", "adaptive", choices=POLICIES[::-1])
+    profile: str = option("--profile", "throughput-opt", choices=PROFILES)
+    slots: int = option("--slots", 64, parse_positive(int, MAX_SLOTS))
+    max_batch: int = option("--max-batch", 64, parse_positive(int, MAX_SLOTS))
+    ttft_slo: float | None = option("--ttft-slo", None, parse_positive(float, allow_inf=True))
+    tpot_slo: float | None = option("--tpot-slo", None, parse_positive(float, allow_inf=True))
+    degraded_at: float | None = option("--degraded-at", None, parse_non_negative)
+    stack: str = option("--stack", DEFAULT_STACK, choices=stack_names)
+    prefill: str | None = option("--prefill", None, choices=PREFILL_MODES)
+    concurrency: int | None = option("--concurrency", None, parse_positive(int))
+    think_time: float = option("--think-time", 0.0, parse_non_negative)
+    assume: tuple = option("--assume", (), parse_assumption, text=_pair_text, repeat=True)
+    tiers: str = option("--tiers", "none")
+    park_policy: str | None = option("--park-policy", None, choices=PARK_POLICIES)
+    restore_lead: float | None = option("--restore-lead", None, parse_non_negative)
+    prefix_cache_tokens: int = option("--prefix-cache-tokens", 0, parse_seed)
+    prefix_spill: str | None = option("--prefix-spill", None, choices=("G3", "G3.5"))
+    unit: tuple = option("--unit", (), parse_unit, text=_pair_text, repeat=True)
+    seed: int = option("--seed", 0, parse_seed)
+
+    def __post_init__(self):
+        checked_fields(self, EXCLUSIVE)
+
+    @classmethod
+    def from_texts(cls, items) -> RunOptions:
+        """The options of ``(field name, text)`` pairs, parsed in their order as the command
+        line parses ``FLAG TEXT ...`` (so a refusal reads as the command's)."""
+        return cls(**values_of(cls, items, EXCLUSIVE))
+
+
+#: ``{field name: Option}`` of :class:`RunOptions`, in the command line's order
+OPTIONS = options_of(RunOptions)
+
+#: the options that make the workload of a run without sessions
+WORKLOAD_FIELDS = ("trace", "trace_format", "limit", "synthetic", "rate", "rate_scale", "prompt_tokens",
+                   "output_tokens", "seed")
+
+
+def cuts_label(cuts) -> str:
+    """A run's label: its cuts joined with ``+``, or ``baseline``."""
+    return "+".join(cuts) if cuts else "baseline"
+
+
+def workload_of(options: RunOptions) -> list[Request]:
+    """The requests of a run without sessions: the trace's (its first ``limit``) or synthetic
+    ones, their arrivals sped up by ``rate_scale``."""
+    if options.trace is not None:
+        reqs = read_trace(options.trace, options.trace_format)
+        if options.limit:
+            reqs = reqs[: options.limit]
+    else:
+        for flag, value in (("--limit", options.limit), ("--trace-format", options.trace_format)):
+            if value is not None:
+                raise InputError(f"{flag} applies to a --trace, and there is none")
+        reqs = synthetic(options.synthetic or 200, options.rate, options.prompt_tokens, options.output_tokens,
+                         options.seed)
+    return scale_rate(reqs, options.rate_scale) if options.rate_scale != 1.0 else reqs
+
+
+def setup_of(options: RunOptions) -> ServingSetup:
+    """The serving configuration: configs loaded, assumptions and the stack's overrides applied."""
+    assumed = {k: v for k, v in options.assume if k in Assumptions.__dataclass_fields__}
+    stacked = {k: v for k, v in options.assume if k not in assumed}
+    return ServingSetup(load_model(options.model), load_gpu(options.gpu), options.kv_dtype, options.tp,
+                        options.policy, options.profile, options.slots, options.max_batch,
+                        assumptions=Assumptions(**assumed),
+                        stack=get_stack(options.stack).with_values(**stacked),
+                        prefill=options.prefill, concurrency=options.concurrency, think_s=options.think_time,
+                        units=dict(options.unit))
+
+
+def session_mode(options: RunOptions) -> bool:
+    """Sessions run through sim/fast/agentic.py: --sessions, --agentic, or a trace with a
+    prefix cache (each request a one-turn session). An :class:`InputError` for an option that
+    does not apply to the mode."""
+    o = options
+    on = o.sessions is not None or o.agentic is not None or o.prefix_cache_tokens > 0
+    if not on:
+        for flag, value in (("--park-policy", o.park_policy), ("--restore-lead", o.restore_lead)):
+            if value is not None:
+                raise InputError(f"{flag} applies to agentic sessions (--sessions or --agentic), and there are none")
+        if o.tiers != "none":
+            raise InputError("--tiers applies to agentic sessions (--sessions, --agentic) or a prefix cache")
+        if o.prefix_spill is not None:
+            raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
+        return False
+    if o.prefix_spill is not None and o.prefix_cache_tokens == 0:
+        raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
+    flags = [("--concurrency", o.concurrency)]
+    if o.trace is None:           # a trace with a prefix cache keeps its own --limit and format
+        flags += [("--limit", o.limit), ("--trace-format", o.trace_format)]
+    for flag, value in flags:
+        if value is not None:
+            raise InputError(f"{flag} does not apply to sessions")
+    if o.prefill == "chunked":
+        raise InputError("sessions run with --prefill disaggregated or colocated, not chunked")
+    if o.restore_lead is not None and o.park_policy != "park-early":
+        raise InputError("--restore-lead applies to --park-policy park-early")
+    return True
+
+
+def _sessions_of(options: RunOptions, model):
+    from .sessions import agentic, check_sessions, parse_agentic_spec, read_sessions, sessions_from_requests
+    if options.sessions is not None:
+        sessions = read_sessions(options.sessions)
+    elif options.agentic is not None:
+        spec = parse_agentic_spec(options.agentic)
+        if spec.get("max_context") is None:
+            spec["max_context"] = model.max_context
+        sessions = agentic(**spec)
+    else:
+        sessions = sessions_from_requests(workload_of(options))
+    check_sessions(sessions, model.max_context)
+    return sessions
+
+
+def _agentic_options(options: RunOptions, policy):
+    from tricut.models.tiers import load_tiers
+
+    from .agentic import AgenticOptions
+    tiers = load_tiers(options.tiers)
+    spill = None
+    if options.prefix_spill is not None:
+        spill = tiers.tier(options.prefix_spill)
+        if spill is None:
+            raise InputError(f"--prefix-spill {options.prefix_spill}: the tier config {options.tiers!r} has no "
+                             f"{options.prefix_spill} tier")
+    return AgenticOptions(policy, g2=tiers.g2, g3=tiers.g3, restore_lead_s=options.restore_lead,
+                          prefix_cache_tokens=options.prefix_cache_tokens, prefix_spill=spill)
+
+
+def prepare_sessions(options: RunOptions, policies):
+    """Every check of a session run before it runs: ``(setup, sessions, {policy: options})``."""
+    setup = setup_of(options)
+    sessions = _sessions_of(options, setup.model)
+    agentic = {p: _agentic_options(options, p) for p in policies}
+    setup.step_model(options.cuts)
+    setup.dsu_params()
+    return setup, sessions, agentic
+
+
+def session_results(options: RunOptions, setup, sessions, agentic) -> dict:
+    """``{park policy: AgenticResult}`` of the sessions under each policy's options."""
+    from .agentic import simulate_sessions
+    sm, dsu = setup.step_model(options.cuts), setup.dsu_params()
+    return {p: simulate_sessions(sessions, sm, dsu, o, seed=options.seed, prefill=options.prefill,
+                                 ttft_slo_s=options.ttft_slo, tpot_slo_s=options.tpot_slo)
+            for p, o in agentic.items()}
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run whose input passed every check (:func:`prepare`): the setup and either the
+    requests or the sessions with each park policy's options."""
+    options: RunOptions
+    setup: ServingSetup
+    requests: list | None = None
+    sessions: list | None = None
+    agentic: dict | None = None
+
+    def run(self, progress=None) -> dict:
+        """``{label: result}``: one :class:`~tricut.sim.fast.system.SimResult` labelled by
+        the cuts (:func:`cuts_label`; ``progress(done, total)`` is called as requests
+        finish), or one :class:`~tricut.sim.fast.agentic.AgenticResult` per park policy."""
+        o = self.options
+        if self.sessions is not None:
+            return session_results(o, self.setup, self.sessions, self.agentic)
+        return {cuts_label(o.cuts): self.setup.run(self.requests, o.cuts, seed=o.seed, degraded_at_s=o.degraded_at,
+                                                   progress=progress, ttft_slo_s=o.ttft_slo,
+                                                   tpot_slo_s=o.tpot_slo)}
+
+
+def prepare(options: RunOptions, policies=None) -> PreparedRun:
+    """Every check of the input before any simulation runs (docs/system-model.md, "Bad
+    input"): the options' combination, the configs, the stack and its overrides, the workload
+    or the sessions, the step model and the DSU's KV budget against the requests. Sessions run
+    under ``policies`` (default: ``park_policy``, or keep)."""
+    if session_mode(options):
+        policies = policies or [options.park_policy or "keep"]
+        setup, sessions, agentic = prepare_sessions(options, policies)
+        return PreparedRun(options, setup, sessions=sessions, agentic=agentic)
+    setup = setup_of(options)
+    reqs = workload_of(options)
+    setup.check(reqs, options.cuts)
+    return PreparedRun(options, setup, requests=reqs)
+
+
+def defined(value):
+    """An undefined metric (NaN: TPOT of one-token requests; inf: a rate over no time) is
+    None: null in JSON, an empty cell in CSV, '-' in the table (docs/metrics.md)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: defined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [defined(v) for v in value]
+    return value
+
+
+def run(options: RunOptions) -> dict:
+    """The run's summary exactly as ``tricut simulate --json`` prints it (undefined metrics
+    None), after every check of :func:`prepare`."""
+    results = prepare(options).run()
+    return defined(next(iter(results.values())).summary)
+
