@@ -41,7 +41,6 @@ from pathlib import Path
 
 import cocotb
 
-REPO = Path(__file__).resolve().parents[1]
 DATA_BASE = 0x8000
 RAM_SIZE = 0x10000
 HANDLER = 0x7000
@@ -199,7 +198,6 @@ def table(res) -> str:
 def main(argv=None) -> int:
     import argparse
 
-    sys.path.insert(0, str(REPO / "tests"))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--instructions", type=int, default=1_000_000,
                    help="retired instructions to reach (default: 1,000,000)")
@@ -208,10 +206,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.instructions < 1 or a.items < 10:
         p.error("--instructions must be >= 1 and --items >= 10")
-    from test_dsu_core import C_PROGRAMS
-
     from tricut.rtl.dsu.core import Core
     from tricut.sim.harness.cocotb_run import CocotbFailure, run_cocotb
+    from tricut.sim.harness.firmware_programs import C_PROGRAMS
     expect_c = {name: fn() for name, fn in sorted(C_PROGRAMS.items())}
     with tempfile.TemporaryDirectory() as tmp:
         result = Path(tmp) / "result.json"

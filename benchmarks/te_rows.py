@@ -14,16 +14,13 @@ jitter (as benchmarks/claims.py), H100 SXM5; only the TE's engine and lanes diff
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from tricut.models.config import load_gpu, load_model
-from tricut.sim.fast.stacks import DEFAULT_STACK, get_stack
-from tricut.sim.fast.timing import DEFAULT_TE_ENGINE, DEFAULT_TE_LANES, StepModel, UnitTiming
+from tricut.sim.fast.stacks import DEFAULT_STACK
+from tricut.sim.fast.step_terms import first_step_terms
+from tricut.sim.fast.timing import DEFAULT_TE_ENGINE, DEFAULT_TE_LANES
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "results.md"
@@ -42,26 +39,13 @@ ROWS = (
 ENGINES = (("serial", 16), (DEFAULT_TE_ENGINE, DEFAULT_TE_LANES))
 
 
-def measure(model, tp, kv_dtype, batch, ctx, engine, lanes, gpu="h100-sxm5") -> dict:
-    """One first decode step with the ``te`` cut: its time and the terms of its ``max``."""
-    g, m = load_gpu(gpu), load_model(model)
-    units = dataclasses.replace(UnitTiming.from_gpu(g), te_engine=engine, te_lanes=lanes)
-    sm = StepModel(m, g, kv_dtype, tp, frozenset({"te"}), units=units,
-                   stack=get_stack(DEFAULT_STACK).with_values(host_jitter_s=0.0))
-    st = sm.step_time([ctx + 1] * batch, [1] * batch, np.random.default_rng(0))
-    hbm = (st.hbm_read_bytes + st.hbm_write_bytes) / (g.hbm_bandwidth * sm.assumptions.te_bw_efficiency)
-    terms = {"TE": st.te_busy_s, "HBM": hbm, "GEMV": st.sm_busy_s}
-    return dict(step_ms=st.time_s * 1e3, te_ms=st.te_busy_s * 1e3, hbm_ms=hbm * 1e3,
-                gemv_ms=st.sm_busy_s * 1e3, bound=max(terms, key=terms.get))
-
-
 def report() -> str:
     head = ("| row | TE | step | TE grid | HBM | GEMV | bound |\n"
             "|---|---|---|---|---|---|---|\n")
     lines = []
     for name, model, tp, dt, b, ctx in ROWS:
         for engine, lanes in ENGINES:
-            r = measure(model, tp, dt, b, ctx, engine, lanes)
+            r = first_step_terms(model, tp, dt, b, ctx, engine, lanes)
             lines.append(f"| {name} | {engine}, {lanes} lanes | {r['step_ms']:.2f} ms | "
                          f"{r['te_ms']:.2f} ms | {r['hbm_ms']:.2f} ms | {r['gemv_ms']:.2f} ms | "
                          f"**{r['bound']}** |")

@@ -16,7 +16,6 @@ output traffic between layers included). ``--write`` replaces the text between
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -29,9 +28,7 @@ SCRIPT = "benchmarks/tile_cached.py"
 
 
 def run_all():
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_tile_cached import ADAPTIVE, DISABLED, STATIC
-
+    from tricut.sim.harness.tile.cases import ADAPTIVE, DISABLED, STATIC
     from tricut.sim.harness.tile.cosim import simulate
 
     import dataclasses

@@ -38,7 +38,6 @@ import datetime as dt
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -51,23 +50,6 @@ DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:cosim-speed:begin -->", "<!-- tile:cosim-speed:end -->"
 SCRIPT = "benchmarks/tile_cosim_speed.py"
 OPT = "-O2"
-
-
-def _setups(steps):
-    from tricut.sim.harness.tile.setup import Setup
-    base = dict(model="tiny-te", max_ctx=32, steps=steps)
-    return {
-        "hbm-e1": Setup(**base, lanes=16, requests=2, prompt_lens=(3, 17), engines=1),
-        "hbm-e4": Setup(**base, lanes=16, requests=3, prompt_lens=(3, 17, 9), engines=4, split_tokens=12,
-                        kv_dtype="fp8"),
-        "static-e1": Setup(**base, lanes=16, requests=2, prompt_lens=(3, 17), engines=1, policy="static"),
-        "adaptive-e4": Setup(**base, lanes=16, requests=3, prompt_lens=(3, 17, 9), engines=4,
-                             split_tokens=12, kv_dtype="fp8", policy="adaptive"),
-        "hbm-e4-l4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
-                           split_tokens=12, kv_dtype="fp8", lanes=4),
-        "adaptive-e4-l4": Setup(**base, requests=3, prompt_lens=(3, 17, 9), engines=4,
-                                split_tokens=12, kv_dtype="fp8", policy="adaptive", lanes=4),
-    }
 
 
 def _med(xs):
@@ -186,7 +168,8 @@ def main(argv=None):
     ap.add_argument("--no-amaranth", action="store_true")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args(argv)
-    setups = _setups(args.steps)
+    from tricut.sim.harness.tile.cases import speed_setups
+    setups = speed_setups(args.steps)
     rows = []
     for name, s in setups.items():
         if args.only and name not in args.only:
@@ -198,7 +181,7 @@ def main(argv=None):
         rows.append(r)
     amaranth = []
     if not args.no_amaranth:
-        for name, s in _setups(1).items():
+        for name, s in speed_setups(1).items():
             if name in ("hbm-e1", "static-e1"):
                 amaranth.append(measure_amaranth(name, s))
                 print(f"{name} (1 step), Amaranth: {amaranth[-1]['rate']:.0f} cycles/s",
@@ -210,5 +193,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

@@ -32,39 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:dsu:begin -->", "<!-- tile:dsu:end -->"
 SCRIPT = "benchmarks/tile_dsu.py"
-
-BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=8, max_batch=3, max_ctx=32, dsu=True,
-            lanes=16)
-#: (label, setup changes, whether the run must be bit-exact with equal tokens)
-RUNS = [
-    ("no CDU", dict(engines=1), True),
-    ("no CDU, 2 DSU cores", dict(engines=1, dsu_cores=2), True),
-    ("no CDU, faults: one step of request 0, two of request 2",
-     dict(engines=1, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2))), True),
-    ("no CDU, fault past the retries (request 1, 3 failing reads, 2 retries)",
-     dict(engines=1, faults=((1, 0, 0, 0, 3),)), False),
-    ("no CDU, a lost read: request 2's first round hangs (slot watchdog, abort)",
-     dict(engines=1, hang=(2, 1, 0, 0, 1)), True),
-    ("no CDU, a lost read twice: request 0's first two rounds hang",
-     dict(engines=2, hang=(0, 0, 1, 0, 2)), True),
-    ("CDU static, transient HBM errors on 3 fills (CDU retries)",
-     dict(engines=1, policy="static",
-          faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1), (3, 1, 1, 0, 2))), True),
-    ("CDU static", dict(engines=1, policy="static"), True),
-    ("CDU adaptive, split-K 12", dict(engines=4, policy="adaptive", kv_dtype="fp8",
-                                      split_tokens=12), True),
-    ("CDU disabled", dict(engines=2, policy="disabled", kv_dtype="nvfp4"), True),
-]
+#: the runs: ``DSU_RUNS`` on ``DSU_RUNS_BASE`` (``sim/harness/tile/cases.py``)
 
 
 def run_all(only=None):
+    from tricut.sim.harness.tile.cases import DSU_RUNS, DSU_RUNS_BASE
     from tricut.sim.harness.tile.cosim import simulate
     from tricut.sim.harness.tile.setup import Setup
     rows = []
-    for label, kw, exact in RUNS:
+    for label, kw, exact in DSU_RUNS:
         if only is not None and label not in only:
             continue
-        s = Setup(**BASE, **kw)
+        s = Setup(**DSU_RUNS_BASE, **kw)
         t0 = time.perf_counter()
         rep = simulate(s, sim="verilator", stop_early=False)
         wall = time.perf_counter() - t0

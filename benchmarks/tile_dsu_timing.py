@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from tile_dsu import BASE, RUNS           # benchmarks/ is on sys.path when a script runs
+from tricut.sim.harness.tile.cases import DSU_RUNS, DSU_RUNS_BASE
 
 SCRIPT = "benchmarks/tile_dsu_timing.py"
 LABELS = ("CDU static", "CDU adaptive, split-K 12", "CDU disabled")
@@ -24,15 +24,16 @@ LABELS = ("CDU static", "CDU adaptive, split-K 12", "CDU disabled")
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=BASE["steps"], help="decode steps per request")
+    ap.add_argument("--steps", type=int, default=DSU_RUNS_BASE["steps"],
+                    help="decode steps per request")
     args = ap.parse_args(argv)
     from tricut.sim.harness.tile.cosim import simulate
     from tricut.sim.harness.tile.setup import Setup, predict_dsu_rounds
     tot_p = tot_m = 0
-    for label, kw, _ in RUNS:
+    for label, kw, _ in DSU_RUNS:
         if label not in LABELS:
             continue
-        s = Setup(**dict(BASE, steps=args.steps), **kw)
+        s = Setup(**dict(DSU_RUNS_BASE, steps=args.steps), **kw)
         rep = simulate(s, sim="verilator", stop_early=False)
         if not rep.ok:
             raise SystemExit(f"{SCRIPT}: {label}: {rep.differences[0]}")

@@ -34,12 +34,11 @@ import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from tricut.models.cdu import POLICIES
+from tricut.models.config import KV_DTYPES
 
-from tricut.models.cdu import POLICIES      # noqa: E402
-from tricut.models.config import KV_DTYPES  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:equivalence:begin -->", "<!-- tile:equivalence:end -->"

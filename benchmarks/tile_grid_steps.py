@@ -22,7 +22,6 @@ Llama-3-70B (TP8), one unit of 2,000 tokens.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,9 +31,9 @@ from tricut.models.roofline import roofline
 from tricut.sim.fast.stacks import DEFAULT_STACK, get_stack
 from tricut.sim.fast.timing import StepModel
 
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
 DOC = ROOT / "docs" / "system-model.md"
 BEGIN, END = "<!-- sm-slice:steps:begin -->", "<!-- sm-slice:steps:end -->"

@@ -39,7 +39,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")      # before numpy: no idle BLAS threads
 
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
-from tile_real_layer import _Timed
+from tricut.sim.harness.call_timer import CallTimer
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "tile" / "figures.md"
@@ -50,9 +50,9 @@ GOAL = 0.8
 
 
 def _designs():
+    from tricut.sim.harness.tile.cases import speed_setups
     from tricut.sim.harness.tile.setup import Setup
-    from tile_cosim_speed import _setups
-    out = {name: ("small", s) for name, s in _setups(10).items()}
+    out = {name: ("small", s) for name, s in speed_setups(10).items()}
     real = dict(model="llama-3-8b-attn1", requests=4, prompt_lens=(1024, 2048, 3072, 4090),
                 steps=2, engines=8, lanes=32, max_ctx=4096)
     out["real-hbm"] = ("real", Setup(**real))
@@ -79,7 +79,7 @@ def measure(name, s, runs, area):
         G.PREFILL_CACHE = Path(d)
         try:
             G._LAST_PREFILL.clear()
-            with _Timed(G, "prefill") as tp:
+            with CallTimer(G, "prefill") as tp:
                 G.RunInputs(s)
             prefill_s = tp.s
             G._LAST_PREFILL.clear()
@@ -230,5 +230,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     main()

@@ -38,9 +38,10 @@ import time
 from datetime import date
 from pathlib import Path
 
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from tricut.sim.harness.call_timer import CallTimer
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
 DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:real-layer:begin -->", "<!-- tile:real-layer:end -->"
@@ -70,34 +71,6 @@ class Result:
     @property
     def ok(self):
         return self.report is not None and self.report.ok
-
-
-class _Timed:
-    """Adds up the wall time of the calls of a module function while it is installed (a
-    measurement aid: the golden run's phases)."""
-
-    def __init__(self, module, name, inner=False):
-        self.module, self.name, self.inner, self.s = module, name, inner, 0.0
-
-    def __enter__(self):
-        self.orig = orig = getattr(self.module, self.name)
-
-        def timed(fn):
-            def call(*a, **k):
-                t0 = time.perf_counter()
-                try:
-                    return fn(*a, **k)
-                finally:
-                    self.s += time.perf_counter() - t0
-            return call
-
-        # inner: the function returns a function (te_golden_attention): time the calls of that
-        setattr(self.module, self.name,
-                (lambda *a, **k: timed(orig(*a, **k))) if self.inner else timed(orig))
-        return self
-
-    def __exit__(self, *exc):
-        setattr(self.module, self.name, self.orig)
 
 
 def hbm_bytes(s, cfg, rounds, data_bits):
@@ -148,7 +121,7 @@ def run_one(s, opt, corrupt=None, max_layer_cycles=50_000_000):
         p, data_bits = _params_and_bits(s, cfg)
         b = V.build(p, s.policy is not None, opt)
         t0 = time.perf_counter()
-        with _Timed(G, "prefill") as tp, _Timed(G, "te_golden_attention", inner=True) as tt:
+        with CallTimer(G, "prefill") as tp, CallTimer(G, "te_golden_attention", inner=True) as tt:
             golden = G.golden_run(s)
         res.golden_s = time.perf_counter() - t0
         res.golden_te_s, res.golden_prefill_s = tt.s, tp.s

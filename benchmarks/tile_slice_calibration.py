@@ -30,9 +30,9 @@ import sys
 import time
 from pathlib import Path
 
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
 DOC = ROOT / "docs" / "system-model.md"
 BEGIN, END = "<!-- sm-slice:calibration:begin -->", "<!-- sm-slice:calibration:end -->"

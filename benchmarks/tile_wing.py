@@ -26,12 +26,11 @@ import argparse
 import ast
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from doc_sections import write_section     # noqa: E402  (benchmarks/ on sys.path)
 
 DOC = ROOT / "docs" / "tile" / "figures.md"
 BEGIN, END = "<!-- tile:wing:begin -->", "<!-- tile:wing:end -->"

@@ -10,10 +10,10 @@ import math
 
 import pytest
 
-from conftest import run_cli
 from tricut.models.config import load_gpu, load_model
 from tricut.models.dsu import PARK_POLICIES
 from tricut.models.tiers import load_tiers
+from tricut.sim.cli.testing import run_cli
 from tricut.sim.fast.agentic import AgenticOptions, simulate_sessions
 from tricut.sim.fast.kv_tiers import LedgerError, transfer_time_s
 from tricut.sim.fast.sessions import Session, Turn, agentic, sessions_from_requests

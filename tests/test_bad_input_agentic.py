@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli
+from tricut.sim.cli.testing import assert_one_line_error, run_cli
 
 S = ["--model", "llama-3-70b", "--tp", "8"]
 SAMPLE = "sim/data/agentic_sessions_sample.jsonl"

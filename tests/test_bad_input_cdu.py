@@ -9,7 +9,7 @@ would show as ``internal error``, exit 3).
 import json
 
 import pytest
-from conftest import assert_one_line_error, expand_argv, run_cli
+from tricut.sim.cli.testing import assert_one_line_error, expand_argv, run_cli
 
 
 # access-trace files: name -> content (bytes); "@name" in a case's argv is its path

@@ -8,7 +8,7 @@ the test if they are reached.
 import json
 
 import pytest
-from conftest import assert_one_line_error, expand_argv, run_cli
+from tricut.sim.cli.testing import assert_one_line_error, expand_argv, run_cli
 
 
 R = ["dsu", "run"]

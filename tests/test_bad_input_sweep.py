@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import assert_one_line_error, run_cli
+from tricut.sim.cli.testing import assert_one_line_error, run_cli
 from tricut.sim.sweep.store import SCHEMA_VERSION, ResultStore
 
 BASE = '[fixed]\nmodel = "llama-3-8b"\nsynthetic = 4\n'

@@ -10,7 +10,6 @@ waiting demand reads -- equal, transaction by transaction and beat by beat, to t
 those frames invalidated when the RTL reported the failure (``fault_reference``)."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,8 @@ import tricut.sim.harness.cdu as H
 from tricut.models.cdu import Pattern
 from tricut.sim.fast.cdu_replay import COUNTER_KEYS
 from tricut.sim.harness.cdu import HbmFaults, RtlMismatch, compare_rtl, replay_rtl, run_rtl
+from tricut.sim.harness import cdu_stimulus as B
 
-sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
-import cdu_bench as B  # noqa: E402
 
 OPS = B.random_ops(3, n=160) + B.edge_ops()
 RETRIES = B.PARAMS["max_retries"]

@@ -11,8 +11,6 @@ and the decisions stay those of the model. Random op mixes with retried HBM erro
 random backpressure on every stream, and directed cases."""
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +19,8 @@ from tricut.rtl.cdu.layouts import WAY_BITS, desc_layout, hbm_req_layout, ready_
 from tricut.sim.harness.cdu import (HbmModel, _Adapter, bench_schedules, compare_rtl,
                                     ops_to_descs)
 from tricut.sim.harness.streams import Sink, Source, drained, stream_rng
+from tricut.sim.harness import cdu_stimulus as B
 
-sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
-import cdu_bench as B  # noqa: E402
 
 FRAME_RESULTS = ("hit", "miss_alloc", "pf_issue", "w_hit", "w_alloc")
 ALLOC_RESULTS = ("miss_alloc", "pf_issue", "w_alloc")

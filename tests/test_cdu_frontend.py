@@ -10,7 +10,6 @@ Verilator (tests/cocotb/cdu_fe_equiv.py); every run ends with the drained check.
 import itertools
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,8 @@ from tricut.rtl.cdu.top import CDU
 from tricut.sim.harness.cdu import (RtlMismatch, compare_ops, compare_rtl, op_tuple,
                                     run_frontend_rtl, run_rtl)
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
+from tricut.sim.harness import cdu_stimulus as B
 
-sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
-import cdu_bench as B  # noqa: E402
 
 CASES = list(itertools.product(B.PATTERNS, B.POLICIES))
 #: (frames, distance) regimes: keep budget 0; budget > keep candidates; hash-thinned keep

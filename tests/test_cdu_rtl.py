@@ -7,7 +7,6 @@ after random latencies, error injection (retried reads stay equivalent; reads fa
 retry are reported, never dropped); every run ends with the drained check."""
 
 import random
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,7 @@ from tricut.rtl.cdu.top import CDU, CDUBackEnd
 from tricut.sim.harness.cdu import RtlMismatch, replay_rtl
 from tricut.sim.harness.cdu import run_rtl as _run_rtl
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
-
-sys.path.insert(0, str(Path(__file__).parent / "cocotb"))
-import cdu_bench as B  # noqa: E402
+from tricut.sim.harness import cdu_stimulus as B
 
 
 def run_rtl(descs, **kw):

@@ -7,8 +7,7 @@ import pytest
 
 from tricut.rtl.dsu.core import Core
 from tricut.sim.harness.cocotb_run import CocotbFailure, run_cocotb
-
-from test_dsu_core import C_PROGRAMS
+from tricut.sim.harness.firmware_programs import C_PROGRAMS
 
 COCOTB_DIR = Path(__file__).parent / "cocotb"
 

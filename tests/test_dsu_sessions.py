@@ -227,7 +227,7 @@ def _cli_golden_counts(path, policy, lead):
 
 @pytest.mark.parametrize("policy, lead", [("park-early", 2), ("drop", None)])
 def test_cli_sessions_amaranth(policy, lead, tmp_path, capsys):
-    from conftest import run_cli
+    from tricut.sim.cli.testing import run_cli
     path = tmp_path / "s.jsonl"
     path.write_text(SESSION_FILE)
     argv = ["dsu", "run", "--sessions", str(path), "--sim", "amaranth", "--slots", "4",
@@ -257,7 +257,7 @@ def test_cli_sessions_amaranth(policy, lead, tmp_path, capsys):
 
 def test_cli_sessions_wrong_expectation_fails(tmp_path, capsys, monkeypatch):
     """A golden expectation changed by one token of one move: the run must exit 1 naming it."""
-    from conftest import run_cli
+    from tricut.sim.cli.testing import run_cli
 
     import tricut.sim.harness.dsu as h
     real = h._golden_sessions

@@ -3,6 +3,7 @@ test files. models <- rtl <- sim.harness; models <- sim.fast; sim.sweep runs poi
 sim.fast and sim.harness, below the command line; sim.cli on top of them all."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,78 @@ def test_the_tile_harness_has_no_import_cycle():
     assert not cycle, "import cycle: " + " -> ".join(cycle)
     cycle = _cycle({m: graph[m] | lazy[m] for m in modules})
     assert not cycle, "import cycle through a function-level import: " + " -> ".join(cycle)
+
+
+#: the rooms whose modules the README's Layout table must name, one row per folder
+LAYOUT_ROOMS = ("models", "rtl", "sim", "benchmarks")
+#: package files that are not modules of their own
+NOT_MODULES = {"__init__.py", "__main__.py"}
+
+
+def module_folders(root: Path = ROOT) -> dict[str, list[str]]:
+    """Every folder under ``LAYOUT_ROOMS`` that holds modules, as ``"sim/cli/"``, with the file
+    names of its modules."""
+    folders = {}
+    for room in LAYOUT_ROOMS:
+        for f in sorted((root / room).rglob("*.py")):
+            if f.name not in NOT_MODULES and "__pycache__" not in f.parts:
+                folders.setdefault(f"{f.parent.relative_to(root).as_posix()}/", []).append(f.name)
+    return folders
+
+
+def layout_rows(readme: Path) -> dict[str, str]:
+    """The rows of ``readme``'s "## Layout" table whose first cell is a backticked folder
+    (``| `sim/cli/` | ... |``): folder -> the rest of the row."""
+    text = readme.read_text()
+    start = text.index("\n## Layout\n")
+    end = text.find("\n## ", start + 1)
+    rows = {}
+    for line in text[start:end if end >= 0 else None].splitlines():
+        if m := re.match(r"\|\s*`([^`]+/)`\s*\|(.*)\|\s*$", line):
+            assert m[1] not in rows, f"README.md's Layout table has two rows for `{m[1]}`"
+            rows[m[1]] = m[2]
+    return rows
+
+
+def layout_gaps(readme: Path, root: Path = ROOT) -> list[str]:
+    """What ``readme``'s Layout table gets wrong about the tree at ``root``: a folder of modules
+    with no row, a module its folder's row does not name in backticks, and a backticked ``.py``
+    name that does not exist (a bare name in the row's folder, a path from ``root``)."""
+    rows, gaps = layout_rows(readme), []
+    for folder, modules in module_folders(root).items():
+        if folder not in rows:
+            gaps.append(f"{folder} holds modules but has no row (`{folder}` | ...)")
+            continue
+        named = set(re.findall(r"`([^`]+)`", rows[folder]))
+        gaps += [f"the `{folder}` row does not name {folder}{m}" for m in modules if m not in named]
+    for folder, row in rows.items():
+        for name in re.findall(r"`([^`\s]+\.py)`", row):
+            here = root / folder / name if "/" not in name else root / name
+            if not here.is_file():
+                gaps.append(f"the `{folder}` row names `{name}`, which is not "
+                            f"{here.relative_to(root).as_posix()}")
+    return gaps
+
+
+def test_the_readme_layout_names_every_module():
+    """README.md's Layout table has one row per folder of modules under models/, rtl/, sim/ and
+    benchmarks/, naming each module by file name, and no name of a module that is gone."""
+    assert "sim/harness/tile/" in module_folders()
+    gaps = layout_gaps(ROOT / "README.md")
+    assert not gaps, "README.md's Layout table: " + "; ".join(gaps)
+
+
+def test_the_layout_check_sees_a_missing_row_a_missing_name_and_a_stale_one(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `sim/sweep/` |"))
+    broken = (text.replace(", `plotting.py` (", ", `plotting_gone.py` (")
+              .replace(" `models/` | ", " `model/` | ")
+              .replace(row, row.replace("`store.py`", "store.py")))
+    assert broken.count("`plotting_gone.py`") == 1 and "store.py (" in broken
+    (tmp_path / "README.md").write_text(broken)
+    gaps = layout_gaps(tmp_path / "README.md")
+    assert "models/ holds modules but has no row (`models/` | ...)" in gaps
+    assert "the `sim/` row does not name sim/plotting.py" in gaps
+    assert "the `sim/sweep/` row does not name sim/sweep/store.py" in gaps
+    assert "the `sim/` row names `plotting_gone.py`, which is not sim/plotting_gone.py" in gaps
+    assert "the `model/` row names `llama.py`, which is not model/llama.py" in gaps

@@ -332,7 +332,7 @@ def test_tile_run_gpu_flag_sets_the_slice():
 
 
 def test_cdu_geometry_flags_need_a_policy(capsys):
-    from conftest import run_cli
+    from tricut.sim.cli.testing import run_cli
     for flag, value in (("--cdu-sets", "3"), ("--cdu-ways", "4"), ("--distance", "999")):
         code, cap = run_cli(["tile", "run", flag, value], capsys)
         assert code == 2 and cap.err.strip().endswith(
@@ -386,7 +386,7 @@ def test_tile_run_gpu_on_the_rtl_prints_the_fast_models_cycles(tmp_path, capsys)
     RTL's cycles per layer equal to the timing model's, the fast model's beside them, in text
     and in ``--json``."""
     import json
-    from conftest import run_cli
+    from tricut.sim.cli.testing import run_cli
     gpu = tmp_path / "slice.toml"
     gpu.write_text(SHORT_SLICE_GPU)
     args = ["tile", "run", "--gpu", str(gpu), "--model", "tiny-te", "--prompt-lens", "3,5",
@@ -415,7 +415,7 @@ def test_rtl_calibration_case_with_the_cdu_on_verilator(tmp_path, capsys, monkey
     still resident, the fast model's too (its saving per resident block at this toy scale
     is the loose part: docs/system-model.md)."""
     import json
-    from conftest import run_cli
+    from tricut.sim.cli.testing import run_cli
     from tricut.sim.harness.tile import verilator as V
     monkeypatch.setattr(V, "DEFAULT_OPT", "-O0")
     gpu = tmp_path / "slice.toml"

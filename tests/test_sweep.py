@@ -29,8 +29,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import run_cli
 from tricut.sim import cli
+from tricut.sim.cli.testing import run_cli
 from tricut.sim.sweep.grid import load_grid
 from tricut.sim.sweep.runner import MAX_RETRIES
 from tricut.sim.sweep.tasks import SimulateTask

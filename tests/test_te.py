@@ -18,7 +18,6 @@ import warnings
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from tricut.models import formats as F
 from tricut.models import te as M
@@ -30,145 +29,25 @@ from tricut.rtl.te.fadd import FP32Add
 from tricut.rtl.te.fmul import FP32Mul
 from tricut.rtl.te.recip import FP32Recip
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, NotDrained, matrix_id
-from tricut.sim.harness.te import (TEVector, make_vector, plan_json, run_plan_amaranth, run_te,
+from tricut.sim.harness.te import (make_vector, plan_json, run_plan_amaranth, run_te,
                                    simulate_amaranth)
+from tricut.sim.harness.te_stimulus import (EDGE_NAMES, EDGE_SUBSET, FP32_EDGE, check_steps,
+                                            comb_run, edge_steps, matrix_steps,
+                                            random_fp32_bits, random_vector, rel_l2, with_fields)
 
 F32 = np.float32
 LONG_N = int(os.environ.get("TRICUT_TE_LONG_N", "20"))
 
 
 # ----------------------------------------------------------------------------------------------
-# shared stimulus helpers (also used by tests/test_te_cocotb.py)
-# ----------------------------------------------------------------------------------------------
-def random_vector(rng, kv_dtype, G, d, lanes, n, partial=False, q_mult=1.0, kv_mult=1.0):
-    q = (rng.standard_normal((G, d)) * q_mult).astype(F32)
-    k = (rng.standard_normal((n, d)) * kv_mult).astype(F32)
-    v = (rng.standard_normal((n, d)) * kv_mult).astype(F32)
-    return make_vector(q, k, v, kv_dtype, lanes=lanes, partial=partial)
-
-
-def _with(vec: TEVector, **kw):
-    d = dict(vec.__dict__)
-    d.update(kw)
-    return TEVector(**d)
-
-
-EDGE_NAMES = ["huge", "tiny", "equal", "mask", "allmask", "nan_q", "bad_kv", "empty", "early",
-              "early_k", "toolong", "partial", "empty_p", "early_p", "normal"]
-
-
-def edge_steps(rng, kv_dtype, G, d, lanes, only=None):
-    """Edge-case and bad-input steps (named as in ``EDGE_NAMES``), meant to run back to back
-    on one engine; ``only`` selects a subset (in that order)."""
-    steps = []
-    # huge scores: the softmax is one-hot, exp2 underflows to 0 for all but the max
-    steps.append(random_vector(rng, kv_dtype, G, d, lanes, 4, q_mult=40.0, kv_mult=4.0))
-    # tiny scores: products flush to zero, all scores equal
-    steps.append(random_vector(rng, kv_dtype, G, d, lanes, 3, q_mult=1e-25))
-    # all-equal keys
-    base = random_vector(rng, kv_dtype, G, d, lanes, 3)
-    steps.append(_with(base, k_codes=np.repeat(base.k_codes[:1], 3, axis=0),
-                       k_scales=None if base.k_scales is None
-                       else np.repeat(base.k_scales[:1], 3, axis=0)))
-    # -inf-like masks: q >= 0 and key rows of huge negative values -> score -inf (overflow)
-    q = np.abs(rng.standard_normal((G, d))).astype(F32) + F32(0.1)
-    k = rng.standard_normal((5, d)).astype(F32)
-    big = {"bf16": -3e38, "fp8": -448.0, "nvfp4": -6.0}[kv_dtype]
-    k[[0, 2]] = big
-    v = rng.standard_normal((5, d)).astype(F32)
-    scale = 1e36 if kv_dtype != "bf16" else None   # make fp8/nvfp4 masks overflow too
-    steps.append(make_vector(q, k, v, kv_dtype, lanes=lanes, scale=scale))
-    # fully masked context: every score -inf -> defined output (mean of v)
-    k2 = np.full((3, d), big, dtype=F32)
-    steps.append(make_vector(q, k2, v[:3], kv_dtype, lanes=lanes, scale=scale))
-    # NaN in q (head 0 only)
-    nanq = random_vector(rng, kv_dtype, G, d, lanes, 2)
-    qc = nanq.q_codes.copy()
-    qc[0, 3] = 0x7FC0
-    steps.append(_with(nanq, q_codes=qc))
-    # non-finite K/V element
-    bad = random_vector(rng, kv_dtype, G, d, lanes, 2)
-    if kv_dtype == "bf16":
-        vc = bad.v_codes.copy()
-        vc[1, 5] = 0x7F80          # +inf
-        steps.append(_with(bad, v_codes=vc))
-    elif kv_dtype == "fp8":
-        vc = bad.v_codes.copy()
-        vc[1, 5] = 0x7F            # NaN
-        steps.append(_with(bad, v_codes=vc))
-    else:
-        vs = bad.v_scales.copy()
-        vs[1, 0] = 0x7F            # NaN block scale
-        steps.append(_with(bad, v_scales=vs))
-    # empty context
-    e = random_vector(rng, kv_dtype, G, d, lanes, 0)
-    steps.append(e)
-    # stream ends early (5 announced, 2 sent)
-    steps.append(_with(random_vector(rng, kv_dtype, G, d, lanes, 2), n=5))
-    # stream ends before its first token: 3 announced, a single terminator beat with `last`
-    # (lands on a K beat)
-    steps.append(_with(random_vector(rng, kv_dtype, G, d, lanes, 0), n=3))
-    # stream longer than announced (2 announced, 4 sent)
-    steps.append(_with(random_vector(rng, kv_dtype, G, d, lanes, 4), n=2))
-    # partial (Flash-Decoding) output, then a normal step: nothing left over from the above
-    steps.append(random_vector(rng, kv_dtype, G, d, lanes, 3, partial=True))
-    # partial mode with an empty context / an early end: o = 0, m = -inf, l = 0
-    steps.append(random_vector(rng, kv_dtype, G, d, lanes, 0, partial=True))
-    steps.append(_with(random_vector(rng, kv_dtype, G, d, lanes, 1, partial=True), n=2))
-    steps.append(random_vector(rng, kv_dtype, G, d, lanes, 3))
-    named = dict(zip(EDGE_NAMES, steps))
-    return [named[k] for k in (only or EDGE_NAMES)]
-
-
-def mac_ops(vec: TEVector, gold):
-    dk = vec.d // vec.lanes
-    n = vec.n_announced
-    if gold.status["early_end"] or gold.status["empty"]:
-        return None
-    return vec.G * dk * (3 * n + (0 if vec.partial else 1))
-
-
-def check_steps(vecs, res, check_cycles=False):
-    assert len(res) == len(vecs)
-    for i, (vec, r) in enumerate(zip(vecs, res)):
-        gold = vec.golden()
-        exp = vec.expected_out_beats(gold)
-        if r.out_beats != exp:
-            bad = [j for j, (a, b) in enumerate(zip(r.out_beats, exp)) if a != b]
-            raise AssertionError(
-                f"step {i}: {len(bad)} of {len(exp)} output beats differ from the model "
-                f"(first at beat {bad[:1]}; got {len(r.out_beats)} beats)")
-        assert r.status == gold.status, f"step {i}: status {r.status} != model {gold.status}"
-        if check_cycles:
-            assert r.cycles == M.te_cycles(vec.n_announced, vec.d, vec.G, vec.lanes,
-                                           vec.partial), f"step {i}: {r.cycles} cycles"
-            ops = mac_ops(vec, gold)
-            assert ops is None or r.mac_busy == ops, f"step {i}: mac_busy {r.mac_busy} != {ops}"
-
-
-# ----------------------------------------------------------------------------------------------
 # arithmetic primitives: model vs an independent float64 construction, RTL vs model
 # ----------------------------------------------------------------------------------------------
-def _rand_bits(rng, n, emin=100, emax=160, wild=0.1):
-    s = rng.integers(0, 2, n)
-    e = rng.integers(emin, emax, n)
-    e = np.where(rng.random(n) < wild, rng.integers(0, 256, n), e)
-    f = rng.integers(0, 1 << 23, n)
-    f = np.where(rng.random(n) < 0.05, 0, f)
-    return (s << 31) | (e << 23) | f
-
-
-EDGE = [0, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x80800000, 0x7F7FFFFF,
-        0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x3F800000, 0xBF800000,
-        0x3F7FFFFF, 0x3F800001, 0x00FFFFFF, 0x01000000, 0x7F000000, 0x3FB8AA3B, 0x40000000]
-
-
 def _operands(rng, n):
-    a = _rand_bits(rng, n)
-    b = _rand_bits(rng, n)
+    a = random_fp32_bits(rng, n)
+    b = random_fp32_bits(rng, n)
     k = n // 3                       # near-cancellation / close exponents for the adder
     b[:k] = ((a[:k] ^ (1 << 31)) + rng.integers(-40, 40, k)) & 0xFFFFFFFF
-    ea, eb = np.meshgrid(np.array(EDGE), np.array(EDGE))
+    ea, eb = np.meshgrid(np.array(FP32_EDGE), np.array(FP32_EDGE))
     # results near the flush / overflow boundaries
     lo = (rng.integers(0, 2, 200) << 31) | (rng.integers(55, 72, 200) << 23) | rng.integers(0, 1 << 23, 200)
     hi = (rng.integers(0, 2, 200) << 31) | (rng.integers(184, 200, 200) << 23) | rng.integers(0, 1 << 23, 200)
@@ -226,27 +105,12 @@ def test_exp2_error_and_specials():
     assert M.exp2_diff(M.NEG_INF, M.NEG_INF) == M.ONE
 
 
-def _comb_run(dut, ins, outs, vectors):
-    got = []
-
-    async def tb(ctx):
-        for vals in zip(*vectors):
-            for port, v in zip(ins, vals):
-                ctx.set(port, int(v))
-            got.append(tuple(ctx.get(o) for o in outs))
-
-    sim = Simulator(dut)
-    sim.add_testbench(tb)
-    sim.run()
-    return got
-
-
 @pytest.mark.parametrize("unit", ["fmul", "fadd"])
 def test_rtl_binary_units_match_model(unit):
     rng = np.random.default_rng(21)
     a, b = _operands(rng, 3000)
     dut, fn = (FP32Mul(), M.fmul) if unit == "fmul" else (FP32Add(), M.fadd)
-    got = np.array([g[0] for g in _comb_run(dut, [dut.a, dut.b], [dut.y], [a, b])])
+    got = np.array([g[0] for g in comb_run(dut, [dut.a, dut.b], [dut.y], [a, b])])
     exp = fn(a, b)
     bad = np.nonzero(got != exp)[0]
     assert bad.size == 0, [(hex(a[i]), hex(b[i]), hex(got[i]), hex(exp[i])) for i in bad[:5]]
@@ -258,13 +122,13 @@ def test_rtl_unary_units_match_model(unit):
     if unit == "exp2":
         x = np.concatenate([M.f2b(-rng.uniform(0, 130, 2500).astype(F32)),
                             M.f2b(-(F32(2.0) ** rng.uniform(-40, 0, 300).astype(F32))),
-                            _rand_bits(rng, 300), np.array(EDGE)])
+                            random_fp32_bits(rng, 300), np.array(FP32_EDGE)])
         dut, fn = Exp2(), M.exp2
     else:
-        x = np.concatenate([_rand_bits(rng, 3000), np.array(EDGE),
+        x = np.concatenate([random_fp32_bits(rng, 3000), np.array(FP32_EDGE),
                             (rng.integers(250, 256, 50) << 23) | rng.integers(0, 1 << 23, 50)])
         dut, fn = FP32Recip(), M.frecip
-    got = np.array([g[0] for g in _comb_run(dut, [dut.x], [dut.y], [x])])
+    got = np.array([g[0] for g in comb_run(dut, [dut.x], [dut.y], [x])])
     exp = fn(x)
     bad = np.nonzero(got != exp)[0]
     assert bad.size == 0, [(hex(x[i]), hex(got[i]), hex(exp[i])) for i in bad[:5]]
@@ -285,8 +149,8 @@ def test_rtl_dequant_matches_model(kv_dtype):
     tss = M.f2b((F32(2.0) ** rng.uniform(-20, 5, codes.shape[0])).astype(F32))
     dut = KVDequant(L, kv_dtype)
     words = [sum(int(c) << (bits * i) for i, c in enumerate(row)) for row in codes]
-    got = _comb_run(dut, [dut.codes.as_value(), dut.scale, dut.tensor_scale],
-                    [dut.values.as_value(), dut.nonfinite], [words, scales, tss])
+    got = comb_run(dut, [dut.codes.as_value(), dut.scale, dut.tensor_scale],
+                   [dut.values.as_value(), dut.nonfinite], [words, scales, tss])
     for row, sc, ts, (vals, nf) in zip(codes, scales, tss, got):
         exp = M.dequant_kv(row, kv_dtype, np.array([sc]).repeat(1), ts) if kv_dtype != "nvfp4" \
             else M.fmul(M.dequant_e2m1(row), M.fmul(ts, M.dequant_e4m3(sc)))
@@ -312,10 +176,6 @@ def test_model_dequant_agrees_with_formats():
 # ----------------------------------------------------------------------------------------------
 # model vs float64, Flash-Decoding combine
 # ----------------------------------------------------------------------------------------------
-def _rel_l2(a, b):
-    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / np.linalg.norm(b))
-
-
 @pytest.mark.parametrize("kv_dtype,bound", [("bf16", 1e-3), ("fp8", 1e-3), ("nvfp4", 1e-3)])
 def test_model_vs_float64(kv_dtype, bound):
     rng = np.random.default_rng(31)
@@ -327,8 +187,8 @@ def test_model_vs_float64(kv_dtype, bound):
     gold = vec.golden()
     qu, ku, vu = vec.used()
     ref_used = M.reference_f64(qu, ku, vu, 1 / math.sqrt(d))
-    datapath = _rel_l2(gold.out_f32(), ref_used)        # arithmetic error only
-    quant = _rel_l2(ref_used, M.reference_f64(q, k, v, 1 / math.sqrt(d)))  # storage format
+    datapath = rel_l2(gold.out_f32(), ref_used)        # arithmetic error only
+    quant = rel_l2(ref_used, M.reference_f64(q, k, v, 1 / math.sqrt(d)))  # storage format
     assert datapath <= bound, (kv_dtype, datapath)
     assert datapath <= 2e-6, (kv_dtype, datapath)       # measured ~5e-7 for all dtypes
     if kv_dtype == "bf16":
@@ -343,16 +203,18 @@ def test_flash_decoding_combine():
     full = base.golden()
     parts = []
     for lo, hi in ((0, 30), (30, 31), (31, 90)):
-        part = _with(base, k_codes=base.k_codes[lo:hi], v_codes=base.v_codes[lo:hi], partial=True)
+        part = with_fields(base, k_codes=base.k_codes[lo:hi], v_codes=base.v_codes[lo:hi],
+                           partial=True)
         r = part.golden()
         parts.append((r.out, r.m, r.l))
-    empty = _with(base, k_codes=base.k_codes[:0], v_codes=base.v_codes[:0], partial=True).golden()
+    empty = with_fields(base, k_codes=base.k_codes[:0], v_codes=base.v_codes[:0],
+                        partial=True).golden()
     parts.insert(1, (empty.out, empty.m, empty.l))      # an empty split contributes nothing
     comb = M.b2f(M.combine_partials(parts))
-    assert _rel_l2(comb, full.out_f32().astype(np.float64)) < 2e-6
+    assert rel_l2(comb, full.out_f32().astype(np.float64)) < 2e-6
     comb64 = M.combine_partials_f64(parts)
     qu, ku, vu = base.used()
-    assert _rel_l2(comb64, M.reference_f64(qu, ku, vu, 1 / math.sqrt(d))) < 2e-6
+    assert rel_l2(comb64, M.reference_f64(qu, ku, vu, 1 / math.sqrt(d))) < 2e-6
 
 
 # ----------------------------------------------------------------------------------------------
@@ -408,9 +270,6 @@ def test_engine_matches_model_random(kv_dtype, G, d):
     check_steps(vecs, res)
 
 
-EDGE_SUBSET = ["mask", "allmask", "bad_kv", "toolong", "early_p", "normal"]
-
-
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_engine_edge_cases_back_to_back(kv_dtype):
     """bf16 runs every edge case; fp8/nvfp4 the ones whose arithmetic depends on the dtype."""
@@ -435,9 +294,9 @@ def test_engine_edge_cases_back_to_back(kv_dtype):
     assert not r.out.any() and np.all(r.m == M.NEG_INF) and not r.l.any()
     assert st["toolong"] == dict(clean, too_long=True)
     tl = vec["toolong"]
-    trunc = _with(tl, k_codes=tl.k_codes[:2], v_codes=tl.v_codes[:2],
-                  k_scales=None if tl.k_scales is None else tl.k_scales[:2],
-                  v_scales=None if tl.v_scales is None else tl.v_scales[:2], n=None)
+    trunc = with_fields(tl, k_codes=tl.k_codes[:2], v_codes=tl.v_codes[:2],
+                        k_scales=None if tl.k_scales is None else tl.k_scales[:2],
+                        v_scales=None if tl.v_scales is None else tl.v_scales[:2], n=None)
     assert np.array_equal(r_by["toolong"].out, trunc.golden().out)
     # semantics against float64 on the dequantised inputs
     scale = 1e36 if kv_dtype != "bf16" else 1 / 8
@@ -461,14 +320,6 @@ def test_engine_edge_cases_back_to_back(kv_dtype):
     assert np.allclose(out["huge"], M.reference_f64(qu, ku, vu, 1 / 8), rtol=1e-5, atol=1e-5)
     qu, ku, vu = vec["tiny"].used()
     assert np.allclose(out["tiny"], vu.astype(np.float64).mean(0), rtol=1e-5, atol=1e-6)
-
-
-def matrix_steps(rng, kv_dtype="bf16", G=1, d=64, lanes=16):
-    """A short step sequence for the idle x backpressure matrix: a random step, a partial
-    step, a stream longer than announced (drained by the engine) and an early end."""
-    return ([random_vector(rng, kv_dtype, G, d, lanes, 2),
-             random_vector(rng, kv_dtype, G, d, lanes, 1, partial=True)]
-            + edge_steps(rng, kv_dtype, G, d, lanes, only=["toolong", "early"]))
 
 
 @pytest.mark.parametrize("idle,backpressure", IDLE_BACKPRESSURE,
@@ -546,7 +397,7 @@ def test_run_te_returns_used_values_and_status():
     assert cycles == M.te_cycles(3, 64, 4, 16)
     assert not any(status.values())
     ref = M.reference_f64(qu, ku, vu, 1 / 8)
-    assert _rel_l2(out, ref) < 1e-5
+    assert rel_l2(out, ref) < 1e-5
 
 
 def test_bench_detects_a_wrong_model():
@@ -557,7 +408,7 @@ def test_bench_detects_a_wrong_model():
     res = simulate_amaranth([vec])
     kc = vec.k_codes.copy()
     kc[0, 0] ^= 1                           # one bit of one key element
-    wrong = _with(vec, k_codes=kc)
+    wrong = with_fields(vec, k_codes=kc)
     with pytest.raises(AssertionError):
         check_steps([wrong], res)
 

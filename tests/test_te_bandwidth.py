@@ -1,7 +1,8 @@
-"""benchmarks/te_bandwidth.py (issue 12, serial baseline, split and pipelined engines): the bandwidth
-table's arithmetic for both engines, the report's rows, the utilisation figures (canned step
-results, and one tiny Amaranth run), the area grouping and ratios, the nextpnr parser on canned
-input, the flags. No Yosys, no place and route."""
+"""benchmarks/te_bandwidth.py (issue 12, serial baseline, split and pipelined engines; its blocks
+in ``sim/harness/te_figures.py``): the bandwidth table's arithmetic for both engines, the
+report's rows, the utilisation figures (canned step results, and one tiny Amaranth run), the
+area grouping and ratios, the nextpnr parser on canned input, the flags. No Yosys, no place and
+route."""
 
 import json
 import subprocess
@@ -12,8 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from tricut.models.config import KV_DTYPES
-
-from conftest import load_benchmark
+from tricut.sim.harness import te_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "te_bandwidth.py"
@@ -21,7 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "te_bandwidth.py"
 
 @pytest.fixture(scope="module")
 def tb():
-    return load_benchmark("te_bandwidth")
+    return te_figures
 
 
 @pytest.fixture(scope="module")
@@ -351,10 +351,10 @@ def test_area_dir_reuses_results(tb, tmp_path, monkeypatch):
     def no_yosys(*a, **k):
         raise AssertionError("Yosys run")
     monkeypatch.setattr(tb, "measure_area", no_yosys)
-    got = tb._area_results([(128, 8, 32, "fp8")], "split", tmp_path, log=lambda *a: None)
+    got = tb.area_results([(128, 8, 32, "fp8")], "split", tmp_path, log=lambda *a: None)
     assert got[0]["total"]["cells"] == 123_456
     with pytest.raises(AssertionError, match="Yosys run"):
-        tb._area_results([(128, 8, 16, "fp8")], "split", tmp_path, log=lambda *a: None)
+        tb.area_results([(128, 8, 16, "fp8")], "split", tmp_path, log=lambda *a: None)
 
 
 def test_fmax_report_before_after(tb):

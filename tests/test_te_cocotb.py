@@ -15,8 +15,8 @@ import numpy as np
 from tricut.models import te as M
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE
 from tricut.sim.harness.te import simulate_verilator, simulate_verilator_matrix
-
-from test_te import EDGE_NAMES, check_steps, edge_steps, matrix_steps, random_vector
+from tricut.sim.harness.te_stimulus import (EDGE_NAMES, check_steps, edge_steps, matrix_steps,
+                                            random_vector)
 
 LONG_N = int(os.environ.get("TRICUT_TE_LONG_N", "20"))
 

@@ -19,8 +19,7 @@ from tricut.rtl.te.dequant import KVDequant
 from tricut.rtl.te.engine import TEEngine
 from tricut.rtl.te.layouts import kv_layout, kv_scale_bits, pack_kv_beats
 from tricut.sim.harness.te import make_vector, simulate_amaranth
-
-from test_te import _comb_run
+from tricut.sim.harness.te_stimulus import comb_run
 
 F32 = np.float32
 
@@ -122,8 +121,8 @@ def test_dequant_nvfp4_32_lanes_two_block_scales():
     dut = KVDequant(L, "nvfp4")
     words = [_word(row, 4) for row in codes]
     swords = [int(s0) | int(s1) << 8 for s0, s1 in scales]
-    got = _comb_run(dut, [dut.codes.as_value(), dut.scale, dut.tensor_scale],
-                    [dut.values.as_value(), dut.nonfinite], [words, swords, tss])
+    got = comb_run(dut, [dut.codes.as_value(), dut.scale, dut.tensor_scale],
+                   [dut.values.as_value(), dut.nonfinite], [words, swords, tss])
     for row, sc, ts, (vals, nf) in zip(codes, scales, tss, got):
         exp = M.dequant_nvfp4(row, sc, ts)
         gotv = [(vals >> (32 * i)) & 0xFFFFFFFF for i in range(L)]
@@ -137,10 +136,10 @@ def test_dequant_32_lanes_ignores_scale(kv_dtype):
     L, nb, bits = 32, 40, M.KV_CODE_BITS[kv_dtype]
     codes = rng.integers(0, 1 << bits, (nb, L))
     dut = KVDequant(L, kv_dtype)
-    got = _comb_run(dut, [dut.codes.as_value(), dut.scale, dut.tensor_scale],
-                    [dut.values.as_value()],
-                    [[_word(r, bits) for r in codes], rng.integers(0, 1 << 16, nb),
-                     rng.integers(0, 1 << 32, nb)])
+    got = comb_run(dut, [dut.codes.as_value(), dut.scale, dut.tensor_scale],
+                   [dut.values.as_value()],
+                   [[_word(r, bits) for r in codes], rng.integers(0, 1 << 16, nb),
+                    rng.integers(0, 1 << 32, nb)])
     for row, (vals,) in zip(codes, got):
         exp = M.dequant_kv(row, kv_dtype)
         assert [(vals >> (32 * i)) & 0xFFFFFFFF for i in range(L)] == [int(x) for x in exp]

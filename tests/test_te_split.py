@@ -21,37 +21,16 @@ from tricut.rtl.te.pipelined_engine import TEPipelinedEngine
 from tricut.rtl.te.split_engine import TESplitEngine
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
 from tricut.sim.harness.te import make_vector, rising_max_inputs, simulate_amaranth
-
-from test_te import (EDGE_NAMES, EDGE_SUBSET, EDGE, _comb_run, _rand_bits, _rel_l2, _with,
-                     check_steps, edge_steps, matrix_steps, random_vector)
+from tricut.sim.harness.te_stimulus import (EDGE_NAMES, EDGE_SUBSET, FP32_EDGE, binary_operands,
+                                            check_split, comb_run, edge_steps, matrix_steps,
+                                            mismatches, on_engine, random_fp32_bits,
+                                            random_vector, rel_l2, stream)
 
 F32 = np.float32
 
 
 #: the engines with two lane arrays (the same arithmetic; pipelined adds registered stages)
 TWO_ARRAY_ENGINES = ("split", "pipelined")
-
-
-def split(vecs, engine="split"):
-    return [_with(v, engine=engine) for v in vecs]
-
-
-def check_split(vecs, res, check_cycles=False):
-    """RTL == model (out beats, status); with ``check_cycles`` the unstalled cycle formula and
-    the per-array op counts (``G*Dk`` per token each, ``Dk`` V ops per rescale event)."""
-    check_steps(vecs, res)
-    for i, (vec, r) in enumerate(zip(vecs, res)):
-        gold = vec.golden()
-        if check_cycles:
-            assert r.cycles == gold.cycles, f"step {i}: {r.cycles} != {gold.cycles} cycles"
-            if not (gold.status["early_end"] or gold.status["empty"]):
-                dk, n = vec.d // vec.lanes, vec.n_announced
-                assert r.k_busy == r.v_busy == vec.G * dk * n, (i, r.k_busy, r.v_busy)
-                ev, _ = M.rescale_events(vec.q_codes, vec.k_codes[:n], vec.kv_dtype,
-                                         vec.scale_bits, lanes=vec.lanes, engine=vec.engine,
-                                         k_scales=None if vec.k_scales is None
-                                         else vec.k_scales[:n], tensor_scale_bits=vec.ts_bits)
-                assert r.v_rescale == ev * dk, (i, r.v_rescale, ev)
 
 
 # ------------------------------------------------------------------------------ units
@@ -72,9 +51,9 @@ def test_ceil_int_model_equals_float64_ceiling():
 def test_ceil_int_rtl_matches_model():
     rng = np.random.default_rng(2)
     xs = np.concatenate([M.f2b((rng.standard_normal(1500) * 30).astype(F32)),
-                         _rand_bits(rng, 1500, emin=110, emax=160), np.array(EDGE)])
+                         random_fp32_bits(rng, 1500, emin=110, emax=160), np.array(FP32_EDGE)])
     dut = CeilInt()
-    got = [g for (g,) in _comb_run(dut, [dut.x], [dut.y], [xs])]
+    got = [g for (g,) in comb_run(dut, [dut.x], [dut.y], [xs])]
     want = M.ceil_int(xs)
     bad = [(hex(int(x)), hex(g), hex(int(w))) for x, g, w in zip(xs, got, want) if g != w]
     assert not bad, bad[:5]
@@ -86,12 +65,12 @@ def test_pow2scale_rtl_equals_fmul_on_every_alpha_the_engine_makes():
     rng = np.random.default_rng(3)
     alphas = [int(M.exp2(M.f2b(F32(-k)))) for k in range(0, 130)] + [0, M.ONE, M.QNAN]
     assert all((a & 0x7FFFFF) == 0 or a == M.QNAN for a in alphas)
-    a_vals = np.concatenate([_rand_bits(rng, 60, emin=1, emax=254), np.array(EDGE),
+    a_vals = np.concatenate([random_fp32_bits(rng, 60, emin=1, emax=254), np.array(FP32_EDGE),
                              M.f2b(F32([1e-37, -3e-38, 2.0 ** -100, np.inf, -np.inf]))])
     aa, pp = np.meshgrid(a_vals, np.array(alphas, dtype=np.int64))
     aa, pp = aa.ravel(), pp.ravel()
     dut = Pow2Scale()
-    got = [g for (g,) in _comb_run(dut, [dut.a, dut.p], [dut.y], [aa, pp])]
+    got = [g for (g,) in comb_run(dut, [dut.a, dut.p], [dut.y], [aa, pp])]
     want = M.fmul(aa, pp)
     bad = [(hex(int(a)), hex(int(p)), hex(g), hex(int(w)))
            for a, p, g, w in zip(aa, pp, got, want) if g != w]
@@ -104,8 +83,6 @@ def test_narrow_fmul_equals_fmul_on_operands_it_accepts(a_bits, b_bits, stages):
     """``FP32Mul(a_bits, b_bits)`` == ``fmul`` when the dropped significand bits are zero (a
     bf16 q times a bf16 / E4M3 key), combinational and pipelined; and it does ignore them:
     an operand with a dropped bit set is multiplied as if that bit were zero."""
-    from test_te_units import binary_operands, mismatches, stream
-
     from tricut.rtl.te.fmul import FP32Mul
     rng = np.random.default_rng(a_bits * 100 + b_bits + stages)
     a, b = binary_operands(rng, 500)
@@ -131,8 +108,6 @@ def test_v_lane_multiplier_one_pass_and_three_passes_equal_fmul(stages):
     backpressure) == ``fmul`` for any operands (``o * (1/l)``). ``stages=1`` (the pipelined
     engine's): the same results one cycle later."""
     from amaranth.sim import Simulator
-
-    from test_te_units import binary_operands
 
     from tricut.rtl.te.vmul import VLaneMul
     rng = np.random.default_rng(11)
@@ -196,7 +171,7 @@ def test_split_model_vs_float64_within_the_serial_bounds(kv_dtype):
             vec = make_vector(q, k, v, kv_dtype, lanes=8, engine=engine)
             qu, ku, vu = vec.used()
             ref = M.reference_f64(qu, ku, vu, 1 / math.sqrt(d))
-            errs[engine] = _rel_l2(vec.golden().out_f32(), ref)
+            errs[engine] = rel_l2(vec.golden().out_f32(), ref)
         assert errs["split"] <= 2e-6, (kv_dtype, errs)
         print(f"{kv_dtype}: datapath rel L2 serial {errs['serial']:.2e} split {errs['split']:.2e}")
 
@@ -237,8 +212,9 @@ def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(engine,
     seed = SHAPES.index(shape)
     rng = np.random.default_rng(100 + seed)
     n = 3 if G * d // lanes > 64 else 5
-    vecs = split([random_vector(rng, kv_dtype, G, d, lanes, n),
-                  make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)], engine)
+    vecs = on_engine([random_vector(rng, kv_dtype, G, d, lanes, n),
+                      make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)],
+                     engine)
     res = simulate_amaranth(vecs)
     check_split(vecs, res, check_cycles=True)
     assert res[0].cycles == res[1].cycles
@@ -253,7 +229,7 @@ def test_split_engine_edge_cases_back_to_back(kv_dtype, engine):
     rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])
     G, d, L = 2, 64, 16
     names = EDGE_NAMES if kv_dtype == "bf16" else EDGE_SUBSET
-    vecs = split(edge_steps(rng, kv_dtype, G, d, L, only=names), engine)
+    vecs = on_engine(edge_steps(rng, kv_dtype, G, d, L, only=names), engine)
     res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=7)
     check_split(vecs, res)
     st = {nm: r.status for nm, r in zip(names, res)}
@@ -277,7 +253,7 @@ def test_split_engine_edge_cases_back_to_back(kv_dtype, engine):
                          ids=[matrix_id(p) for p in IDLE_BACKPRESSURE])
 def test_split_engine_idle_backpressure_matrix(idle, backpressure, engine):
     rng = np.random.default_rng(7000)
-    vecs = split(matrix_steps(rng, G=2, lanes=16), engine)
+    vecs = on_engine(matrix_steps(rng, G=2, lanes=16), engine)
     res = simulate_amaranth(vecs, idle=idle, backpressure=backpressure, seed=11)
     check_split(vecs, res)
     formula = sum(v.golden().cycles for v in vecs[:2])
@@ -296,8 +272,8 @@ def test_split_engine_lane_utilisation(engine, G, d, lanes):
     operations per cycle; the per-token cost is ``(G+1)*Dk`` whatever the data."""
     rng = np.random.default_rng(5000 + G)
     n = 4
-    vecs = split([random_vector(rng, "bf16", G, d, lanes, n),
-                  random_vector(rng, "bf16", G, d, lanes, n + 1)], engine)
+    vecs = on_engine([random_vector(rng, "bf16", G, d, lanes, n),
+                      random_vector(rng, "bf16", G, d, lanes, n + 1)], engine)
     r1, r2 = simulate_amaranth(vecs)
     check_split(vecs, [r1, r2], check_cycles=True)
     dk = d // lanes

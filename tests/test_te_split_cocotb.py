@@ -6,9 +6,7 @@ cocotb test per engine (32 lanes); the cycle formula and the rescale count witho
 import numpy as np
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE
 from tricut.sim.harness.te import make_vector, rising_max_inputs, simulate_verilator_matrix
-
-from test_te import edge_steps, random_vector
-from test_te_split import check_split, split
+from tricut.sim.harness.te_stimulus import check_split, edge_steps, on_engine, random_vector
 
 
 def _matrix(engine, kv_dtype, G, d, L, n_random, n_rising, seed, plan_seed):
@@ -16,12 +14,12 @@ def _matrix(engine, kv_dtype, G, d, L, n_random, n_rising, seed, plan_seed):
     steps through one Verilator build under every (idle, backpressure) pair: RTL == model;
     unstalled, the cycle formula and the worst-case rescale count."""
     rng = np.random.default_rng(seed)
-    vecs = split([random_vector(rng, kv_dtype, G, d, L, n_random),
-                  make_vector(*rising_max_inputs(rng, G, d, n_rising), kv_dtype, lanes=L),
-                  random_vector(rng, kv_dtype, G, d, L, 3, partial=True)]
-                 + edge_steps(rng, kv_dtype, G, d, L,
-                              only=["mask", "bad_kv", "empty", "early", "toolong", "normal"]),
-                 engine)
+    vecs = on_engine([random_vector(rng, kv_dtype, G, d, L, n_random),
+                      make_vector(*rising_max_inputs(rng, G, d, n_rising), kv_dtype, lanes=L),
+                      random_vector(rng, kv_dtype, G, d, L, 3, partial=True)]
+                     + edge_steps(rng, kv_dtype, G, d, L,
+                                  only=["mask", "bad_kv", "empty", "early", "toolong", "normal"]),
+                     engine)
     runs = simulate_verilator_matrix(vecs, seed=plan_seed)
     assert list(runs) == IDLE_BACKPRESSURE
     for pair, res in runs.items():

@@ -14,8 +14,7 @@ from tricut.models import te as M
 from tricut.models.config import KV_DTYPES
 from tricut.sim.fast.te_twin import PRIMITIVES, primitives, te_decode_fast
 from tricut.sim.harness.te import TEVector, make_vector, rising_max_inputs
-
-from test_te import EDGE_NAMES, _with, edge_steps, random_vector
+from tricut.sim.harness.te_stimulus import EDGE_NAMES, edge_steps, random_vector, with_fields
 
 #: (G, head_dim, lanes): the narrowest and widest lanes, one beat per head and many
 SHAPES = [(1, 64, 2), (4, 128, 32), (7, 256, 16), (16, 64, 8)]
@@ -92,8 +91,8 @@ def test_random_inputs_every_dtype_engine_shape(kv_dtype, engine):
     for G, d, lanes in SHAPES:
         for partial in (False, True):
             n = int(rng.integers(9, 24))
-            vec = _with(random_vector(rng, kv_dtype, G, d, lanes, n, partial=partial,
-                                      q_mult=3.0), engine=engine)
+            vec = with_fields(random_vector(rng, kv_dtype, G, d, lanes, n, partial=partial,
+                                            q_mult=3.0), engine=engine)
             if kv_dtype == "nvfp4":
                 assert vec.k_scales is not None and vec.ts_bits != 0
             want = check(vec, f"{kv_dtype} {engine} G={G} d={d} L={lanes} partial={partial}")
@@ -126,29 +125,33 @@ def test_edge_cases(kv_dtype, engine):
     G, d, lanes = 4, 64, 8
     flags = {}
     for name, vec in zip(EDGE_NAMES, edge_steps(rng, kv_dtype, G, d, lanes)):
-        flags[name] = check(_with(vec, engine=engine), f"{name} {kv_dtype} {engine}").status
+        flags[name] = check(with_fields(vec, engine=engine),
+                            f"{name} {kv_dtype} {engine}").status
     assert flags["empty"]["empty"] and flags["empty_p"]["empty"]
     assert flags["early"]["early_end"] and flags["early_k"]["early_end"]
     assert flags["toolong"]["too_long"]
     assert flags["nan_q"]["nonfinite_in"] and flags["bad_kv"]["nonfinite_in"]
     assert flags["nan_q"]["nonfinite_out"]
     for partial in (False, True):
-        one = _with(random_vector(rng, kv_dtype, G, d, lanes, 1, partial=partial), engine=engine)
+        one = with_fields(random_vector(rng, kv_dtype, G, d, lanes, 1, partial=partial),
+                          engine=engine)
         check(one, f"n=1 {kv_dtype} {engine} partial={partial}")
-        check(_with(one, n=1, k_codes=np.concatenate([one.k_codes] * 3),
-                    v_codes=np.concatenate([one.v_codes] * 3),
-                    k_scales=None if one.k_scales is None else np.concatenate([one.k_scales] * 3),
-                    v_scales=None if one.v_scales is None else np.concatenate([one.v_scales] * 3)),
+        check(with_fields(one, n=1, k_codes=np.concatenate([one.k_codes] * 3),
+                          v_codes=np.concatenate([one.v_codes] * 3),
+                          k_scales=None if one.k_scales is None
+                          else np.concatenate([one.k_scales] * 3),
+                          v_scales=None if one.v_scales is None
+                          else np.concatenate([one.v_scales] * 3)),
               f"n=1 of 3 {kv_dtype} {engine}")
-    base = _with(random_vector(rng, kv_dtype, G, d, lanes, 5), engine=engine)
+    base = with_fields(random_vector(rng, kv_dtype, G, d, lanes, 5), engine=engine)
     qc = base.q_codes.copy()
     qc[1, 7] = 0x7F80                                   # +inf in q, head 1
-    st = check(_with(base, q_codes=qc), f"inf q {kv_dtype} {engine}").status
+    st = check(with_fields(base, q_codes=qc), f"inf q {kv_dtype} {engine}").status
     assert st["nonfinite_in"] and st["nonfinite_out"]
     if kv_dtype == "bf16":
         kc = base.k_codes.copy()
         kc[2, 3] = 0xFF80                               # -inf in K, token 2
-        st = check(_with(base, k_codes=kc), f"-inf k {kv_dtype} {engine}").status
+        st = check(with_fields(base, k_codes=kc), f"-inf k {kv_dtype} {engine}").status
         assert st["nonfinite_in"]
 
 
@@ -177,7 +180,7 @@ def test_odd_inputs_behave_as_the_golden():
     rng = np.random.default_rng(5)
     vec = random_vector(rng, "bf16", 2, 64, 8, 4)
     nv = random_vector(rng, "nvfp4", 2, 64, 8, 4)
-    for odd in (_with(vec, v_codes=vec.v_codes[:2]), _with(nv, k_scales=None)):
+    for odd in (with_fields(vec, v_codes=vec.v_codes[:2]), with_fields(nv, k_scales=None)):
         args, kw = _args(odd)
         errors = []
         for fn in (M.te_decode, te_decode_fast):
@@ -185,8 +188,9 @@ def test_odd_inputs_behave_as_the_golden():
                 fn(*args, **kw)
             errors.append((type(e.value), str(e.value)))
         assert errors[0] == errors[1]
-    check(_with(vec, n=-1), "n=-1")
-    check(_with(vec, scale_bits=M.f2b(np.array([0.125, 0.25], np.float32))), "scale per head")
+    check(with_fields(vec, n=-1), "n=-1")
+    check(with_fields(vec, scale_bits=M.f2b(np.array([0.125, 0.25], np.float32))),
+          "scale per head")
 
 
 def test_random_codes_over_the_whole_code_space():

@@ -5,7 +5,7 @@ Amaranth simulator; output ``i`` is read ``stages`` cycles after input ``i`` and
 the model (seeded random operands plus named edge cases: ±0, flushed denormals, ±inf, NaN,
 overflow, rounding ties). ``y_valid`` is checked against a random ``valid`` pattern, and a
 wrong latency is shown to be caught. ``stages`` = 0 is the combinational unit (also covered
-by tests/test_te.py)."""
+by tests/test_te.py). Operands and the driver: ``sim/harness/te_stimulus.py``."""
 
 from __future__ import annotations
 
@@ -14,98 +14,18 @@ import warnings
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
 
 from tricut.models import te as M
 from tricut.rtl.te.exp2 import Exp2
 from tricut.rtl.te.fadd import FP32Add
 from tricut.rtl.te.fmul import FP32Mul
 from tricut.rtl.te.recip import FP32Recip
-
-F32 = np.float32
-#: named edge operands: ±0, denormals (flushed), min normal, max finite, ±inf, NaNs, 1 and
-#: its neighbours, 2**-126 +- ulp, log2(e), 2
-EDGE = [0, 0x80000000, 0x00000001, 0x807FFFFF, 0x00800000, 0x80800000, 0x7F7FFFFF,
-        0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x3F800000, 0xBF800000,
-        0x3F7FFFFF, 0x3F800001, 0x00FFFFFF, 0x01000000, 0x7F000000, 0x3FB8AA3B, 0x40000000]
-#: (a, b) pairs whose exact result is a rounding tie or overflows / underflows
-NAMED_PAIRS = {
-    "tie_add_even": (0x3F800000, 0x33800000),    # 1 + 2**-24: tie, rounds to 1.0
-    "tie_add_odd": (0x3F800001, 0x33800000),     # tie, rounds up to even
-    "tie_mul": (0x3FC00001, 0x3FC00000),         # (1.5 + ulp) * 1.5
-    "overflow": (0x7F7FFFFF, 0x7F7FFFFF),
-    "underflow": (0x00800000, 0x3F000000),       # 2**-127 flushes to +0
-    "cancel": (0x3F800000, 0xBF800000),
-    "inf_minus_inf": (0x7F800000, 0xFF800000),
-    "inf_times_zero": (0x7F800000, 0x00000000),
-    "neg_zeros": (0x80000000, 0x80000000),
-}
-
-
-def _rand_bits(rng, n, emin=100, emax=160, wild=0.1):
-    s = rng.integers(0, 2, n)
-    e = np.where(rng.random(n) < wild, rng.integers(0, 256, n), rng.integers(emin, emax, n))
-    f = np.where(rng.random(n) < 0.05, 0, rng.integers(0, 1 << 23, n))
-    return ((s << 31) | (e << 23) | f).astype(np.int64)
-
-
-def binary_operands(rng, n):
-    a, b = _rand_bits(rng, n), _rand_bits(rng, n)
-    k = n // 3                      # near-cancellation for the adder
-    b[:k] = ((a[:k] ^ (1 << 31)) + rng.integers(-40, 40, k)) & 0xFFFFFFFF
-    ea, eb = np.meshgrid(np.array(EDGE), np.array(EDGE))
-    na, nb = zip(*NAMED_PAIRS.values())
-    return (np.concatenate([a, ea.ravel(), na, nb]).astype(np.int64),
-            np.concatenate([b, eb.ravel(), nb, na]).astype(np.int64))
-
-
-def unary_operands(unit, rng, n):
-    if unit == "exp2":
-        return np.concatenate([M.f2b(-rng.uniform(0, 130, n).astype(F32)),
-                               M.f2b(-(F32(2.0) ** rng.uniform(-40, 0, n // 4).astype(F32))),
-                               _rand_bits(rng, n // 4), np.array(EDGE)]).astype(np.int64)
-    return np.concatenate([_rand_bits(rng, n), np.array(EDGE),
-                           (rng.integers(250, 256, 40) << 23) | rng.integers(0, 1 << 23, 40)])
-
+from tricut.sim.harness.te_stimulus import binary_operands, mismatches, stream, unary_operands
 
 UNITS = {"fmul": (FP32Mul, M.fmul, 2), "fadd": (FP32Add, M.fadd, 2),
          "exp2": (Exp2, M.exp2, 1), "recip": (FP32Recip, M.frecip, 1)}
 #: stages tested per unit: combinational, one intermediate, the full pipeline
 STAGES = {"fmul": (0, 1, 3), "fadd": (0, 2, 3), "exp2": (0, 2, 3), "recip": (0, 2, 5)}
-
-
-def stream(dut, operands, valid=None):
-    """Drive one operand set per cycle (back to back) and return, per cycle, (y, y_valid):
-    ``len(operands[0]) + dut.stages`` cycles, so output ``i`` is at cycle ``i + stages``."""
-    ins = [dut.a, dut.b] if len(operands) == 2 else [dut.x]
-    n = len(operands[0])
-    got = []
-
-    async def tb(ctx):
-        for t in range(n + dut.stages):
-            if t < n:
-                for port, v in zip(ins, operands):
-                    ctx.set(port, int(v[t]))
-            if dut.stages:
-                ctx.set(dut.valid, int(valid[t]) if valid is not None and t < n else int(t < n))
-            got.append((ctx.get(dut.y), ctx.get(dut.y_valid) if dut.stages else 1))
-            await (ctx.tick() if dut.stages else ctx.delay(1e-9))
-
-    sim = Simulator(dut)
-    if dut.stages:
-        sim.add_clock(1e-9)
-    sim.add_testbench(tb)
-    sim.run()
-    return got
-
-
-def mismatches(got, operands, fn, latency):
-    """Indices ``i`` where the output read ``latency`` cycles after input ``i`` is not the model's."""
-    exp = fn(*operands)
-    ys = np.array([g[0] for g in got[latency:latency + len(exp)]])
-    if ys.size < len(exp):
-        ys = np.concatenate([ys, np.full(len(exp) - ys.size, -1)])
-    return np.nonzero(ys != exp)[0]
 
 
 def _operands(unit, seed, n):

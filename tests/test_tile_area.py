@@ -160,7 +160,7 @@ endmodule
 def test_area_of_a_behavioural_model_is_refused_before_yosys(unit, tmp_path, capsys):
     """The behavioural memory models are for simulation: ``--area`` is one line, exit 2,
     before anything is written (it used to run Yosys and fail on the memories)."""
-    from conftest import assert_one_line_error, run_cli
+    from tricut.sim.cli.testing import assert_one_line_error, run_cli
     out = tmp_path / "out"
     code, cap = run_cli(["verilog", unit, "-o", str(out), "--area"], capsys)
     assert_one_line_error(code, cap, f"--area: {unit} is a behavioural model")

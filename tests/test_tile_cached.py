@@ -9,9 +9,9 @@ simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --
   counters: ``static`` (bf16, 1 engine: the second KV head's pass re-reads from HBM) here;
   the ``adaptive`` (fp8, 4 engines, split-K on the longer contexts, evictions and eviction
   holds) and ``disabled`` (NVFP4, 2 engines at 32 lanes, two block scales a K/V word: every
-  block a bypass, read from HBM by the streamer) setups defined here run on Verilator
-  (``tests/test_tile_cosim_verilator.py``, cycle-identical to this simulator), at a
-  fraction of the time;
+  block a bypass, read from HBM by the streamer) setups of ``sim/harness/tile/cases.py`` run
+  on Verilator (``tests/test_tile_cosim_verilator.py``, cycle-identical to this simulator), at
+  a fraction of the time;
 * the L2 is used: with ``static`` every demand read hits and its blocks come from L2 frames
   the fill engine wrote;
 * the checks can fail: a flipped HBM bit of a block that reaches the TE only through an L2
@@ -35,22 +35,13 @@ import pytest
 from tricut.rtl.tile.attention_layouts import kv_addr
 from tricut.rtl.tile.attention_path import AttentionPath
 from tricut.rtl.tile.unit_streamer import UnitStreamer
+from tricut.sim.cli.testing import assert_one_line_error, run_cli
 from tricut.sim.harness.cdu import txn_tuple
 from tricut.sim.harness.tile import cosim
 from tricut.sim.harness.tile.compare import compare_cdu
 from tricut.sim.harness.tile.cosim import simulate
+from tricut.sim.harness.tile.cases import STATIC
 from tricut.sim.harness.tile.golden import RunInputs, golden_run
-from tricut.sim.harness.tile.setup import Setup
-
-from conftest import assert_one_line_error, run_cli
-
-STATIC = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 17), steps=2, engines=1,
-                 max_ctx=32, policy="static")
-ADAPTIVE = Setup(lanes=16, model="tiny-te", requests=3, prompt_lens=(3, 17, 9), steps=2, engines=4,
-                   max_ctx=32, policy="adaptive", split_tokens=12, kv_dtype="fp8")
-#: 32 lanes: a K/V word carries two NVFP4 block scales
-DISABLED = Setup(model="tiny-te", requests=2, prompt_lens=(5, 16), steps=2, engines=2,
-                 lanes=32, max_ctx=32, policy="disabled", kv_dtype="nvfp4")
 
 
 @pytest.fixture(scope="module")

@@ -28,12 +28,12 @@ from tricut.models.llama import (LlamaWeights, _qkv, decode_step, decode_step_la
 from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
+from tricut.sim.cli.testing import assert_one_line_error, run_cli
 from tricut.sim.harness.tile import cosim
+from tricut.sim.harness.tile.cases import EQUIV
 from tricut.sim.harness.tile.cosim import Report, simulate
 from tricut.sim.harness.tile.golden import RunResult, golden_run
 from tricut.sim.harness.tile.setup import CosimError, Setup, predict_layers, schedule
-
-from conftest import assert_one_line_error, run_cli
 
 
 # ---- the refactor ---------------------------------------------------------------------------
@@ -115,8 +115,7 @@ def test_decode_step_layers_rejects_a_bad_attention_and_empty_batch():
 
 # ---- the co-simulation ----------------------------------------------------------------------
 
-EQUIV = Setup(lanes=16, requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
-                split_tokens=5, max_ctx=16, max_prompt=3, seed=1)
+#: ``EQUIV`` (``sim/harness/tile/cases.py``) on the command line
 EQUIV_ARGV = ["tile", "run", "--prompt-lens", "1,2,3", "--steps", "3", "--kv-dtype", "bf16",
               "--engines", "2", "--split-tokens", "5", "--max-ctx", "16", "--seed", "1",
               "--lanes", "16"]

@@ -3,11 +3,11 @@ verilator``; ``sim/harness/tile/verilator.py``, bench ``sim/harness/benches/
 tile_cosim.py``; docs/tile/cosim.md, "Co-simulation on Verilator").
 
 * equivalence with the golden decode step on Verilator, one run per CDU policy (the setups
-  of ``tests/test_tile_cached.py``): ``static`` (bf16, 1 engine), ``adaptive`` (fp8, 4
-  engines, split-K), ``disabled`` (NVFP4, 2 engines): every attention output bit-exact, the
-  golden tokens, every CDU decision and counter equal to the CDU golden model's; and the
-  HBM-only tile (no CDU, ``tests/test_tile_cosim.py``'s equivalence setup: bf16, 2 engines,
-  split-K);
+  of ``tests/test_tile_cached.py``, in ``sim/harness/tile/cases.py``): ``static`` (bf16, 1
+  engine), ``adaptive`` (fp8, 4 engines, split-K), ``disabled`` (NVFP4, 2 engines): every
+  attention output bit-exact, the golden tokens, every CDU decision and counter equal to the
+  CDU golden model's; and the HBM-only tile (no CDU, ``tests/test_tile_cosim.py``'s
+  equivalence setup: bf16, 2 engines, split-K);
 * identity: on a small cached case, the Amaranth and the Verilator runs give the same
   :class:`RunResult` (outputs, tokens, layer and step cycles, CDU decisions and counters)
   and ``tricut tile run`` prints the same report but for the simulator's name;
@@ -28,23 +28,16 @@ import numpy as np
 import pytest
 
 from tricut.rtl.tile.attention_layouts import kv_addr
+from tricut.sim.cli.testing import run_cli
 from tricut.sim.harness.cdu import txn_tuple
 from tricut.sim.harness.tile import cosim
 from tricut.sim.harness.tile import verilator as V
 from tricut.sim.harness.tile.compare import compare, compare_cdu
+from tricut.sim.harness.tile.cases import ADAPTIVE, DISABLED, EQUIV, QUICK_OPT, STATIC
 from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.golden import RunInputs, RunResult, golden_run
-from tricut.sim.harness.tile.setup import Setup, SetupError, schedule
+from tricut.sim.harness.tile.setup import SetupError, schedule
 
-from conftest import run_cli
-from test_tile_cached import ADAPTIVE, DISABLED, STATIC
-
-#: the HBM-only equivalence setup of ``tests/test_tile_cosim.py`` (its EQUIV)
-EQUIV = Setup(lanes=16, requests=3, prompt_lens=(1, 2, 3), steps=3, kv_dtype="bf16", engines=2,
-                split_tokens=5, max_ctx=16, max_prompt=3, seed=1)
-
-#: the C++ optimisation of the tests' builds
-OPT = "-O0"
 #: the identity case: STATIC's tile shape (same build), short prompts, one step
 SMALL = dataclasses.replace(STATIC, prompt_lens=(2, 3), steps=1)
 SMALL_ARGV = ["tile", "run", "--prompt-lens", "2,3", "--steps", "1", "--max-ctx", "32",
@@ -53,12 +46,12 @@ SMALL_ARGV = ["tile", "run", "--prompt-lens", "2,3", "--steps", "1", "--max-ctx"
 
 @pytest.fixture(autouse=True)
 def _opt(monkeypatch):
-    monkeypatch.setattr(V, "DEFAULT_OPT", OPT)
+    monkeypatch.setattr(V, "DEFAULT_OPT", QUICK_OPT)
 
 
 def _verilator(s, corrupt=None):
     golden = golden_run(s)
-    res, info, b = V.run(s, corrupt=corrupt, golden=golden, opt=OPT)
+    res, info, b = V.run(s, corrupt=corrupt, golden=golden, opt=QUICK_OPT)
     return golden, res, info
 
 
@@ -166,7 +159,7 @@ def test_a_bench_with_other_blas_threads_agrees_with_the_golden(monkeypatch):
     runs = []
     for threads in ("1", "2"):
         monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)
-        t = V.run(s, golden=golden, opt=OPT)[0]
+        t = V.run(s, golden=golden, opt=QUICK_OPT)[0]
         assert compare(golden, t) == [] and not t.problems, threads
         runs.append(t)
     _assert_same(*runs)
@@ -199,7 +192,7 @@ def test_the_builds_main_refuses_a_run_without_its_clock_period(plusargs, messag
     period is refused with one line before anything is simulated."""
     import re
     import subprocess
-    b = V.build(RunInputs(EQUIV).params(), False, OPT)
+    b = V.build(RunInputs(EQUIV).params(), False, QUICK_OPT)
     done = subprocess.run([str(b.build_dir / b.toplevel), *plusargs], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 2

@@ -27,10 +27,10 @@ from tricut.models.dsu import Outcome
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.dsu.regmap import Result
 from tricut.rtl.tile.dsu_link import DsuLink
+from tricut.sim.cli.testing import run_cli
+from tricut.sim.harness.tile.cases import DSU_BASE
 from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.setup import Setup, SetupError, check_setup
-
-from conftest import run_cli
 
 
 # ------------------------------------------------------------------------------- DsuLink
@@ -186,10 +186,6 @@ def test_cache_truncate_rolls_back_a_token():
 
 
 # ------------------------------------------------------------------ the loop on Verilator
-BASE = dict(requests=4, prompt_lens=(3, 1, 13, 2), steps=3, engines=1, dsu=True,
-            max_batch=3, max_ctx=32, lanes=16)
-
-
 def predicted_rounds(s, t):
     """The timing model's cycles of every DSU round of run ``t`` from its first descriptor
     (``predict_dsu_rounds``; without the CDU a round leaves no state behind, so each is
@@ -200,7 +196,7 @@ def predicted_rounds(s, t):
 
 
 def test_dsu_loop_fault_free_equals_the_golden():
-    rep = simulate(Setup(**BASE), sim="verilator")
+    rep = simulate(Setup(**DSU_BASE), sim="verilator")
     assert rep.ok, rep.differences[:3]
     t = rep.tile
     assert t.failed == [] and len(t.rounds) >= 4
@@ -215,13 +211,13 @@ def test_dsu_loop_fault_free_equals_the_golden():
     assert t.hbm_beats == (sum(L * H * d["seq_len"] * words for d in steps),
                            len(steps) * L * H * words)
     # the fast model: every round's cycles, first descriptor to last completion, exactly
-    assert t.step_cycles == predicted_rounds(Setup(**BASE), t)
-    wrong = predicted_rounds(Setup(**dict(BASE, engines=4)), t)
+    assert t.step_cycles == predicted_rounds(Setup(**DSU_BASE), t)
+    wrong = predicted_rounds(Setup(**dict(DSU_BASE, engines=4)), t)
     assert wrong != t.step_cycles
 
 
 def test_dsu_loop_faults_roll_back_and_rerun():
-    s = Setup(**BASE, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2)))
+    s = Setup(**DSU_BASE, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2)))
     rep = simulate(s, sim="verilator")
     assert rep.ok, rep.differences[:3]
     t = rep.tile
@@ -236,7 +232,7 @@ def test_dsu_loop_faults_roll_back_and_rerun():
 
 
 def test_dsu_loop_fault_past_the_retries_fails_the_request():
-    s = Setup(**BASE, faults=((1, 0, 0, 0, 3),), max_retries=2)
+    s = Setup(**DSU_BASE, faults=((1, 0, 0, 0, 3),), max_retries=2)
     rep = simulate(s, sim="verilator")
     t = rep.tile
     assert t.outcomes[1] == Outcome(1, "failed", 0, "error: retries exhausted",
@@ -248,7 +244,7 @@ def test_dsu_loop_fault_past_the_retries_fails_the_request():
 
 
 def test_dsu_loop_catches_a_corrupted_word():
-    rep = simulate(Setup(**BASE), sim="verilator", corrupt=(3, 5))
+    rep = simulate(Setup(**DSU_BASE), sim="verilator", corrupt=(3, 5))
     assert not rep.ok
     assert rep.differences[0].startswith("round 0 layer 0 request 0: attention")
 
@@ -287,7 +283,7 @@ def test_dsu_tile_run_command(capsys):
     (dict(dsu="yes"), "dsu"),
 ])
 def test_dsu_bad_setup(kw, param):
-    args = dict(BASE)
+    args = dict(DSU_BASE)
     args.update(kw)
     with pytest.raises(SetupError) as e:
         check_setup(Setup(**args))
@@ -296,13 +292,13 @@ def test_dsu_bad_setup(kw, param):
 
 def test_dsu_needs_verilator():
     with pytest.raises(SetupError, match="Verilator only"):
-        simulate(Setup(**BASE), sim="amaranth")
+        simulate(Setup(**DSU_BASE), sim="amaranth")
 
 
 def test_golden_attention_is_not_all_zero():
     """The comparison is not vacuous: the golden outputs differ between requests."""
     from tricut.sim.harness.tile.golden import golden_run
-    g = golden_run(Setup(**BASE))
+    g = golden_run(Setup(**DSU_BASE))
     a = [v for k, v in g.attn.items() if k[1] == 0]
     assert not np.array_equal(a[0], a[1])
 
@@ -341,7 +337,7 @@ def test_link_verilog_lint_clean(tmp_path):
     (["--dsu", "--sim", "verilator", "--watchdog", "99999999"], "--watchdog: must be in"),
 ])
 def test_dsu_flags_bad_input(capsys, extra, needle):
-    from conftest import assert_one_line_error
+    from tricut.sim.cli.testing import assert_one_line_error
     code, cap = run_cli(["tile", "run"] + extra, capsys)
     assert_one_line_error(code, cap, needle)
 
@@ -407,7 +403,7 @@ def test_dsu_loop_lost_read_times_out_and_reruns():
     says (timed-out rounds too)."""
     from tricut.models.tile_timing import predict_dsu_timeout
     from tricut.sim.harness.tile.setup import watchdog_limit
-    s = Setup(**BASE, hang=(0, 0, 1, 0, 2))
+    s = Setup(**DSU_BASE, hang=(0, 0, 1, 0, 2))
     rep = simulate(s, sim="verilator")
     assert rep.ok, rep.differences[:3]
     t = rep.tile
@@ -422,7 +418,7 @@ def test_dsu_loop_lost_read_times_out_and_reruns():
 
 
 def test_dsu_loop_lost_read_past_the_retries_fails_the_requests():
-    s = Setup(**BASE, hang=(0, 0, 1, 0, 3))
+    s = Setup(**DSU_BASE, hang=(0, 0, 1, 0, 3))
     rep = simulate(s, sim="verilator")
     t = rep.tile
     assert t.aborted == [0, 1, 2]
@@ -438,7 +434,7 @@ def test_dsu_loop_lost_read_past_the_retries_fails_the_requests():
 def test_dsu_loop_cdu_retries_transient_errors():
     """With a CDU policy the CDU re-sends a failed fill: no step fails, every decision as
     without the faults, ``hbm_retries`` = the worst fault of each block."""
-    s = Setup(**BASE, policy="static",
+    s = Setup(**DSU_BASE, policy="static",
               faults=((2, 0, 1, 0, 2), (0, 1, 0, 0, 1), (2, 0, 0, 0, 1)))
     rep = simulate(s, sim="verilator")
     assert rep.ok, rep.differences[:3]
@@ -457,4 +453,4 @@ def test_cdu_fault_on_a_block_not_first_filled_is_refused(kw, first):
     golden run says so before the tile runs)."""
     from tricut.sim.harness.tile.golden import golden_run
     with pytest.raises(SetupError, match=f"block is first {first} \\(not a CDU fill"):
-        golden_run(Setup(**dict(BASE, **kw)))
+        golden_run(Setup(**dict(DSU_BASE, **kw)))

@@ -23,16 +23,13 @@ import pytest
 from tricut.sim.harness.tile import native as N
 from tricut.sim.harness.tile import verilator as V
 from tricut.sim.harness.tile.compare import compare, compare_cdu
+from tricut.sim.harness.tile.cases import ADAPTIVE, DSU_BASE, EQUIV, QUICK_OPT, STATIC
 from tricut.sim.harness.tile.golden import golden_run
 from tricut.sim.harness.tile.setup import Setup
 
-from test_tile_cached import ADAPTIVE, STATIC
-from test_tile_cosim_verilator import EQUIV, OPT
-from test_tile_dsu import BASE as DSU_BASE
-
 DSU_FAULTS = Setup(**DSU_BASE, faults=((0, 1, 1, 0, 1), (2, 0, 1, 0, 2)))
-CASES = {"hbm": (EQUIV, OPT), "static": (STATIC, OPT), "adaptive-e4": (ADAPTIVE, OPT),
-         "dsu-faults": (DSU_FAULTS, V.DEFAULT_OPT)}
+CASES = {"hbm": (EQUIV, QUICK_OPT), "static": (STATIC, QUICK_OPT),
+         "adaptive-e4": (ADAPTIVE, QUICK_OPT), "dsu-faults": (DSU_FAULTS, V.DEFAULT_OPT)}
 
 
 @pytest.fixture

@@ -16,13 +16,13 @@ import pytest
 from amaranth.back import verilog
 
 from tricut.rtl.tile.decode_tile import DecodeTile
+from tricut.sim.cli.testing import run_cli
 from tricut.sim.harness.tile.golden import RunInputs
 from tricut.sim.harness.tile.params import TILE_KEYS
 from tricut.sim.harness.tile.setup import Setup
 from tricut.sim.harness.tile.tops import CosimTop
 from tricut.sim.harness.tile.verilator_top import CosimVerilatorTop
 
-from conftest import run_cli
 
 SETUP = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=16, split_tokens=3,
                 max_ctx=32, policy="static", cdu_sets=4, cdu_ways=2)

@@ -20,7 +20,7 @@ from pathlib import Path
 from tricut.models.cdu import KV_BLOCK_TOKENS, POLICIES
 from tricut.models.config import ConfigError, GpuConfig, ModelConfig
 from tricut.models.dsu import PROFILES
-from tricut.models.sm_slice import cdu_slice_timing, slice_cdu, slice_config, slice_timing
+from tricut.models.sm_slice import slice_cdu, slice_config
 from tricut.models.te import ENGINES as TE_ENGINES
 from tricut.models.te import te_cycles
 from tricut.models.tile import TILE_ENGINES
@@ -28,6 +28,7 @@ from tricut.models.te import LANES as TE_LANES
 
 from .cdu_reduction import CduReduction, CduStep
 from .grid_twin import grid_layer_cycles_fast
+from .slice_memo import memo_cdu_slice_timing, memo_slice_timing
 from .datafile import read_data_json
 from .stacks import DEFAULT_STACK, StackProfile, get_stack
 
@@ -351,8 +352,8 @@ class StepModel:
     def grid(self):
         """The expected-value model of one SM's tile (``te`` cut; None without it)."""
         if self._grid is None and self.slice is not None:
-            self._grid = slice_timing(self.slice) if self.slice_cdu is None else \
-                cdu_slice_timing(self.slice, self.slice_cdu)
+            self._grid = memo_slice_timing(self.slice) if self.slice_cdu is None else \
+                memo_cdu_slice_timing(self.slice, self.slice_cdu)
         return self._grid
 
     # -- pieces ------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-import cdu_bench as B
+from tricut.sim.harness import cdu_stimulus as B
 from amaranth.lib import data
 from tricut.rtl.cdu.core import COUNTERS
 from tricut.rtl.cdu.layouts import (Widths, desc_layout, hbm_req_layout, ready_layout,

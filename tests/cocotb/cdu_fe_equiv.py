@@ -11,7 +11,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-import cdu_bench as B
+from tricut.sim.harness import cdu_stimulus as B
 from cdu_equiv import MemorySide, Port, drive_until_drained, pack, reset
 from tricut.rtl.cdu.layouts import PATTERN, Widths, demand_layout, fe_config_layout, step_layout
 from tricut.sim.harness.cdu import bench_schedules, demand_beats

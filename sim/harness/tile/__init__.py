@@ -5,6 +5,8 @@ only modules above it):
 * :mod:`.params`: a run's parameter dict (``DEFAULTS``, ``TILE_KEYS``);
 * :mod:`.setup`: a co-simulation's :class:`~.setup.Setup`, its checks, prompts, DSU schedule,
   watchdog limit and timing-model configuration;
+* :mod:`.cases`: the named setups tests and benchmarks share (one per CDU policy, the HBM-only
+  tile, the DSU loop's runs, the speed runs);
 * :mod:`.options`: a run's options as ``tricut tile run`` takes them, typed
   (:class:`~.options.TileRunOptions`), and their checked :class:`~.setup.Setup`;
 * :mod:`.hbm_image`: K/V codes and their HBM image;

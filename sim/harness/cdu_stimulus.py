@@ -1,14 +1,35 @@
-"""Shared CDU RTL stimulus and checks (Amaranth simulator and cocotb benches use the same)."""
+"""CDU RTL stimulus and checks shared by the Amaranth-simulator tests (tests/test_cdu_*.py) and
+the cocotb benches on Verilator (tests/cocotb/cdu_equiv.py, cdu_fe_equiv.py): the back end's
+parameters and op streams (seeded random ops, named edge and keep-cap cases, the policy model
+of a stream), and the front end's step descriptors and vectors (seeded random steps, named
+edge and restore cases, the model's ops with the RTL's inputs).
+
+The benches read the harness names they use from here too (``Op``, ``ops_to_descs``,
+``HbmModel``, ``compare`` = :func:`~tricut.sim.harness.cdu.compare_rtl`, the grid's
+``PATTERNS`` and ``POLICIES``).
+"""
 
 from __future__ import annotations
 
 import random
 
 from tricut.models.cdu import (
-    CLASS_KEEP, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, CDUCore, FrontEnd, Op, Pattern,
-    SlotDesc, StepDesc)
-from tricut.sim.harness.cdu import HbmModel, compare_rtl, ops_to_descs, run_rtl  # noqa: F401
-from tricut.rtl.cdu.layouts import KIND
+    CLASS_KEEP, CLASS_NORMAL, CLASS_PIN, CLASS_STREAM, PATTERNS, POLICIES, CDUCore, FrontEnd, Op,
+    Pattern, SlotDesc, StepDesc)
+from tricut.rtl.cdu.layouts import KIND, STEP_KIND
+from tricut.sim.harness.cdu import (
+    HbmModel, compare_ops, compare_rtl, fe_config, frontend_reference_lookahead, ops_to_descs,
+    run_frontend_rtl, run_rtl, step_beats)
+
+__all__ = [
+    # back end
+    "PARAMS", "KIND_NAME", "model_of", "CapProbe", "cap_events", "CAP_PLACES", "pattern_ops",
+    "random_ops", "edge_ops", "keep_cap_ops", "shuffled_beats", "compare",
+    # front end
+    "KIND_HEADER", "KIND_RESTORE", "FE_PARAMS", "random_steps", "restore_steps", "make_pattern",
+    "fe_vectors", "run_fe", "edge_steps",
+    # re-exported for the benches: the grid, the ops and the harness's runners
+    "PATTERNS", "POLICIES", "Op", "HbmModel", "ops_to_descs", "run_rtl", "compare_ops"]
 
 #: reserve=1 of 2 ways: keep_cap = 1, so keep-class traffic hits the keep cap all the time
 #: (the default, ways // 8 = 0, never caps 2 ways; other geometries in the tests use it)
@@ -189,11 +210,6 @@ compare = compare_rtl
 
 
 # --------------------------------------------------------------------------- front end vectors
-
-from tricut.models.cdu import PATTERNS, POLICIES  # noqa: E402, F401  (the benches' grid)
-from tricut.sim.harness.cdu import (  # noqa: E402
-    compare_ops, fe_config, frontend_reference_lookahead, run_frontend_rtl, step_beats)
-from tricut.rtl.cdu.layouts import STEP_KIND  # noqa: E402
 
 KIND_HEADER, KIND_RESTORE = STEP_KIND["header"], STEP_KIND["restore"]
 

@@ -1,0 +1,79 @@
+"""One SM's tile timing (``models/sm_slice.py``) kept on disk between processes.
+
+Building a :class:`~tricut.models.sm_slice.SliceTiming` or
+:class:`~tricut.models.sm_slice.CduSliceTiming` runs probes of the cycle-stepped tile model:
+one to forty seconds per configuration, paid again by every process that runs the te cut at
+that configuration (each ``tricut simulate``, each sweep point, each test). The built object
+is kept in one file per configuration and version of the model code under
+``.build/slice-timing``; a run that loads it is the run that builds it (the object is the
+same, float for float). A file that cannot be read is built again and replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from tricut import models
+from tricut.models.sm_slice import CduSliceTiming, SliceCdu, SliceTiming, TileConfig
+
+__all__ = ["SLICE_MEMO", "memo_slice_timing", "memo_cdu_slice_timing"]
+
+#: where the built timings are kept (a test may point it elsewhere)
+SLICE_MEMO = Path(__file__).resolve().parents[2] / ".build" / "slice-timing"
+#: the golden-model sources a slice timing is computed from: any change to them is a new key
+_SOURCES = ("sm_slice.py", "tile_timing.py", "te_array_timing.py", "te.py", "cdu.py", "tile.py")
+
+
+@lru_cache(maxsize=1)
+def _code_digest() -> str:
+    h = hashlib.sha256()
+    root = Path(models.__file__).resolve().parent
+    for name in _SOURCES:
+        h.update(name.encode() + b"\0" + (root / name).read_bytes())
+    return h.hexdigest()
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256((_code_digest() + "".join(map(repr, parts))).encode()).hexdigest()[:32]
+
+
+def _memo(kind: str, build, cfg: TileConfig, cdu: SliceCdu | None = None):
+    path = SLICE_MEMO / f"{kind}-{_key(kind, cfg, cdu)}.pickle"
+    try:
+        with open(path, "rb") as f:
+            kept = pickle.load(f)
+        if type(kept) is build and kept.cfg == cfg and kept.cdu == cdu:
+            return kept
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError,
+            TypeError, ValueError):
+        pass
+    built = build(cfg) if cdu is None else build(cfg, cdu)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(built, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:                            # a read-only checkout: the run goes on unkept
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return built
+
+
+@lru_cache(maxsize=16)
+def memo_slice_timing(cfg: TileConfig) -> SliceTiming:
+    """:class:`SliceTiming` of ``cfg``: from this process, from disk, or built (and kept)."""
+    return _memo("slice", SliceTiming, cfg)
+
+
+@lru_cache(maxsize=16)
+def memo_cdu_slice_timing(cfg: TileConfig, cdu: SliceCdu) -> CduSliceTiming:
+    """:class:`CduSliceTiming` of ``cfg`` with ``cdu``: from this process, from disk, or built
+    (and kept)."""
+    return _memo("cdu-slice", CduSliceTiming, cfg, cdu)
