@@ -1,12 +1,14 @@
 # The README's quick start: `make demo` and `make test`. Each creates .venv when missing and
-# installs the project with its test extras from PyPI (torch is pinned to the CPU build).
+# installs the project from PyPI; `make test` adds its test extras (torch pinned to the CPU build).
 # demo: a roofline sweep, an ablation (baseline / te / cdu / dsu / all three) on a Mooncake sample
 # at an operating point one TP8 group sustains (prefill on its own pool), and an 8-point design
 # sweep on a local Ray cluster with its Pareto plot. Its tables and plots land in docs/figures/demo.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# the demo needs the package; the tests also need its test extras (torch, transformers)
 STAMP := $(VENV)/.tricut-installed
+TEST_STAMP := $(VENV)/.tricut-test-installed
 PYTEST_WORKERS ?= 2
 DEMO := docs/figures/demo
 
@@ -14,10 +16,14 @@ DEMO := docs/figures/demo
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(TEST_STAMP)
+
+install: $(TEST_STAMP)
 
 demo: $(STAMP)
 	@mkdir -p $(DEMO) .build/demo
@@ -35,7 +41,7 @@ demo: $(STAMP)
 	@echo "the sweep's Pareto plot and heat map); what the columns mean: docs/metrics.md;"
 	@echo "the same ablation with prefill on the decode GPUs (--prefill colocated) overloads the group."
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
 
 clean:

@@ -1,6 +1,6 @@
 """Fit the fast model's DSU cost per scheduling round to the scheduler firmware on the RTL.
 
-Runs random schedules through ``sim.dsu_run.run_dsu`` (the RISC-V cluster with
+Runs random schedules through ``tricut.sim.harness.dsu.run_dsu`` (the RISC-V cluster with
 ``rtl/dsu/firmware/scheduler.c``, Verilator, no backpressure) at several slot counts, takes
 every round's measured cycles (end of the previous round -> first descriptor of this one) and
 its counts (active slots A after admission, requests admitted, requests retired by the

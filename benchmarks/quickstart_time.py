@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -83,26 +84,39 @@ def main(argv=None) -> int:
                    f"{args.from_junit.name} --test-wall {args.test_wall:.0f} --block {args.block} --write")
         body = report(command, sha, None, args.test_wall, f"{len(cases)} tests", slowest(args.from_junit))
         return _out(body, args)
-    with tempfile.TemporaryDirectory(prefix="tricut-quickstart-") as tmp:
-        clone = Path(tmp) / "tricut"
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-        subprocess.run(["git", "checkout", "-q", sha], cwd=clone, check=True)
-        junit = Path(tmp) / "junit.xml"
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-        demo_s, rc = _timed(["make", "demo"], clone, env, Path(tmp) / "demo.log")
-        if rc != 0:
-            sys.stderr.write((Path(tmp) / "demo.log").read_text(errors="replace")[-3000:])
-            raise SystemExit(f"quickstart_time.py: make demo failed (exit {rc})")
-        env["PYTEST_ADDOPTS"] = f"--junitxml={junit}"
-        test_s, rc = _timed(["make", "test"], clone, env, Path(tmp) / "test.log")
-        tail = (Path(tmp) / "test.log").read_text(errors="replace").strip().splitlines()
-        if rc != 0:
-            sys.stderr.write("\n".join(tail[-40:]) + "\n")
-            raise SystemExit(f"quickstart_time.py: make test failed (exit {rc})")
-        summary = next((line.strip("= ") for line in reversed(tail) if " passed" in line), "?")
-        passed = summary.split(" in ")[0]
-        command = f".venv/bin/python benchmarks/quickstart_time.py --rev {args.rev} --block {args.block} --write"
-        body = report(command, sha, demo_s, test_s, passed, slowest(junit))
+    # the clone sits beside this checkout, as CI's does: the suite reads the shared traces
+    # from the checkout's parent folder (tests/test_workload.py)
+    with tempfile.TemporaryDirectory(prefix=".tricut-quickstart-", dir=ROOT.parent) as tmp:
+        clone = Path(tmp).parent / (Path(tmp).name + "-clone")
+        return _clone_and_time(args, sha, clone, Path(tmp))
+
+
+def _clone_and_time(args, sha: str, clone: Path, tmp: Path) -> int:
+    try:
+        return _run_in(args, sha, clone, tmp)
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+
+
+def _run_in(args, sha: str, clone: Path, tmp: Path) -> int:
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run(["git", "checkout", "-q", sha], cwd=clone, check=True)
+    junit = Path(tmp) / "junit.xml"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    demo_s, rc = _timed(["make", "demo"], clone, env, Path(tmp) / "demo.log")
+    if rc != 0:
+        sys.stderr.write((Path(tmp) / "demo.log").read_text(errors="replace")[-3000:])
+        raise SystemExit(f"quickstart_time.py: make demo failed (exit {rc})")
+    env["PYTEST_ADDOPTS"] = f"--junitxml={junit}"
+    test_s, rc = _timed(["make", "test"], clone, env, Path(tmp) / "test.log")
+    tail = (Path(tmp) / "test.log").read_text(errors="replace").strip().splitlines()
+    if rc != 0:
+        sys.stderr.write("\n".join(tail[-40:]) + "\n")
+        raise SystemExit(f"quickstart_time.py: make test failed (exit {rc})")
+    summary = next((line.strip("= ") for line in reversed(tail) if " passed" in line), "?")
+    passed = summary.split(" in ")[0]
+    command = f".venv/bin/python benchmarks/quickstart_time.py --rev {args.rev} --block {args.block} --write"
+    body = report(command, sha, demo_s, test_s, passed, slowest(junit))
     return _out(body, args)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["pyplot", "save_png", "DPI", "PNG_METADATA", "series_style", "likeness", "legend_below",
+__all__ = ["pyplot", "save_png", "save_figures", "DPI", "PNG_METADATA", "series_style", "likeness", "legend_below",
            "labels_inside", "LINE_STYLES", "MARKERS", "ALIKE"]
 
 
@@ -43,6 +43,21 @@ def save_png(fig, path: Path) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def save_figures(figures: dict, out_dir: Path) -> list[Path]:
+    """Each ``name -> figure`` of ``figures`` as ``out_dir/name`` (:func:`save_png`), every
+    figure closed, written or not; the paths written."""
+    plt = pyplot()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    try:
+        for name, fig in figures.items():
+            written.append(save_png(fig, out_dir / name))
+    finally:
+        for fig in figures.values():
+            plt.close(fig)
+    return written
 
 
 # ------------------------------------------------------------------ every series visible

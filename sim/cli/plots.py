@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plotting import DPI, labels_inside, legend_below, likeness, pyplot, save_png, series_style
+from ..plotting import DPI, labels_inside, legend_below, likeness, pyplot, save_figures, save_png, series_style
 from .errors import InputError
 
 __all__ = ["plot_run", "plot_agentic", "plot_sweep", "run_figures", "agentic_figures",
@@ -152,15 +152,7 @@ def run_figures(results: dict) -> dict:
 
 def plot_run(results: dict, out_dir: Path) -> list[Path]:
     """``results``: label -> SimResult. Writes :data:`RUN_FIGURES` (:func:`run_figures`)."""
-    plt = pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, fig in run_figures(results).items():
-        try:
-            written.append(save_png(fig, out_dir / name))
-        finally:
-            plt.close(fig)
-    return written
+    return save_figures(run_figures(results), out_dir)
 
 
 def agentic_figures(results: dict) -> dict:
@@ -205,15 +197,7 @@ def agentic_figures(results: dict) -> dict:
 def plot_agentic(results: dict, out_dir: Path) -> list[Path]:
     """``results``: park policy -> AgenticResult. Writes :data:`AGENTIC_FIGURES`
     (:func:`agentic_figures`)."""
-    plt = pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, fig in agentic_figures(results).items():
-        try:
-            written.append(save_png(fig, out_dir / name))
-        finally:
-            plt.close(fig)
-    return written
+    return save_figures(agentic_figures(results), out_dir)
 
 
 def plot_sweep(concurrency: list[int], series: dict, out_path: Path, sweet_spot: int | None = None) -> Path:

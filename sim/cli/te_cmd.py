@@ -366,11 +366,11 @@ def add_commands(sub) -> None:
                    help="multiplier lanes per lane array (default: 8)")
     p.add_argument("--engine", choices=TE_ENGINES, default=DEFAULT_ENGINE,
                    help="the engine design (default: pipelined, the shipped engine and the one "
-                        "the fast model times: separate K and V lane arrays, integer running "
-                        "maximum, (G+1)*Dk cycles per token, registered stages in its units). "
+                        "the fast model and the decode tile run: separate K and V lane arrays, integer "
+                        "running maximum, (G+1)*Dk cycles per token, registered stages in its units). "
                         "Earlier designs: split, the same arithmetic and cycles per token with "
                         "combinational units; serial, one lane array, exact running maximum, "
-                        "3*G*Dk cycles per token (the decode tile's engine). docs/te.md")
+                        "3*G*Dk cycles per token (the tile's engine=serial variant). docs/te.md")
     p.add_argument("--max-cycles", type=_cycles_arg, metavar="N",
                    help="stop the simulation after N cycles if the step is not done (exit 1, no "
                         "result; waves up to there are kept); also lets a run estimated at more "

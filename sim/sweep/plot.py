@@ -287,18 +287,10 @@ def sweep_figures(db, *, x=None, y=None, group=None, sweep=None, heat=None, metr
 def plot_sweep(db, out_dir, *, x=None, y=None, group=None, sweep=None, heat=None, metric=None) -> list[Path]:
     """Write the Pareto plot and the heat map of one sweep (:func:`sweep_figures`); returns the
     paths."""
-    from ..plotting import pyplot as _plt, save_png as _save
-    plt = _plt()
+    from ..plotting import save_figures
     out_dir = Path(out_dir)
     figs = sweep_figures(db, x=x, y=y, group=group, sweep=sweep, heat=heat, metric=metric, out_dir=out_dir)
-    written = []
-    try:
-        for name, fig in figs.items():
-            written.append(_save(fig, out_dir / name))
-    finally:
-        for fig in figs.values():
-            plt.close(fig)
-    return written
+    return save_figures(figs, out_dir)
 
 
 def _sort_key(label: str):
