@@ -11,9 +11,11 @@ bytes), the others name a prepared database (:data:`DATABASES`) made at ``{d}/NA
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -83,9 +85,54 @@ def _db_failed_only(db: Path) -> None:
                     config={"tp": 1}, metrics=None)
 
 
+def _db_sqlite(db: Path) -> None:
+    import sqlite3
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE points (key TEXT PRIMARY KEY, status TEXT)")
+    con.commit()
+    con.close()
+
+
+def _db_truncated(db: Path) -> None:
+    """A sweep database cut to half its length (a copy interrupted, a full disk)."""
+    _db_done(db)
+    with open(db, "r+b") as f:
+        f.truncate(db.stat().st_size // 2)
+
+
+def _db_corrupt(db: Path) -> None:
+    """A sweep database with bytes flipped past its headers: DuckDB's checksums fail."""
+    _db_done(db)
+    data = bytearray(db.read_bytes())
+    for i in range(3 * 4096, len(data), 97):
+        data[i] ^= 0x5A
+    db.write_bytes(bytes(data))
+
+
+def _altered(*sql):
+    """A maker of a done sweep database changed by ``sql`` (columns, types, cells)."""
+    def make(db: Path) -> None:
+        _db_done(db)
+        con = duckdb.connect(str(db))
+        for q in sql:
+            con.execute(q)
+        con.close()
+    return make
+
+
 #: prepared databases a case may name (made at {d}/NAME.duckdb)
 DATABASES = {"done": _db_done, "v99": _db_v99, "unrelated": _db_unrelated, "empty": _db_empty,
-             "text": _db_text, "two_sweeps": _db_two_sweeps, "failed_only": _db_failed_only}
+             "text": _db_text, "two_sweeps": _db_two_sweeps, "failed_only": _db_failed_only,
+             "sqlite": _db_sqlite, "truncated": _db_truncated, "corrupt": _db_corrupt,
+             "wall_text": _altered("ALTER TABLE points ALTER wall_s TYPE VARCHAR"),
+             "no_status": _altered("ALTER TABLE points DROP COLUMN status"),
+             "date_column": _altered("ALTER TABLE points ADD COLUMN day DATE"),
+             "no_key": _altered("CREATE TABLE copy AS SELECT * FROM points", "DROP TABLE points",
+                                "ALTER TABLE copy RENAME TO points"),
+             "text_version": _altered("DROP TABLE sweep_meta", "CREATE TABLE sweep_meta (schema_version VARCHAR)",
+                                      "INSERT INTO sweep_meta VALUES ('1')"),
+             "bad_json": _altered("UPDATE points SET key = 'k-bad', metrics = '{not json' "
+                                  "WHERE key = (SELECT min(key) FROM points)")}
 
 CASES = [
     # ---- the grid file
@@ -156,11 +203,21 @@ CASES = [
     ("same-configuration-twice", {"grid": '[axes]\nwl = [{synthetic = 4}, {synthetic = 4, seed = 0}]\n'}, S,
      "points wl={synthetic=4} and wl={synthetic=4,seed=0} are the same configuration"),
     ("cdu-replay-reserve", {"grid": 'task = "cdu-replay"\n[axes]\nreserve = [1, 16]\n'}, S,
-     "point reserve=16: reserve must be an integer in 0..15"),
+     "point reserve=16: --reserve 16: reserve must be an integer in [0, ways) = 0..15"),
     ("cdu-replay-policy", {"grid": 'task = "cdu-replay"\n[axes]\npolicy = ["lru"]\n'}, S,
      "point policy=lru: policy 'lru' is not one of"),
     ("cdu-replay-unknown-setting", {"grid": 'task = "cdu-replay"\n[axes]\ntp = [1]\n'}, S,
      "unknown setting 'tp' for task cdu-replay"),
+    # refused up front by the command's own checks, not after other points ran
+    ("cdu-replay-l2-beyond-frames", {"grid": 'task = "cdu-replay"\n[axes]\nl2_mb = [50, 1e12]\n'}, S,
+     "point l2_mb=1000000000000.0: --l2-mb 1e+12 is 16,000,000,000,000 frames of 65,536-byte KV blocks"),
+    ("cdu-replay-seed-20-digits", {"grid": 'task = "cdu-replay"\n[axes]\nseed = [0, 12345678901234567890]\n'}, S,
+     "point seed=12345678901234567890: --seed 12345678901234567890: seed must be an integer in 0..2**63-1"),
+    ("cdu-replay-batch-beyond-limit", {"grid": 'task = "cdu-replay"\n[axes]\nbatch = [1, 100000000]\n'}, S,
+     "point batch=100000000: --batch 100,000,000 exceeds the replay's limit of 8,388,608 requests"),
+    ("prefix-cache-beyond-kv-budget", {"grid": BASE + '[axes]\nprefix_cache_tokens = [1000, 1000000000]\n'}, S,
+     "point prefix_cache_tokens=1000000000: --prefix-cache-tokens: the prefix cache (1,000,000,000 tokens) "
+     "leaves no KV budget"),
     # ---- --workers and --address
     ("workers-negative", {"grid": TWO}, ["sweep", "{grid}", "--db", "{db}", "--workers", "-1"],
      "argument --workers: -1 must be in 0..256"),
@@ -197,6 +254,31 @@ CASES = [
      "database {d}/done.duckdb already holds 2 of this grid's 2 points (2 done): --resume skips the done ones"),
     ("db-in-use", {"grid": TWO, "done": True}, ["sweep", "{grid}", "--db", "{locked}", "--workers", "0", "--resume"],
      "cannot write database {locked}: it is in use by another process"),
+    ("db-sqlite", {"grid": TWO, "sqlite": True}, ["sweep", "{grid}", "--db", "{d}/sqlite.duckdb", "--workers", "0"],
+     "cannot write database {d}/sqlite.duckdb: it is an SQLite database, not a DuckDB database"),
+    ("db-truncated", {"grid": TWO, "truncated": True}, ["sweep", "{grid}", "--db", "{d}/truncated.duckdb", "--workers", "0",
+                                                        "--resume"],
+     "cannot write database {d}/truncated.duckdb: it is truncated or corrupt"),
+    ("db-corrupt", {"grid": TWO, "corrupt": True}, ["sweep", "{grid}", "--db", "{d}/corrupt.duckdb", "--workers", "0",
+                                                    "--resume"],
+     "cannot write database {d}/corrupt.duckdb: it is truncated or corrupt"),
+    ("db-column-of-another-type", {"grid": TWO, "wall_text": True},
+     ["sweep", "{grid}", "--db", "{d}/wall_text.duckdb", "--workers", "0", "--resume"],
+     "database {d}/wall_text.duckdb is not a tricut sweep database of this schema: column points.wall_s is "
+     "VARCHAR, not DOUBLE; use another --db"),
+    ("db-column-missing", {"grid": TWO, "no_status": True},
+     ["sweep", "{grid}", "--db", "{d}/no_status.duckdb", "--workers", "0", "--resume"],
+     "database {d}/no_status.duckdb is not a tricut sweep database of this schema: table points has no column status"),
+    ("db-column-of-a-type-never-written", {"grid": TWO, "date_column": True},
+     ["sweep", "{grid}", "--db", "{d}/date_column.duckdb", "--workers", "0", "--resume"],
+     "column points.day is DATE, a type tricut never writes"),
+    ("db-no-primary-key", {"grid": TWO, "no_key": True},
+     ["sweep", "{grid}", "--db", "{d}/no_key.duckdb", "--workers", "0", "--resume"],
+     "table points has no primary key on column key"),
+    ("db-text-schema-version", {"grid": TWO, "text_version": True},
+     ["sweep", "{grid}", "--db", "{d}/text_version.duckdb", "--workers", "0", "--resume"],
+     "database {d}/text_version.duckdb is not a tricut sweep database of this schema: sweep_meta.schema_version "
+     "is VARCHAR, not INTEGER"),
     # ---- sweep export
     ("export-db-missing", {}, ["sweep", "export", "--db", "{d}/none.duckdb", "--parquet", "{d}/o.parquet"],
      "database {d}/none.duckdb does not exist"),
@@ -212,6 +294,11 @@ CASES = [
      "cannot read database {d}/text.duckdb: it is not a DuckDB database"),
     ("export-db-other-schema", {"v99": True}, ["sweep", "export", "--db", "{d}/v99.duckdb", "--parquet", "{d}/o.parquet"],
      "was written with sweep schema version 99"),
+    ("export-db-truncated", {"truncated": True},
+     ["sweep", "export", "--db", "{d}/truncated.duckdb", "--parquet", "{d}/o.parquet"],
+     "cannot read database {d}/truncated.duckdb: it is truncated or corrupt"),
+    ("export-db-sqlite", {"sqlite": True}, ["sweep", "export", "--db", "{d}/sqlite.duckdb", "--parquet", "{d}/o.parquet"],
+     "cannot read database {d}/sqlite.duckdb: it is an SQLite database"),
     # ---- sweep plot
     ("plot-no-out", {"done": True}, ["sweep", "plot", "--db", "{d}/done.duckdb"], "the following arguments are required: -o/--out"),
     ("plot-db-missing", {}, ["sweep", "plot", "--db", "{d}/none.duckdb", "-o", "{d}/figs"], "database {d}/none.duckdb does not exist"),
@@ -236,6 +323,19 @@ CASES = [
      "holds 2 sweeps (grid, other): choose one with --sweep"),
     ("plot-no-finished-point", {"failed_only": True}, ["sweep", "plot", "--db", "{d}/failed_only.duckdb", "-o", "{d}/figs"],
      "sweep 'grid' in {d}/failed_only.duckdb has no finished point to plot"),
+    ("plot-db-sqlite", {"sqlite": True}, ["sweep", "plot", "--db", "{d}/sqlite.duckdb", "-o", "{d}/figs"],
+     "cannot read database {d}/sqlite.duckdb: it is an SQLite database, not a DuckDB database"),
+    ("plot-db-truncated", {"truncated": True}, ["sweep", "plot", "--db", "{d}/truncated.duckdb", "-o", "{d}/figs"],
+     "cannot read database {d}/truncated.duckdb: it is truncated or corrupt"),
+    ("plot-db-corrupt", {"corrupt": True}, ["sweep", "plot", "--db", "{d}/corrupt.duckdb", "-o", "{d}/figs"],
+     "cannot read database {d}/corrupt.duckdb: it is truncated or corrupt"),
+    ("plot-db-column-of-another-type", {"wall_text": True}, ["sweep", "plot", "--db", "{d}/wall_text.duckdb", "-o", "{d}/figs"],
+     "column points.wall_s is VARCHAR, not DOUBLE"),
+    ("plot-db-text-schema-version", {"text_version": True},
+     ["sweep", "plot", "--db", "{d}/text_version.duckdb", "-o", "{d}/figs"],
+     "sweep_meta.schema_version is VARCHAR, not INTEGER"),
+    ("plot-db-bad-json-cell", {"bad_json": True}, ["sweep", "plot", "--db", "{d}/bad_json.duckdb", "-o", "{d}/figs"],
+     "database {d}/bad_json.duckdb: point k-bad (sweep 'grid'): column metrics is not JSON"),
     ("plot-out-is-a-file", {"done": True, "text": True}, ["sweep", "plot", "--db", "{d}/done.duckdb", "-o", "{d}/text.duckdb"],
      "cannot create {d}/text.duckdb: File exists"),
 ]
@@ -390,3 +490,124 @@ def test_a_refused_sweep_leaves_a_given_database_as_it_was(tmp_path, capsys):
     con.close()
     code, captured = run_cli(argv + ["--resume", "--json"], capsys)
     assert code == 0 and json.loads(captured.out)["skipped"] == 2
+
+
+def test_duckdb_loads_no_extension_and_an_sqlite_db_touches_no_home(tmp_path, capsys, monkeypatch):
+    """The store's DuckDB connection neither installs nor loads an extension by itself, and an
+    SQLite file given as --db (which DuckDB would read through a downloaded extension) is
+    refused without creating ~/.duckdb."""
+    with ResultStore(tmp_path / "new.duckdb") as store:
+        settings = dict(store.con.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN "
+            "('autoinstall_known_extensions', 'autoload_known_extensions')").fetchall())
+    assert settings == {"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    _db_sqlite(tmp_path / "results.db")
+    (tmp_path / "grid.toml").write_text(TWO)
+    for argv in (["sweep", str(tmp_path / "grid.toml"), "--db", str(tmp_path / "results.db"), "--workers", "0"],
+                 ["sweep", "plot", "--db", str(tmp_path / "results.db"), "-o", str(tmp_path / "figs")]):
+        code, captured = run_cli(argv, capsys)
+        assert_one_line_error(code, captured, "it is an SQLite database, not a DuckDB database")
+    assert not (home / ".duckdb").exists()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ray_tmpdir(tmp_path, monkeypatch):
+    """Ray's temp folder (where `ray start` records its cluster) in ``tmp_path``, no
+    RAY_ADDRESS, and no Ray GCS process of this machine visible to ``--address auto``: the
+    returned function writes the cluster record."""
+    import ray._private.services as services
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "raytmp"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(services, "find_gcs_addresses", lambda: frozenset())
+
+    def record(address: str) -> Path:
+        path = tmp_path / "raytmp" / "ray" / "ray_current_cluster"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(address + "\n")
+        return path
+    return record
+
+
+def test_address_auto_with_a_stale_cluster_record_is_refused_in_seconds(tmp_path, capsys, ray_tmpdir):
+    port = _closed_port()
+    record = ray_tmpdir(f"127.0.0.1:{port}")
+    (tmp_path / "grid.toml").write_text(TWO)
+    t0 = time.monotonic()
+    code, captured = run_cli(["sweep", str(tmp_path / "grid.toml"), "--db", str(tmp_path / "x.duckdb"),
+                              "--address", "auto"], capsys)
+    assert_one_line_error(code, captured, f"--address auto is 127.0.0.1:{port} (the cluster `ray start` "
+                                          f"recorded in {record}): cannot reach a Ray cluster there")
+    assert time.monotonic() - t0 < 8
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_address_auto_with_no_cluster_known_is_refused(tmp_path, capsys, ray_tmpdir):
+    (tmp_path / "grid.toml").write_text(TWO)
+    code, captured = run_cli(["sweep", str(tmp_path / "grid.toml"), "--db", str(tmp_path / "x.duckdb"),
+                              "--address", "auto"], capsys)
+    assert_one_line_error(code, captured, "--address auto: no Ray cluster is known on this machine")
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_ctrl_c_while_joining_answers_at_once_and_leaves_no_database(tmp_path):
+    """``--address auto`` resolving (through RAY_ADDRESS, first in Ray's lookup, so that no
+    cluster running on this machine is found instead) to a port that accepts connections and
+    never answers, a hung head: the sweep waits in its bounded check, and Ctrl-C ends it at
+    once with exit 130."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(60)
+    port = srv.getsockname()[1]
+    (tmp_path / "grid.toml").write_text(TWO)
+    env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
+    db = tmp_path / "x.duckdb"
+    proc = subprocess.Popen([sys.executable, "-m", "tricut.sim", "sweep", str(tmp_path / "grid.toml"), "--db", str(db),
+                             "--address", "auto"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        conn, _ = srv.accept()           # the sweep is now waiting for the head's answer
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        waited = time.monotonic() - t0
+        conn.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        srv.close()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "tricut: interrupted" and "Traceback" not in err
+    assert waited < 2, f"Ctrl-C took {waited:.1f} s"
+    assert not db.exists()
+
+
+def test_a_database_this_run_created_is_removed_when_joining_fails(tmp_path, capsys, monkeypatch):
+    """Ctrl-C (or any failure) while Ray starts, after the new database was opened: the empty
+    database is gone; a database that existed before is kept."""
+    from tricut.sim.sweep import runner
+
+    @contextlib.contextmanager
+    def interrupted(workers, address):
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(runner, "_ray_cluster", interrupted)
+    (tmp_path / "grid.toml").write_text(TWO)
+    db = tmp_path / "new.duckdb"
+    code, captured = run_cli(["sweep", str(tmp_path / "grid.toml"), "--db", str(db), "--workers", "1"], capsys)
+    assert code == 130 and captured.err.strip() == "tricut: interrupted"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.toml"]
+    _db_failed_only(tmp_path / "old.duckdb")
+    code, captured = run_cli(["sweep", str(tmp_path / "grid.toml"), "--db", str(tmp_path / "old.duckdb"),
+                              "--workers", "1"], capsys)
+    assert code == 130 and (tmp_path / "old.duckdb").exists()

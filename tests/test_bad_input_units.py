@@ -249,6 +249,17 @@ VERILOG_CASES = [
     ("engine-not-te", _v("dsu-core", "--engine", "split"), "only for the te unit"),
 ]
 
+VERILOG_CASES += [
+    # issue 32: paths as the user gave them; a generation estimated over an hour
+    ("o-deep-under-a-file-relative", lambda t: (t.joinpath("afile").write_text("x"),
+                                                ["verilog", "dsu-core", "-o", "afile/sub/deeper"])[1],
+     "-o afile/sub/deeper: afile is not a directory"),
+    ("generation-over-an-hour", _v("cdu", "-p", "sets=1024", "-p", "ways=16"),
+     "more than the 60 min allowed (--allow-long runs it anyway"),
+    ("area-of-a-behavioural-model", _v("tile-l2", "--area"),
+     "--area: tile-l2 is a behavioural model for simulation, not for synthesis"),
+]
+
 _ALL = [("te run", *c) for c in TE_CASES] + [("verilog", *c) for c in VERILOG_CASES]
 #: (command, case id) of every bad-input case in this file
 BAD_INPUTS = [(cmd, case) for cmd, case, _, _ in _ALL]
@@ -285,3 +296,42 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, cap
 
 def test_case_ids_are_unique_per_command():
     assert len(set(BAD_INPUT_CASES)) == len(BAD_INPUT_CASES)
+
+
+# ---- tile run's messages (issue 32, item 7) ----------------------------------------------
+
+def _tile_refusal(capsys, *argv):
+    from tricut.sim.cli.testing import assert_one_line_error, run_cli
+    code, cap = run_cli(["tile", "run", *argv], capsys)
+    assert_one_line_error(code, cap, "")
+    return cap.err.strip()
+
+
+def test_too_many_prompt_lens_name_the_flag_given(capsys):
+    line = _tile_refusal(capsys, "--prompt-lens", ",".join(map(str, range(1, 18))))
+    assert "argument --prompt-lens: 17 lengths, one request each: the tile takes at most 16" \
+        in line and "--synthetic" not in line
+
+
+def test_a_prompt_length_beyond_the_tile_names_prompt_lens_not_max_ctx(capsys):
+    line = _tile_refusal(capsys, "--prompt-lens", "3,1000000000")
+    assert "argument --prompt-lens: 1000000000 is longer than the longest context the tile " \
+        "takes (16368)" in line and "--max-ctx" not in line
+
+
+@pytest.mark.parametrize("text", ["1e20", "100000000000000000000", "1.5"])
+def test_max_prompt_out_of_bounds_is_one_clear_line_with_the_bound(capsys, text):
+    line = _tile_refusal(capsys, "--max-prompt", text)
+    assert "argument --max-prompt: must be" in line and "1..16368" in line and text in line
+    assert "Maximum allowed size" not in line
+
+
+def test_grid_max_ctx_1_is_blamed_on_max_ctx():
+    """``max_ctx = 1`` in a tile sweep grid (a run's ``--max-ctx``, the tile unit's ``-p``):
+    refused naming max_ctx, not split_tokens."""
+    from tricut.sim.sweep.tile_tasks import TileAreaTask, TileRunTask
+    for task, needle in ((TileRunTask, "--max-ctx: must be a multiple of 16"),
+                         (TileAreaTask, "tile: max_ctx must be a multiple of 16")):
+        with pytest.raises(ValueError) as e:
+            task.check({"max_ctx": 1})
+        assert needle in str(e.value) and "split_tokens" not in str(e.value), str(e.value)

@@ -505,6 +505,32 @@ def test_ledger_retires_only_a_session_that_holds_nothing():
     led.check()
 
 
+def test_ledger_running_counts_and_a_check_of_some_sessions():
+    """Totals and holders per tier are kept as the counts change (constant time), a full check
+    compares them with the sessions' counts, and a check of some sessions looks at those only."""
+    led = TierLedger(bytes_per_token=1)
+    led.add("a", "G1", 10)
+    led.add("b", "G1", 5)
+    led.move("a", "G1", "G2", 4)
+    assert (led.total("G1"), led.total("G2"), led.holders("G1"), led.holders("G2")) == (11, 4, 2, 1)
+    assert led.take_touched() == {"a", "b"} and led.take_touched() == set()
+    led.drop_all("b")
+    led.retire("b")
+    assert (led.total("G1"), led.holders("G1"), len(led)) == (6, 1, 1) and led.take_touched() == {"b"}
+    led._held["a"]["G1"] -= 1                       # a bug in session a
+    led.check(sessions=["b"])                       # a is not looked at
+    with pytest.raises(LedgerError, match="1 lost without a drop"):
+        led.check(sessions=["a"])
+    led._held["a"]["G1"] += 1
+    led.check(observed={"a": {"G1": 6, "G2": 4}, "z": {"G1": 1}}, sessions=["a"])
+    with pytest.raises(LedgerError, match="the ledger has 6 tokens in G1, the simulator 5"):
+        led.check(observed={"a": {"G1": 5, "G2": 4}}, sessions=["a"])
+    led._totals["G2"] += 1                          # a running count off
+    led.check(sessions=["a"])
+    with pytest.raises(LedgerError, match="G2: the running count is 5 tokens in 1 sessions, the sessions hold 4 in 1"):
+        led.check()
+
+
 def _tier(name="G2", bandwidth=1e9, latency_s=1e-3, capacity=10**12):
     from tricut.models.tiers import Tier
     return Tier(name, "test link", capacity, bandwidth, latency_s)

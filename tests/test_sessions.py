@@ -1,7 +1,8 @@
 """Agentic sessions (sim/fast/sessions.py): the session-file reader (contexts, prompts, hash ids,
 and one ``file:line`` message per malformed file), the synthetic agentic generator (seeded,
 shared system-prompt blocks, prefix-stable hashes, context growth, Poisson arrivals,
-max_context), the --agentic spec and one-turn sessions from a Mooncake trace."""
+max_context), the --agentic spec, one-turn sessions from a Mooncake trace, and the work of
+reading and simulating a trace or sessions growing linearly with their size."""
 
 import json
 import math
@@ -349,3 +350,61 @@ def test_spec_errors_name_the_key(text, message):
         parse_agentic_spec(text)
     assert str(e.value).startswith("agentic spec: ") and "\n" not in str(e.value)
     assert message in str(e.value), str(e.value)
+
+
+# --- scale: reading and simulating 10**6 requests or sessions takes time linear in their number ---
+
+def _executed_lines(fn) -> int:
+    """Lines of tricut's own Python (``models/``, ``sim/``) that ``fn()`` executes: a measure of
+    work that, unlike a clock, the machine's load does not change."""
+    import sys
+
+    import tricut.models
+    import tricut.sim
+    roots = tuple(str(Path(m.__file__).parent) for m in (tricut.models, tricut.sim))
+    count = 0
+
+    def local(frame, event, arg):
+        nonlocal count
+        count += event == "line"
+        return local
+
+    sys.settrace(lambda frame, event, arg: local if frame.f_code.co_filename.startswith(roots) else None)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize("kind", ["trace", "sessions"])
+def test_reading_and_simulating_scale_linearly(tmp_path, kind):
+    """A Mooncake trace, and the same requests as one-turn sessions, read and simulated with 4
+    times as many requests do 4 times the work, not 16: with requests queueing for a DSU of 4
+    slots, the session run used to walk every queued session after every round (the ledger
+    check) and every turn for every session (session times): 4 times the sessions did about 15
+    times the work."""
+    from tricut.models.config import load_gpu, load_model
+    from tricut.sim.fast.agentic import AgenticOptions, simulate_sessions
+    from tricut.sim.fast.setup import ServingSetup
+    from tricut.sim.fast.system import simulate
+    from tricut.sim.fast.workload import synthetic
+
+    setup = ServingSetup(load_model("llama-3-8b"), load_gpu("h100-sxm5"), n_slots=4, max_batch=4)
+    sm, dsu = setup.step_model(("te", "cdu", "dsu")), setup.dsu_params()
+
+    def work(n):
+        reqs = synthetic(n, 1000.0, 64, 4, seed=0)
+        path = tmp_path / f"{kind}{n}.jsonl"
+        if kind == "trace":
+            path.write_text("".join(json.dumps({"timestamp": r.arrival_s * 1e3, "input_length": r.prompt_tokens,
+                                                "output_length": r.output_tokens, "hash_ids": [r.id]}) + "\n"
+                                    for r in reqs))
+            run = lambda: simulate(read_trace(path), sm, dsu, prefill="disaggregated")  # noqa: E731
+        else:
+            write_sessions(sessions_from_requests(reqs), path)
+            run = lambda: simulate_sessions(read_sessions(path), sm, dsu, AgenticOptions("keep"),  # noqa: E731
+                                            prefill="disaggregated")
+        return _executed_lines(run)
+    small, large = work(300), work(1200)
+    assert 3.5 < large / small < 5, (small, large)

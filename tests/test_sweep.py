@@ -506,6 +506,125 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch
     assert {st for st, _, _ in _table(db).values()} == {"done"}
 
 
+# =========================================================================== a write that fails
+def test_a_write_that_fails_keeps_the_result_and_stops_the_sweep(tmp_path, monkeypatch, capsys):
+    """A finished point whose row DuckDB refuses (here a metric named like another but for its
+    case: DuckDB's column names ignore case, so the second cannot be added) is not lost: it is
+    kept beside the database, no further point runs, and the line names the file."""
+    path = _grid(tmp_path, '[fixed]\nsynthetic = 8\n\n[axes]\nseed = [1, 2, 3]\n')
+    db = tmp_path / "w.duckdb"
+    ran = []
+
+    def run(cls, settings):
+        ran.append(settings["seed"])
+        return {"speed": 1.0} if settings["seed"] == 1 else {"SPEED": 2.0}
+
+    monkeypatch.setattr(SimulateTask, "run", classmethod(run))
+    code, cap = run_cli(["sweep", str(path), "--db", str(db), "--workers", "0", "--no-progress"], capsys)
+    unsaved = tmp_path / "w.duckdb.unsaved.jsonl"
+    lines = cap.err.splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in cap.err, cap.err
+    assert lines[0].startswith(f"tricut: error: cannot write the row of point ")
+    assert lines[0].endswith(f"the sweep stopped, and the 1 finished point(s) not written are kept in {unsaved} "
+                             "(one JSON row per line)")
+    assert ran == [1, 2]                                  # the third point never started
+    rows = _table(db)
+    assert [m for _, _, m in rows.values()] == [{"speed": 1.0}]
+    kept = [json.loads(line) for line in unsaved.read_text().splitlines()]
+    assert len(kept) == 1 and kept[0]["label"] == "seed=2" and kept[0]["status"] == "done"
+    assert kept[0]["metrics"] == {"SPEED": 2.0} and kept[0]["key"] not in rows
+    assert kept[0]["config"]["seed"] == 2
+
+
+# =========================================================================== checking a grid
+def test_checking_a_grid_prints_a_line_every_interval_when_not_on_a_terminal(tmp_path):
+    from tricut.sim.sweep.grid import CheckProgress
+    path = _grid(tmp_path, '[fixed]\nsynthetic = 4\n\n[axes]\nseed = [1, 2, 3, 4, 5, 6]\n')
+    ticks = iter(range(0, 1000, 3))                  # each look at the clock: 3 s later
+
+    stream = io.StringIO()
+    with CheckProgress(stream, clock=lambda: next(ticks)) as progress:
+        assert len(load_grid(path, progress=progress).points) == 6
+    # after 1 s quiet a first line (3 s), then one once 10 s passed since it (15 s), then the end
+    assert stream.getvalue().splitlines() == [
+        "sweep: checked 0 of 6 points (0 %), 3 s so far, about 18 s left",
+        "sweep: checked 4 of 6 points (67 %), 15 s so far, about 8 s left",
+        "sweep: checked 6 of 6 points (100 %), 21 s so far"]
+    quick = io.StringIO()
+    with CheckProgress(quick) as progress:                       # the real clock: done in < 1 s
+        load_grid(path, progress=progress)
+    assert quick.getvalue() == ""
+
+
+def test_checking_on_a_terminal_redraws_one_line_ended_before_an_error(tmp_path):
+    from tricut.sim.sweep.grid import CheckProgress, GridError
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    path = _grid(tmp_path, '[fixed]\nsynthetic = 4\n\n[axes]\ntp = [1, 2, 3]\n')
+    stream = Terminal()
+    with pytest.raises(GridError, match="point tp=3"):
+        with CheckProgress(stream, quiet_s=0) as progress:
+            load_grid(path, progress=progress)
+    text = stream.getvalue()
+    assert text.startswith("\rsweep: checked 0 of 3 points") and text.endswith("\n")
+    assert text.count("\n") == 1                   # one line, redrawn in place, then ended
+
+
+def test_sweep_prints_its_check_progress_on_stderr(tmp_path, monkeypatch, capsys):
+    from tricut.sim.sweep import grid
+    monkeypatch.setattr(grid, "CHECK_QUIET_S", 0.0)
+    monkeypatch.setattr(grid, "CHECK_INTERVAL_S", 0.0)
+    path = _grid(tmp_path, '[fixed]\nsynthetic = 4\n\n[axes]\nseed = [1, 2]\n')
+    code, cap = run_cli(["sweep", str(path), "--db", str(tmp_path / "p.duckdb"), "--workers", "0"], capsys)
+    assert code == 0, cap.err
+    checked = [line for line in cap.err.splitlines() if line.startswith("sweep: checked")]
+    assert [line.split(" points")[0] for line in checked] == [
+        "sweep: checked 0 of 2", "sweep: checked 1 of 2", "sweep: checked 2 of 2"]
+    code, cap = run_cli(["sweep", str(path), "--db", str(tmp_path / "q.duckdb"), "--workers", "0",
+                         "--no-progress"], capsys)
+    assert code == 0 and "checked" not in cap.err
+
+
+# =========================================================================== one check everywhere
+#: (task, grid setting, its value as TOML, the command line that gives the same value)
+SAME_REFUSAL = [
+    ("cdu-replay", "l2_mb", "1e12", ["cdu", "replay", "--pattern", "full", "--l2-mb", "1e12"]),
+    ("cdu-replay", "l2_mb", "0.001", ["cdu", "replay", "--pattern", "full", "--l2-mb", "0.001"]),
+    ("cdu-replay", "seed", "12345678901234567890",
+     ["cdu", "replay", "--pattern", "full", "--seed", "12345678901234567890"]),
+    ("cdu-replay", "reserve", "16", ["cdu", "replay", "--pattern", "full", "--reserve", "16"]),
+    ("cdu-replay", "batch", "100000000", ["cdu", "replay", "--pattern", "full", "--batch", "100000000"]),
+    ("cdu-replay", "steps", "0", ["cdu", "replay", "--pattern", "full", "--steps", "0"]),
+    ("cdu-replay", "batch", "2000", ["cdu", "replay", "--pattern", "full", "--batch", "2000", "--context",
+                                     "100000", "--model", "llama-3-70b"]),
+    ("simulate", "prefix_cache_tokens", "1000000000",
+     ["simulate", "--synthetic", "4", "--prefix-cache-tokens", "1000000000"]),
+]
+
+
+@pytest.mark.parametrize("task,setting,value,argv", SAME_REFUSAL, ids=[f"{c[1]}={c[2]}" for c in SAME_REFUSAL])
+def test_a_grid_point_is_refused_up_front_in_the_commands_words(tmp_path, capsys, task, setting, value, argv):
+    """What the command refuses, the grid refuses before any point runs, naming the point,
+    with the command's own message (the same check code)."""
+    code, cap = run_cli(argv, capsys)
+    assert code == 2 and cap.err.startswith("tricut: error: "), cap.err
+    message = cap.err.strip().removeprefix("tricut: error: ")
+    fixed = {"cdu-replay": 'model = "llama-3-70b"\ncontext = 100000\n' if "--context" in argv else "",
+             "simulate": "synthetic = 4\n"}[task]
+    good = {"l2_mb": "50", "seed": "0", "reserve": "1", "batch": "1", "steps": "1",
+            "prefix_cache_tokens": "1000"}[setting]
+    path = _grid(tmp_path, f'task = "{task}"\n[fixed]\n{fixed}[axes]\n{setting} = [{good}, {value}]\n')
+    code, cap = run_cli(["sweep", str(path), "--db", str(tmp_path / "r.duckdb"), "--workers", "0"], capsys)
+    assert code == 2 and cap.out == "" and len(cap.err.splitlines()) == 1, cap.err
+    line = cap.err.strip()
+    assert line.startswith(f"tricut: error: {path}: point {setting}="), line
+    assert message in line, (message, line)
+    assert not (tmp_path / "r.duckdb").exists()
+
+
 # =========================================================================== Ray
 def test_ray_sweep_rows_equal_the_in_process_rows(small, tmp_path):
     db = tmp_path / "ray.duckdb"

@@ -28,7 +28,7 @@ from tricut.models.llama import (LlamaWeights, _qkv, decode_step, decode_step_la
 from tricut.models.matmul import matmul
 from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
-from tricut.sim.cli.testing import assert_one_line_error, run_cli
+from tricut.sim.cli.testing import assert_one_line_error, only_progress, run_cli
 from tricut.sim.harness.tile import cosim
 from tricut.sim.harness.tile.cases import EQUIV
 from tricut.sim.harness.tile.cosim import Report, simulate
@@ -151,7 +151,7 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
     assert len({tuple(v) for v in t.tokens.values()}) == 3
     for r, toks in golden.tokens.items():
         assert f"request {r} (prompt {r + 1}): tokens {' '.join(map(str, toks))}" in cap.out
-    assert "18 attention outputs bit-exact, tokens equal" in cap.out and cap.err == ""
+    assert "18 attention outputs bit-exact, tokens equal" in cap.out and only_progress(cap.err)
     # cycles: one entry per (round, layer), growing with the contexts; a step also holds the
     # host's K/V, q and output traffic between its layers
     assert sorted(t.layer_cycles) == sorted({(ri, li) for ri, li, _ in keys})

@@ -12,8 +12,10 @@ import math
 import sys
 from pathlib import Path
 
-from tricut.models.cdu import MODEL_WAYS, PATTERNS, POLICIES
+from tricut.models.cdu import PATTERNS, POLICIES
 from tricut.models.config import KV_DTYPES
+from ..options import Needs, refuse_inapplicable
+from ..fast.cdu_replay_checks import check_values
 from .errors import one_line_argparse
 
 __all__ = ["add_commands"]
@@ -23,7 +25,7 @@ __all__ = ["add_commands"]
 FLAGS = {"l2_mb": "--l2-mb", "steps": "--steps", "batch": "--batch", "context": "--context",
          "seed": "--seed", "reserve": "--reserve", "engine": "--implementation",
          "implementation": "--implementation", "rtl": "--rtl", "hints": "--dsu-hints"}
-#: defaults of the flags that a trace or --rtl makes meaningless (None = not given)
+#: defaults of the flags that a trace or --rtl makes meaningless (None = not given; APPLIES)
 DEFAULTS = {"l2_mb": 50.0, "steps": 8, "batch": 1, "context": 4096, "implementation": "fast"}
 #: --implementation's values: replay()'s ``engine`` (sim/fast/cdu_replay.py)
 IMPLEMENTATIONS = ("fast", "golden")
@@ -69,37 +71,25 @@ def _implementation_alias(args):
     return dict(FLAGS, engine="--engine", implementation="--engine")
 
 
-def _check_args(args, given, names=FLAGS):
-    """Flag values and combinations, before anything is loaded or run (``_Bad``)."""
-    rtl = args.rtl
-    if args.trace is not None:
-        for k in ("steps", "batch", "context"):
-            if k in given:
-                _fail(f"--{k} does not apply to --trace (the trace gives the steps, requests "
-                      "and their seq_len)")
-    if rtl:
-        for k in ("l2_mb", "implementation"):
-            if k in given:
-                _fail(f"{names[k]} does not apply to --rtl (the RTL instance is 4 sets x 2 ways, "
-                      "compared with the golden policy model)")
-    else:
-        for flag, v in (("--hbm-errors", args.hbm_errors), ("--wave", args.wave),
-                        ("--wave-window", args.wave_window)):
-            if v is not None:
-                _fail(f"{flag} needs --rtl (HBM errors and waveforms are of the RTL replay)")
-    if args.l2_mb is not None and (not math.isfinite(args.l2_mb) or args.l2_mb <= 0):
-        _fail(f"--l2-mb {args.l2_mb:g}: l2_mb must be a positive number of MiB")
-    for k in ("steps", "batch", "context"):
-        v = getattr(args, k)
-        if v is not None and v < 1:
-            _fail(f"--{k} {v}: {k} must be a positive integer")
-    if not 0 <= args.seed <= 2**63 - 1:
-        _fail(f"--seed {args.seed}: seed must be an integer in 0..2**63-1")
-    if args.reserve is not None:
-        ways = 2 if rtl else MODEL_WAYS
-        if not 0 <= args.reserve < ways:
-            _fail(f"--reserve {args.reserve}: reserve must be an integer in [0, ways) = "
-                  f"0..{ways - 1} ({ways} ways per set{' in the --rtl instance' if rtl else ''})")
+_NOT_TRACE = Needs("does not apply to --trace (the trace gives the steps, requests and their seq_len)",
+                   lambda a: a.trace is None)
+_NOT_RTL = Needs("does not apply to --rtl (the RTL instance is 4 sets x 2 ways, compared with the "
+                 "golden policy model)", lambda a: not a.rtl)
+_RTL = Needs("needs --rtl (HBM errors and waveforms are of the RTL replay)", lambda a: a.rtl)
+
+#: Where cdu replay's flags act (the rest act in every replay): ``{dest: (Needs, ...)}``,
+#: refused where they would not (``sim/options.py``, :func:`~tricut.sim.options.refuse_inapplicable`)
+APPLIES = {"steps": (_NOT_TRACE,), "batch": (_NOT_TRACE,), "context": (_NOT_TRACE,),
+           "l2_mb": (_NOT_RTL,), "implementation": (_NOT_RTL,), "deprecated_engine": (_NOT_RTL,),
+           "hbm_errors": (_RTL,), "wave": (_RTL,), "wave_window": (_RTL,)}
+
+
+def _check_args(args):
+    """Flag values, before anything is loaded or run (``_Bad``; where a flag applies:
+    :data:`APPLIES`)."""
+    # the values' checks a sweep's cdu-replay points share (an InputError: one line, exit 2)
+    check_values(l2_mb=args.l2_mb, steps=args.steps, batch=args.batch, context=args.context,
+                 seed=args.seed, reserve=args.reserve, rtl=args.rtl)
     return _parse_hbm_errors(args.hbm_errors) if args.hbm_errors is not None else None
 
 
@@ -109,10 +99,12 @@ def cmd_cdu_replay(args) -> int:
     from ..fast.cdu_replay import COUNTER_KEYS, replay
     from ..harness.cdu import HbmFaults, RtlMismatch, replay_rtl
 
+    refuse_inapplicable(args, APPLIES, flags={**FLAGS, "deprecated_engine": "--engine",
+                                              "hbm_errors": "--hbm-errors", "wave": "--wave",
+                                              "wave_window": "--wave-window"})
     try:
         names = _implementation_alias(args)
-        given = {k for k in DEFAULTS if getattr(args, k) is not None}
-        hbm = _check_args(args, given, names)
+        hbm = _check_args(args)
     except _Bad as e:
         print(f"tricut: error: {e}", file=sys.stderr)
         return 2

@@ -21,15 +21,15 @@ from pathlib import Path
 from tricut.models.dsu import PARK_POLICIES, PROFILES
 from tricut.models.jsonl import iter_jsonl_objects, stat_input_file
 
+from ..options import Needs, refuse_inapplicable
 from .errors import InputError, one_line_argparse
+from .progress import LONG_RUN_S, StatusLine
 
 __all__ = ["add_commands", "read_dsu_requests", "dsu_sessions", "session_counts",
            "MAX_REQUESTS_FILE_BYTES", "LONG_RUN_S", "ROUND_S", "PARK_EARLY_LEAD"]
 
 #: a requests file larger than this is refused (65,536 requests of ~100 bytes fit easily)
 MAX_REQUESTS_FILE_BYTES = 64 << 20
-#: runs whose estimated simulation time is longer are refused unless --allow-long
-LONG_RUN_S = 3600
 
 #: --round-s: the seconds one scheduling round stands for when a session file's (or the
 #: generator's) arrivals and tool gaps become rounds. An assumption (a 20 ms decode step),
@@ -164,17 +164,17 @@ def _dur(seconds):
 
 
 class Progress:
-    """One status line on a terminal (``\\r``, rewritten in place): cycles, simulation rate,
-    rounds against the golden schedule's, outcomes, and an ETA from the rounds' rate."""
+    """The run's status (:class:`~tricut.sim.cli.progress.StatusLine`: on a terminal one line
+    rewritten in place, else a line every ~10 s): cycles, simulation rate, rounds against the
+    golden schedule's, outcomes, and an ETA from the rounds' rate."""
 
-    def __init__(self, stream, plan, label):
-        self.stream, self.plan, self.label = stream, plan, label
-        self.t0 = time.monotonic()
+    def __init__(self, stream, plan, label, tty=None):
+        self.plan, self.label = plan, label
+        self.line = StatusLine(stream, tty=tty)
         self.first = None            # (time, cycle, round) of the first report
-        self.shown = False
 
     def start(self, text):
-        self._show(f"[{self.label}] {text}")
+        self.line.note(f"[{self.label}] {text}")
 
     def __call__(self, st):
         now = time.monotonic()
@@ -196,17 +196,25 @@ class Progress:
             parts.append("degraded: the host is taking over")
         if eta is not None:
             parts.append(f"ETA {_dur(eta)}")
-        self._show(f"[{self.label}] " + ", ".join(parts))
-
-    def _show(self, text):
-        self.stream.write("\r\x1b[K" + text[:200])
-        self.stream.flush()
-        self.shown = True
+        self.line.show(f"[{self.label}] " + ", ".join(parts), now=now)
 
     def close(self):
-        if self.shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
+        self.line.close()
+
+
+_SESSIONS = Needs("applies to sessions (--sessions or --agentic), and there are none",
+                  lambda a: a.sessions is not None or a.agentic is not None)
+
+#: Where dsu run's flags act (the rest act in every run): ``{dest: (Needs, ...)}``, refused
+#: where they would not (``sim/options.py``, :func:`~tricut.sim.options.refuse_inapplicable`).
+APPLIES = {
+    "park_policy": (_SESSIONS,),
+    "round_s": (_SESSIONS,),
+    "restore_lead": (_SESSIONS, Needs("applies to --park-policy park-early",
+                                      lambda a: a.park_policy == "park-early")),
+    "faults_strict": (Needs("needs --faults (it makes a fault that cannot fire an error)",
+                            lambda a: a.faults is not None),),
+}
 
 
 def cmd_dsu_run(args) -> int:
@@ -214,6 +222,7 @@ def cmd_dsu_run(args) -> int:
     from ..harness.waves import WaveError, parse_wave_args
 
     # -- everything checked before any work ----------------------------------------------
+    refuse_inapplicable(args, APPLIES)
     wave = parse_wave_args(args.wave, args.wave_window)
     if wave is not None and args.sim == "verilator":
         from ..harness.dsu import verilator_waves_supported
@@ -226,12 +235,6 @@ def cmd_dsu_run(args) -> int:
     if args.sessions is not None or args.agentic is not None:
         sessions, policy, lead, round_s = _session_workload(args)
         reqs = []
-    else:
-        for flag, value in (("--park-policy", args.park_policy),
-                            ("--restore-lead", args.restore_lead), ("--round-s", args.round_s)):
-            if value is not None:
-                raise InputError(f"{flag} applies to sessions (--sessions or --agentic), and "
-                                 f"there are none")
     if sessions is None and args.requests is not None:
         reqs = read_dsu_requests(args.requests)
     elif sessions is None:
@@ -259,21 +262,16 @@ def cmd_dsu_run(args) -> int:
                         f"starts after the run's cycle budget ({plan.max_cycles:,} cycles)")
 
     # -- the run ---------------------------------------------------------------------------
-    progress = None
-    if sys.stderr.isatty():
-        progress = Progress(sys.stderr, plan, f"dsu {args.sim}")
-        what = f"{len(reqs):,} requests" if sessions is None else \
-            f"{len(sessions):,} sessions ({_n_turns(sessions):,} turns, {policy})"
-        progress.start(f"{what}, {plan.rounds:,} rounds in the golden "
-                       f"schedule, about {plan.estimate_cycles:,} cycles "
-                       f"(≈{_dur(plan.estimate_seconds())}); starting the simulator"
-                       + (" (a first Verilator build takes 1-3 min)"
-                          if args.sim == "verilator" else ""))
-    try:
+    progress = Progress(sys.stderr, plan, f"dsu {args.sim}")
+    what = f"{len(reqs):,} requests" if sessions is None else \
+        f"{len(sessions):,} sessions ({_n_turns(sessions):,} turns, {policy})"
+    progress.start(f"{what}, {plan.rounds:,} rounds in the golden "
+                   f"schedule, about {plan.estimate_cycles:,} cycles "
+                   f"(≈{_dur(plan.estimate_seconds())}); starting the simulator"
+                   + (" (a first Verilator build takes 1-3 min)"
+                      if args.sim == "verilator" else ""))
+    with progress.line.ticking():       # the status through the build and the boot too
         result = run_plan(plan, progress=progress, wave=wave)
-    finally:
-        if progress is not None:
-            progress.close()
 
     # -- report ----------------------------------------------------------------------------
     summary = None
@@ -324,8 +322,6 @@ def _session_workload(args):
     from ..fast.sessions import agentic, parse_agentic_spec, read_sessions
     from ..harness.dsu import MAX_REQUESTS, REQUEST_LIMITS
     policy = args.park_policy or "keep"
-    if args.restore_lead is not None and policy != "park-early":
-        raise InputError("--restore-lead applies to --park-policy park-early")
     lead = args.restore_lead if args.restore_lead is not None else \
         PARK_EARLY_LEAD if policy == "park-early" else 0
     round_s = ROUND_S if args.round_s is None else args.round_s

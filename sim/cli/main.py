@@ -19,6 +19,7 @@ from . import simulate as cli_simulate
 from . import sweep_cmd as cli_sweep
 from . import tile_cmd as cli_tile
 from . import units as cli_units
+from ..options import given_on_command_line
 from .errors import InputError, one_line_argparse, positive_int_list
 
 __all__ = ["main"]
@@ -141,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         args = cli_sweep.parse_subcommand(argv[1:])
     else:
         args = parser.parse_args(argv)
+        args.flags_given = given_on_command_line(parser, argv)   # refused where they would not act
     try:
         return args.func(args)
     except (ConfigError, UsageError, TraceError, InputError, ValueError) as e:

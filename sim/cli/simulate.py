@@ -24,6 +24,7 @@ from ..fast.setup import ServingSetup
 from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, stack_names
 from ..fast.timing import CUTS
 from ..fast.workload import TRACE_FORMATS, synthetic
+from ..options import given_on_command_line
 from .errors import InputError, argparse_type, one_line_argparse
 from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
 
@@ -87,19 +88,21 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--trace-format", choices=tuple(TRACE_FORMATS), help="trace format (default: guessed)")
     p.add_argument("--limit", type=_type("limit"), help="use only the first N requests of the trace")
     p.add_argument("--rate", type=_type("rate"), default=None if bench else 10.0,
-                   help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0; ignored with "
-                        "--concurrency (default: 10)")
+                   help="synthetic Poisson arrival rate, requests/s; 'inf' = all at t=0; open loop only "
+                        "(refused with --concurrency, --trace, --sessions, --agentic) (default: 10)")
     p.add_argument("--rate-scale", type=_type("rate_scale"), default=None if bench else 1.0,
-                   help="speed arrivals up by this factor")
+                   help="speed arrivals (synthetic or a trace's) up by this factor; open loop only (default: 1)")
     p.add_argument("--prompt-tokens", type=_type("prompt_tokens"), default=1024,
                    help="synthetic prompt lengths: N, uniform:LO:HI, lognormal:MEDIAN:SIGMA (default: 1024)")
     p.add_argument("--output-tokens", type=_type("output_tokens"), default=128,
                    help="synthetic output lengths (same forms; default: 128)")
     if with_cuts:
         p.add_argument("--cuts", type=_type("cuts"), default=CUTS,
-                       help="which cuts are on: none, all, or a list of te,cdu,dsu (default: all)")
+                       help="which cuts are on: none, all, or a list of te,cdu,dsu (default: every cut the "
+                            "GPU has; without a CDU, te,dsu and a note)")
     # choices listed adaptive (the default) first, as before
-    p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive", help="CDU policy (default: adaptive)")
+    p.add_argument("--policy", choices=POLICIES[::-1], default="adaptive",
+                   help="CDU policy; needs the cdu cut (default: adaptive)")
     p.add_argument("--profile", choices=PROFILES, default="throughput-opt", help="DSU profile (default: throughput-opt)")
     p.add_argument("--slots", type=_type("slots"), default=64,
                    help=f"decode slots, at most {MAX_SLOTS:,} (default: 64)")
@@ -108,7 +111,8 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--ttft-slo", type=_type("ttft_slo"), help="TTFT SLO in seconds, for goodput")
     p.add_argument("--tpot-slo", type=_type("tpot_slo"), help="TPOT SLO in seconds, for goodput")
     p.add_argument("--degraded-at", type=_type("degraded_at"), metavar="SECONDS",
-                   help="DSU degrades to host scheduling from this simulated time on (a finite number >= 0)")
+                   help="DSU degrades to host scheduling from this simulated time on (a finite number >= 0; "
+                        "needs the dsu cut)")
     p.add_argument("--stack", choices=stack_names(), default=DEFAULT_STACK,
                    help="software-stack profile: what a serving stack adds to the GPU's physics (host "
                         "time per step, its overlap with the GPU, CUDA-graph and launch gaps, the attention "
@@ -123,7 +127,8 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                         "(plus --think-time); arrival times (--rate, the trace's timestamps) are then ignored "
                         "(default: open loop)")
     p.add_argument("--think-time", type=_type("think_time"), default=0.0, metavar="SECONDS",
-                   help="closed loop: a client's pause between a finished request and its next (default: 0)")
+                   help="closed loop (needs --concurrency): a client's pause between a finished request and "
+                        "its next (default: 0)")
     p.add_argument("--assume", type=_type("assume"), action="append", default=[], metavar="NAME=VALUE",
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
@@ -145,8 +150,17 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
 
 
 def run_options(args) -> RunOptions:
-    """The typed options of parsed flags (a flag the command does not take: its default)."""
-    return RunOptions(**{name: getattr(args, name) for name in OPTIONS if hasattr(args, name)})
+    """The typed options of parsed flags (a flag the command does not take: its default); the
+    flags given on the command line (``args.flags_given``, set by ``tricut``'s main) count as
+    given whatever their values."""
+    given = getattr(args, "flags_given", frozenset()) & OPTIONS.keys()
+    return RunOptions(**{name: getattr(args, name) for name in OPTIONS if hasattr(args, name)},
+                      given=frozenset(given))
+
+
+def _notes(options: RunOptions) -> None:
+    for note in options.notes:
+        print(f"tricut: note: {note}", file=sys.stderr)
 
 
 def workload_of(args):
@@ -214,7 +228,9 @@ def prepared_run(argv: list[str], prepare_only: bool = False):
     """``tricut simulate ARGV`` without printing: ``(args, setup, summary)`` with the summary
     exactly as ``--json`` prints it (undefined metrics None); ``prepare_only``: every check of
     the input and no run (summary None). Bad input raises one-line ``ValueError``s."""
-    args = simulate_parser().parse_args(argv)
+    parser = simulate_parser()
+    args = parser.parse_args(argv)
+    args.flags_given = given_on_command_line(parser, argv)
     prepared = prepare(run_options(args))
     if prepare_only:
         return args, prepared.setup, None
@@ -406,10 +422,12 @@ def _report_sessions(args, prepared) -> int:
 
 
 def cmd_simulate(args) -> int:
-    prepared = prepare(run_options(args))
+    options = run_options(args)
+    prepared = prepare(options)
+    _notes(options)
     if prepared.sessions is not None:
         return _report_sessions(args, prepared)
-    label = cuts_label(args.cuts)
+    label = cuts_label(options.cuts)
     with _plot_dir(args.plot, RUN_FIGURES):
         results = prepared.run(progress=_progress(not args.no_progress, label))
         _emit(args, {k: r.summary for k, r in results.items()})
@@ -445,6 +463,7 @@ def cmd_compare(args) -> int:
         raise InputError("compare over sessions compares park policies: add --park-policies (e.g. all)")
     runs = _ablation(load_gpu(args.gpu))
     setup, reqs = _prepare(args, [cuts for _, cuts in runs])
+    _notes(run_options(args))
     with _plot_dir(args.plot, RUN_FIGURES):
         results = {label: _run(args, setup, reqs, cuts, label) for label, cuts in runs}
         _emit(args, {k: v.summary for k, v in results.items()})
@@ -471,14 +490,16 @@ def _bench_check(args) -> None:
     if low < 2:
         raise InputError(f"bench needs --output-tokens of at least 2 (N, uniform LO or lognormal MEDIAN): "
                          f"its rounds measure TPOT, the time per output token after the first; got {low:g}")
-    args.rate, args.rate_scale = math.inf, 1.0       # each round sets its own
 
 
 def cmd_bench(args) -> int:
     """The source's three-round method (docs/system-model.md)."""
     _bench_check(args)
-    model, gpu, cuts, seed = load_model(args.model), load_gpu(args.gpu), args.cuts, args.seed
-    setup = setup_of(args)
+    options = run_options(args)
+    model, gpu, cuts, seed = load_model(args.model), load_gpu(args.gpu), options.cuts, args.seed
+    setup = fast_run.setup_of(options)
+    _notes(options)
+    args.cuts = cuts                  # the rounds' (the GPU's cuts by default)
     lengths = lambda n: synthetic(n, math.inf, args.prompt_tokens, args.output_tokens, seed)  # noqa: E731
     # every round's requests (their lengths) are checked before the first round runs
     single = lengths(1)

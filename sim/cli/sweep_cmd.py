@@ -28,27 +28,30 @@ def _workers(text: str) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..sweep.grid import load_grid
-    from ..sweep.runner import SweepError, check_address, run_grid
+    from ..sweep.grid import CheckProgress, load_grid
+    from ..sweep.runner import check_address, run_grid
     from ..sweep.store import ResultStore
     if args.address is not None and args.workers == 0:
         raise InputError("--workers 0 runs in this process and cannot use --address")
-    if args.address is not None:
-        check_address(args.address)      # a bad or unreachable address: refused before --db is written
-    grid = load_grid(args.grid)
+    # a bad or unreachable address (auto: the cluster it names) is refused before --db is written
+    address = check_address(args.address) if args.address is not None else None
+    progress = not args.no_progress and not args.json
+    with CheckProgress(sys.stderr) as check_progress:
+        grid = load_grid(args.grid, progress=check_progress if progress else None)
     if args.workers is not None:
         workers = args.workers
     else:       # joined: as many tasks in flight as the cluster has CPUs (x2); local: this machine's cores
-        workers = 0 if args.address is not None else (os.cpu_count() or 1)
+        workers = 0 if address is not None else (os.cpu_count() or 1)
     new_db = not args.db.exists()
     with ResultStore(args.db) as store:
         try:
-            summary = run_grid(grid, store, workers=workers, address=args.address, resume=args.resume,
-                               progress=not args.no_progress and not args.json)
-        except SweepError:
-            if new_db and not store.rows():
+            summary = run_grid(grid, store, workers=workers, address=address, resume=args.resume,
+                               progress=progress)
+        except BaseException:        # a refused or failed join, Ctrl-C, a failed write
+            if new_db and store.is_empty():
                 store.close()
-                args.db.unlink(missing_ok=True)       # a database this run made and left empty
+                for path in (args.db, Path(f"{args.db}.wal")):
+                    path.unlink(missing_ok=True)      # a database this run made and left empty
             raise
     out = summary.as_dict()
     out["db"] = str(args.db)

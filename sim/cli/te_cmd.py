@@ -23,6 +23,8 @@ from tricut.sim.harness.waves import (WaveError, add_wave_arguments, atomic_outp
                                       check_output_file, check_window, one_line, parse_wave_args)
 
 from .errors import InputError, one_line_argparse
+from .progress import StatusLine
+from .progress import duration_text as _duration
 
 __all__ = ["add_commands", "path_arg", "DEFAULT_ENGINE"]
 
@@ -207,52 +209,34 @@ def _load_vectors(path: Path, headers: dict, kv_dtype: str) -> dict:
 # ----------------------------------------------------------------------------------------------
 # progress
 # ----------------------------------------------------------------------------------------------
-def _duration(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    if s < 172800:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} days"
-
-
 class Progress:
-    """``progress(cycles)`` for :func:`run_te`: one line on stderr, rewritten in place (cycles,
-    rate, ETA), at most twice a second; :meth:`done` clears it."""
+    """``progress(cycles)`` for :func:`run_te`: the run's status (cycles, rate, ETA) as a
+    :class:`~tricut.sim.cli.progress.StatusLine` (``tty``: on a terminal, the default, one
+    line rewritten in place at most twice a second; else a line every ~10 s); :meth:`done`
+    clears it."""
 
-    def __init__(self, total: int, stream=None):
+    def __init__(self, total: int, stream=None, tty: bool = True):
         self.total = total
-        self.stream = stream or sys.stderr
+        self.line = StatusLine(stream, tty=tty, clock=lambda: time.monotonic())
         self.t_first = None
         self.c_first = 0
-        self.last = 0.0
-        self.shown = False
 
     def note(self, text: str) -> None:
-        self.stream.write(f"\r{text}\x1b[K")
-        self.stream.flush()
-        self.shown = True
+        self.line.note(text)
 
     def __call__(self, cycles: int) -> None:
         now = time.monotonic()
         if self.t_first is None:
             self.t_first, self.c_first = now, cycles
             return
-        if now - self.last < 0.5:
-            return
-        self.last = now
         rate = (cycles - self.c_first) / max(now - self.t_first, 1e-9)
         eta = _duration((self.total - cycles) / rate) if rate > 0 else "?"
         pct = 100 * cycles / self.total
-        self.note(f"te run: {cycles:,} / {self.total:,} cycles ({pct:.1f} %), "
-                  f"{rate:,.0f} cycles/s, ETA {eta}")
+        self.line.show(f"te run: {cycles:,} / {self.total:,} cycles ({pct:.1f} %), "
+                       f"{rate:,.0f} cycles/s, ETA {eta}", now=now)
 
     def done(self) -> None:
-        if self.shown:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
-            self.shown = False
+        self.line.close()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,19 +285,16 @@ def cmd_te_run(args) -> int:
             f"{alt}pass --max-cycles N to run anyway (it stops after N cycles)")
     vec = _load_vectors(args.inp, headers, args.kv_dtype)
 
-    progress = Progress(step) if sys.stderr.isatty() else None
-    if progress is not None and sim == "verilator":
-        progress.note(f"te run: building the Verilator model (~{H.VERILATOR_BUILD_S} s the first "
-                      "time for this configuration)")
+    progress = Progress(step, tty=sys.stderr.isatty())
+    progress.note(f"te run: building the Verilator model (~{H.VERILATOR_BUILD_S} s the first "
+                  "time for this configuration)" if sim == "verilator" else
+                  f"te run: starting the simulation of {step:,} cycles (~{_duration(secs)})")
     try:
-        try:
+        with progress.line.ticking():   # cleared before anything else is printed
             out, golden, q_used, k_used, v_used, cycles, status = H.run_te(
                 vec["q"], vec["k"], vec["v"], args.kv_dtype, scale=vec.get("scale"), sim=sim,
                 lanes=lanes, max_cycles=args.max_cycles, progress=progress, wave=wave,
                 engine=engine)
-        finally:            # clear the progress line before anything else is printed
-            if progress is not None:
-                progress.done()
     except H.CycleBudgetExceeded as e:
         kept = f"; waves up to there in {wave.path}" if wave is not None else ""
         print(f"tricut: error: stopped at the --max-cycles budget after {e.cycles:,} cycles; the "

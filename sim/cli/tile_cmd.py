@@ -4,7 +4,9 @@
 
 Exit status: 0 when every attention output is bit-exact with the golden TE model and the tokens
 are the golden decode step's, 1 on a difference (one ``tricut: error:`` line naming the first),
-2 on bad input (one line, before the run).
+2 on bad input or a run estimated over an hour without ``--allow-long`` (one line, before the
+run). While it runs, stderr shows the time elapsed against the estimate
+(``sim/cli/progress.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tricut.models.tile import TILE_ENGINES, TILE_LANES as LANES
 from ..harness.tile.options import CDU_GEOMETRY, OPTIONS, TileRunOptions
 from ..harness.tile.options import SETUP_FLAGS as _FLAGS
 from .errors import InputError, argparse_type, one_line_argparse
+from .progress import StatusLine, add_allow_long, duration_text, refuse_long_run
 
 __all__ = ["add_commands", "cmd_tile_run", "tile_options", "tile_run_parser", "tile_setup"]
 
@@ -32,8 +35,10 @@ def _type(name: str):
 
 
 def tile_options(args) -> TileRunOptions:
-    """The typed options of parsed flags."""
-    return TileRunOptions(**{name: getattr(args, name) for name in OPTIONS})
+    """The typed options of parsed flags; the flags given on the command line
+    (``args.flags_given``, set by ``tricut``'s main) count as given whatever their values."""
+    given = frozenset(getattr(args, "flags_given", frozenset()) & OPTIONS.keys())
+    return TileRunOptions(**{name: getattr(args, name) for name in OPTIONS}, given=given)
 
 
 def tile_setup(args):
@@ -161,10 +166,16 @@ def cmd_tile_run(args) -> int:
     from tricut.sim.harness.waves import one_line
 
     s = tile_setup(args)
+    status = _long_run_status(s, args.sim, args.allow_long)
     try:
-        rep = simulate(s, sim=args.sim)
+        with status.ticking():
+            rep = simulate(s, sim=args.sim)
     except SetupError as e:         # found by the golden run (a fault the CDU cannot retry)
         raise InputError(f"{_FLAGS.get(e.param, e.param)}: {e.detail}") from None
+    except MemoryError:
+        raise InputError("out of memory: the run is too large for this machine (fewer "
+                         "requests: --synthetic or --prompt-lens; shorter contexts: "
+                         "--max-prompt, --steps, --max-ctx; a smaller --model)") from None
     except (CosimError, TimeoutError,              # golden TE status, a DSU mismatch, a hang
             CocotbFailure, ToolchainError) as e:   # --sim verilator: the bench or toolchain
         print(f"tricut: error: {one_line(e, 240)}", file=sys.stderr)
@@ -176,6 +187,31 @@ def cmd_tile_run(args) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _on(sim):
+    return ("the " if sim == "amaranth" else "") + _SIM_NAMES[sim]
+
+
+def _long_run_status(s, sim, allow_long) -> StatusLine:
+    """The run's estimate (``sim/harness/tile/setup.py``, :func:`estimate_run`): a run over
+    an hour is refused unless ``allow_long``; else the status line that shows it while the
+    run goes (``sim/cli/progress.py``)."""
+    from tricut.sim.harness.tile.setup import estimate_run, tile_sim_rate
+    cycles, seconds = estimate_run(s, sim)
+    faster = ""
+    if sim == "amaranth":
+        faster = f"--sim verilator: ~{duration_text(estimate_run(s, 'verilator')[1])}"
+    refuse_long_run(seconds, f"tile run: about {cycles:,} cycles at ~{tile_sim_rate(s, sim):,.0f} "
+                    f"cycles/s on {_on(sim)}", allow_long, faster)
+    build = " (and a first Verilator build of this tile shape, up to ~3 min)" \
+        if sim == "verilator" else ""
+
+    def text():
+        return (f"tile run on {_on(sim)}: {duration_text(line.elapsed())} of "
+                f"~{duration_text(seconds)} estimated for about {cycles:,} cycles{build}")
+    line = StatusLine(status=text, elapsed_in_text=True)
+    return line
 
 
 def add_commands(sub) -> None:
@@ -198,6 +234,7 @@ def add_commands(sub) -> None:
                     "docs/tile/cosim.md, 'Co-simulation with the golden decode step'."),
         with_command=True)
     _run_arguments(p)
+    add_allow_long(p, "a run")
     p.set_defaults(func=cmd_tile_run)
 
 

@@ -1,8 +1,10 @@
 """`tricut verilog`: a unit's Verilog, linted, optionally with its area.
 
 Bad input (unit, ``--param``, ``--top``, the output directory) is refused before anything is
-built or written: one line ``tricut: error: ...``, exit status 2. The Verilog file is written
-atomically, always as ``<-o>/<top>.v``. ``--area``: :mod:`tricut.sim.harness.area` (one
+built or written: one line ``tricut: error: ...``, exit status 2; so is a generation estimated
+over an hour (:func:`generation_seconds`) without ``--allow-long``. While it generates, stderr
+shows the estimate and the time elapsed. The Verilog file is written atomically, always as
+``<-o>/<top>.v``. ``--area``: :mod:`tricut.sim.harness.area` (one
 ``tricut: error:`` line if Yosys is missing or fails).
 """
 
@@ -16,9 +18,38 @@ from ..harness.verilog_out import (LINT_WAIVERS, TE_ENGINES, UNITS, area, build_
                                    check_top, lint, write_verilog)
 from ..harness.waves import WaveError, check_output_dir
 from .errors import InputError, one_line_argparse
+from .progress import StatusLine, add_allow_long, duration_text, refuse_long_run
 from .te_cmd import DEFAULT_ENGINE, path_arg
 
 __all__ = ["add_commands"]
+
+
+#: what generating a unit's Verilog costs, measured on a shared 2-core machine: the CDU's
+#: sets x ways tag entries (64 in 10 s, 256 in 33-44 s, 512 in 95 s, 1,024 in 250 s: about
+#: CDU_ENTRY_S x entries^1.16), three times as much inside the tile; the tile's base and one TE
+#: engine of 32 lanes (2 engines in 77 s, 8 in 277 s); the DSU's 64 slots (47 s; 256 in 287 s:
+#: about slots^1.3)
+CDU_ENTRY_S, CDU_EXPONENT, TILE_CDU_FACTOR = 0.08, 1.16, 3.0
+TILE_BASE_S, TILE_ENGINE_S = 11.0, 33.0
+DSU_64_SLOTS_S, DSU_SLOTS_EXPONENT = 47.0, 1.3
+#: a unit whose size its parameters do not scale much (the TE, the tile's bricks)
+UNIT_S = 30.0
+
+
+def generation_seconds(unit: str, params: dict) -> float:
+    """Wall time, roughly, of generating ``unit``'s Verilog with ``params`` (checked): the CDU
+    grows with its tag entries (sets x ways), the tile with its engines and its CDU, the DSU
+    with its slots."""
+    def cdu(sets, ways):
+        return CDU_ENTRY_S * (sets * ways) ** CDU_EXPONENT
+    if unit == "cdu":
+        return cdu(params["sets"], params["ways"])
+    if unit in ("tile", "tile-attention"):
+        return TILE_BASE_S + TILE_ENGINE_S * params["engines"] + \
+            (TILE_CDU_FACTOR * cdu(params["cdu_sets"], params["cdu_ways"]) if params["cdu"] else 0.0)
+    if unit in ("dsu", "dsu-arbiter"):
+        return DSU_64_SLOTS_S * (params["n_slots"] / 64) ** DSU_SLOTS_EXPONENT
+    return UNIT_S
 
 
 def cmd_verilog(args) -> int:
@@ -36,12 +67,19 @@ def cmd_verilog(args) -> int:
     if engine is None and args.unit == "te":
         engine = DEFAULT_ENGINE
     component, params = build_unit(args.unit, args.param or [], engine)
-    path = write_verilog(component, top, out_dir)
-    clean, messages = lint(path, top)
-    report = {"unit": args.unit, "params": params, "verilog": str(path), "lint_clean": clean,
-              "lint_waivers": list(LINT_WAIVERS)}
-    if args.area:
-        report["area"] = area(path, top, args.unit)
+    seconds = generation_seconds(args.unit, params)
+    refuse_long_run(seconds, f"verilog {args.unit}: generating its Verilog", args.allow_long,
+                    "smaller parameters (-p) generate faster")
+    line = StatusLine()
+    line.note(f"verilog {args.unit}: generating its Verilog (~{duration_text(seconds)})"
+              + (", then Yosys for --area" if args.area else ""))
+    with line.ticking():
+        path = write_verilog(component, top, out_dir)
+        clean, messages = lint(path, top)
+        report = {"unit": args.unit, "params": params, "verilog": str(path), "lint_clean": clean,
+                  "lint_waivers": list(LINT_WAIVERS)}
+        if args.area:
+            report["area"] = area(path, top, args.unit)
     if args.json:
         print(json.dumps(report, indent=2, default=repr))
     else:
@@ -85,5 +123,6 @@ def add_commands(sub) -> None:
                         "memories as macros) and print the cells per unit and their total "
                         "(~1.5 min for the tile); leaves <top>.area.v (what Yosys read), "
                         "<top>.area.stat and <top>.area.mems in DIR")
+    add_allow_long(p, "the generation")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_verilog)

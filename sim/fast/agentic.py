@@ -31,6 +31,15 @@ served; a restore also waits for its own park to have finished), and contend wit
 HBM: the bytes a move reads from or writes into HBM are added to the next decode step's HBM
 traffic (its time grows by bytes / HBM bandwidth).
 
+**Eviction.** When no turn is decoding and parked sessions hold so much of the DSU's KV budget
+that the continue (or restore) at the head of its queue cannot be served, no budget would ever
+be freed: the host evicts a parked session's KV from HBM (the DSU's state is taken between
+rounds and resumed without its slot, as in the host takeover, ``DsuModel.resume``), first a
+session whose tool is still running (the one that returns last), else the continue queued
+last. The evicted session's next turn is then a new request whose prompt is the whole context,
+prefilled again (recompute), as under ``drop``. Under ``keep`` this is how a run whose parked
+sessions fill HBM goes on (counted in ``evictions``).
+
 Tier capacities are enforced. A park goes to G2 while the parked KV fits there; when it does
 not, to G3 (local NVMe) if the system has one with room; when neither has room, the host drops
 the KV and recomputes it when the session is restored (the restore then takes the prefill time
@@ -41,8 +50,10 @@ them fetches them over that tier's link before its prefill instead of recomputin
 
 A :class:`.kv_tiers.TierLedger` counts every session's KV tokens per tier after every round,
 holds each tier to its capacity, and is checked against the DSU model's own view of where every
-session's KV is; a token is never lost: it is parked, restored or explicitly dropped (and
-recomputed).
+session's KV is (every round while the sessions it holds fit in the DSU's slots; with a long
+queue, as often as the walk costs no more than the rounds between, the changed sessions alone
+in those rounds, and at the end); a token is never lost: it is parked, restored or explicitly
+dropped (and recomputed).
 """
 
 from __future__ import annotations
@@ -53,7 +64,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tricut.models.dsu import PARK_POLICIES, DsuParams, RequestSpec
+from tricut.models.dsu import PARK_POLICIES, DsuModel, DsuParams, RequestSpec
 
 from tricut.models.tiers import HBM
 
@@ -134,7 +145,7 @@ class _SessionRun(_Run):
         self.opts = opts
         self.sessions = list(sessions)
         self.turns: dict[int, _Turn] = {}
-        self.first: dict[int, _Turn] = {}          # session id -> its turn 0
+        self.slot_of: dict[int, int] = {}          # session id -> the DSU request holding its slot
         self.current: dict[int, int] = {}          # DSU request id -> the turn running under it
         self.events: list = []                     # (time, seq, kind, tid)
         self._seq = 0
@@ -151,11 +162,13 @@ class _SessionRun(_Run):
         self.latest: dict[int, _Turn] = {}         # session id -> its latest turn
         self.parks_to = {t.tier: 0 for t in self.park_tiers}
         self.parks_dropped = 0             # parks that found no room in any tier: recomputed at restore
+        self.evictions = 0                 # parked sessions evicted from HBM to let a queued turn run
         self.recomputed_tokens = 0
         self.g3_peak = 0                   # G3 tokens, the most at the end of any round
         self.prefix_bytes_spilled = 0.0
         self.prefix_bytes_fetched = 0.0
         self.move_bytes = 0.0              # HBM bytes of tier moves not yet charged to a step
+        self.rounds_unchecked = 0          # rounds since the ledger was last checked against the DSU
         self.prefill_tokens = 0            # prompt tokens prefilled
         self.prefill_saved = 0             # prompt tokens not prefilled: cached prefix blocks, kept context
         self.flops_saved = 0.0             # prefill FLOPs those tokens would have cost (the TP group)
@@ -168,9 +181,9 @@ class _SessionRun(_Run):
     def _new_turn(self, session: Session, k: int) -> _Turn:
         tid = len(self.turns)
         same_slot = k > 0 and self.opts.park_policy != "drop"
-        t = _Turn(session, k, tid, self.first[session.id].dsu_id if same_slot else tid)
+        t = _Turn(session, k, tid, self.slot_of[session.id] if same_slot else tid)
         if k == 0:
-            self.first[session.id] = t
+            self.slot_of[session.id] = tid
             t.ready_s = session.turns[0].gap_s
         self.turns[tid] = t
         self.latest[session.id] = t
@@ -207,6 +220,7 @@ class _SessionRun(_Run):
                 self._start(t)
             elif kind == "ready":            # the tool returned
                 self._start(t)
+            # "evicted": room was made; the loop runs the next round at once
 
     def _start(self, t: _Turn) -> None:
         """Hand the turn to the prefill path once its input is ready and its KV in HBM."""
@@ -261,10 +275,14 @@ class _SessionRun(_Run):
         n, c = r.prompt_tokens - cached, self._context(t) + cached
         self.prefill_tokens += n
         self.prefill_saved += c
-        # recomputing the c tokens too would cost their GEMMs and their own causal attention
-        # (prefill FLOPs of n + c tokens minus those of n tokens after c), on every GPU of the group
-        self.flops_saved += (self.sm.gemv_flops_per_request * c + self.sm._prefill_attention_flops(c, 0)) * self.sm.tp
+        self.flops_saved += self._flops_of(c)
         return n, c, wait
+
+    def _flops_of(self, c: int) -> float:
+        """What recomputing ``c`` more tokens would cost: their GEMMs and their own causal
+        attention (prefill FLOPs of n + c tokens minus those of n tokens after c), on every GPU
+        of the group."""
+        return (self.sm.gemv_flops_per_request * c + self.sm._prefill_attention_flops(c, 0)) * self.sm.tp
 
     def _pool_prefill_s(self, r: Request) -> float:
         n, context, wait = self._prefill_parts(r.id)
@@ -387,18 +405,81 @@ class _SessionRun(_Run):
             if o.status == "failed" and t.done_s is None:
                 t.failed = True
                 self._turn_done(t, self.t)
-        parked = self._dsu_view()
-        self.ledger.check(observed=parked[0])
-        held = sum(1 for sid in self.ledger.sessions() if self.ledger.held(sid).get(HBM, 0) > 0)
-        self.occupancy.append((self.t, self.ledger.total(HBM) - parked[1], parked[1], self.ledger.total(G2), held))
+        if step is None:
+            self._evict_if_stuck()
+        self._check_ledger()
+        parked = self._parked_hbm_tokens()
+        self.occupancy.append((self.t, self.ledger.total(HBM) - parked, parked, self.ledger.total(G2),
+                               self.ledger.holders(HBM)))
         self.g3_peak = max(self.g3_peak, self.ledger.total(G3))
 
-    def _dsu_view(self):
-        """Where the DSU model says each session's KV is — its slot's ``seq_len`` in HBM or G2,
-        plus what waits in its intake (a prompt) or continue queue (new input) — and the HBM
-        tokens of parked slots: the ledger is checked against it after every round."""
+    def _evict_if_stuck(self) -> None:
+        """Nothing ran, nothing is decoding, and a continue or restore waits for room that only
+        a decoding turn could free: evict one parked session's KV from HBM (module docstring,
+        "Eviction"). A session whose next turn's prefill is under way is not evicted."""
+        m = self.model
+        if not (m.continues or m.restores) or any(sl is not None and sl.state == "active" for sl in m.slots):
+            return
+        head = m.continues[0].request if m.continues else None
+        queued = [c.request for c in m.continues]
+        waiting, late = [], []
+        for i, sl in enumerate(m.slots):
+            if sl is None or sl.kv_where != "hbm" or sl.request == head:
+                continue
+            t = self.latest[self.turns[sl.request].session.id]
+            if not t.sent:
+                waiting.append((t.ready_s, i))
+            elif sl.request in queued:
+                late.append((queued.index(sl.request), i))
+        if waiting or late:
+            self._evict(max(waiting)[1] if waiting else max(late)[1])
+
+    def _evict(self, index: int) -> None:
+        m, victim = self.model, self.model.slots[index]
+        sid = self.turns[victim.request].session.id
+        self.model = DsuModel.resume(
+            m.params, m.round, {i: sl for i, sl in enumerate(m.slots) if sl is not None and i != index},
+            m.outcomes, m.arrivals, m.rollbacks, m.timeouts, m.restores,
+            [c for c in m.continues if c.request != victim.request])
+        for spec in m.intake:
+            self.model.submit(spec)
+        self.ledger.drop(sid, HBM, self.ledger.held(sid).get(HBM, 0))
+        self.evictions += 1
+        t = self.latest[sid]
+        context = self._context(t)
+        t.dsu_id = self.slot_of[sid] = t.tid        # its next turn: a new request, the whole context
+        if t.sent:                                  # its continue was queued: prefilled again, whole
+            self.prefill_saved -= context
+            self.flops_saved -= self._flops_of(context)
+            self.requests.remove(self.by_id[t.tid])
+            t.sent = False
+            self._start(t)
+        self._event(self.t, "evicted", t.tid)
+
+    def _check_ledger(self, full: bool = False) -> None:
+        """The ledger against the DSU model's view (:meth:`_dsu_view`), which walks every
+        session the DSU holds: it runs when that costs at most the slot work of the rounds since
+        it last ran (so every round while the sessions held fit in the slots), and at the end
+        (``full``). In the rounds between, the sessions whose counts changed are checked alone;
+        a per-round walk of a queue of 10**5 sessions made long overloaded runs quadratic."""
+        m = self.model
+        self.rounds_unchecked += 1
+        touched = self.ledger.take_touched()
+        if full or self.rounds_unchecked * len(m.slots) >= len(self.ledger) + len(m.intake) + len(m.continues):
+            self.ledger.check(observed=self._dsu_view())
+            self.rounds_unchecked = 0
+        else:
+            self.ledger.check(sessions=touched)
+
+    def _parked_hbm_tokens(self) -> int:
+        """KV tokens of parked slots whose KV is in HBM."""
+        return sum(sl.seq_len for sl in self.model.slots
+                   if sl is not None and sl.state == "parked" and sl.kv_where == "hbm")
+
+    def _dsu_view(self) -> dict:
+        """Where the DSU model says each session's KV is: its slot's ``seq_len`` in HBM or G2,
+        plus what waits in its intake (a prompt) or continue queue (new input)."""
         seen: dict = {}
-        parked_hbm = 0
         m = self.model
         for slot in m.slots:
             if slot is None:
@@ -411,15 +492,13 @@ class _SessionRun(_Run):
                     continue
                 tier = host.tier
             seen.setdefault(sid, {})[tier] = seen.get(sid, {}).get(tier, 0) + slot.seq_len
-            if slot.state == "parked" and tier == HBM:
-                parked_hbm += slot.seq_len
         for spec in m.intake:
             sid = self.turns[spec.id].session.id
             seen.setdefault(sid, {})[HBM] = seen.get(sid, {}).get(HBM, 0) + spec.prompt_tokens
         for c in m.continues:
             sid = self.turns[c.request].session.id
             seen.setdefault(sid, {})[HBM] = seen.get(sid, {}).get(HBM, 0) + c.new_tokens
-        return seen, parked_hbm
+        return seen
 
     def _timed_step(self, rnd, chunk):
         st = super()._timed_step(rnd, chunk)
@@ -446,6 +525,7 @@ def simulate_sessions(sessions, step_model: StepModel, dsu: DsuParams, options: 
                      kv_capacity_tokens=dsu.kv_capacity_tokens - options.prefix_cache_tokens)
     run = _SessionRun(sessions, step_model, params, options, seed, prefill or step_model.stack.prefill, progress)
     run.loop()
+    run._check_ledger(full=True)
     return _result(run, ttft_slo_s, tpot_slo_s)
 
 
@@ -474,8 +554,10 @@ def _result(run: _SessionRun, ttft_slo_s, tpot_slo_s) -> AgenticResult:
         if times:
             turn_ttft.setdefault(t.k, []).append(times[0] - t.ready_s)
     later = [x for k, v in turn_ttft.items() if k > 0 for x in v]
-    sess_time = [max(t.done_s for t in run.turns.values() if t.session.id == s.id) - s.turns[0].gap_s
-                 for s in run.sessions]
+    last_done: dict[int, float] = {}
+    for t in run.turns.values():
+        last_done[t.session.id] = max(t.done_s, last_done.get(t.session.id, t.done_s))
+    sess_time = [last_done[s.id] - s.turns[0].gap_s for s in run.sessions]
     occ = np.array(run.occupancy, dtype=float).reshape(-1, 5)
     if not len(occ):
         occ = np.zeros((1, 5))
@@ -497,6 +579,7 @@ def _result(run: _SessionRun, ttft_slo_s, tpot_slo_s) -> AgenticResult:
         g3_kv_bytes_peak=float(run.g3_peak * run.kv_bytes),
         bytes_hbm_to_g3=run.ledger.bytes_moved[(HBM, G3)], bytes_g3_to_hbm=run.ledger.bytes_moved[(G3, HBM)],
         parks_g2=run.parks_to.get(G2, 0), parks_g3=run.parks_to.get(G3, 0), parks_dropped=run.parks_dropped,
+        evictions=run.evictions,
         recomputed_tokens=run.recomputed_tokens, link_wait_s=run.links.wait_s,
         prefix_bytes_spilled=run.prefix_bytes_spilled, prefix_bytes_fetched=run.prefix_bytes_fetched,
         prefix_lower_hit_blocks=run.cache.lower_hit_blocks if run.cache is not None else 0,

@@ -26,7 +26,10 @@ every request every step), in the policy model's own units and definitions:
 
 Valid while the prefetches in flight per set (``ceil(distance / sets)``; about 0.7 for any
 H100-class sizing) stay below the ``reserve`` ways (else prefetched blocks evict each other
-before use: the constructor refuses such a configuration). Warm-up (a request's first two
+before use: the constructor refuses such a configuration). :meth:`CduReduction.sized` therefore
+reserves ``max(ways // 8, ceil(distance / sets) + 1)`` ways (the block model's default,
+``ways // 8``, unless the prefetch stream needs more; h200's 40 sets at distance 41 need 3 of
+16), and refuses only a sizing where that leaves no way for the keep class. Warm-up (a request's first two
 steps, before its keep blocks are resident) is not modelled.
 ``tests/test_cdu_reduction.py`` checks hit rate and reuse against the block-level model in
 its steady state.
@@ -90,17 +93,24 @@ class CduReduction:
             raise ValueError(
                 f"the CDU reduction needs fewer prefetches in flight per set "
                 f"(ceil(distance {self.distance} / sets {self.sets})) than the ways each set "
-                f"keeps for them (reserve {reserve}); replay this configuration block by block "
-                f"with `tricut cdu replay`")
+                f"keeps for them (reserve {reserve}, of {self.ways} ways); replay this configuration "
+                f"block by block with `tricut cdu replay --reserve N`")
 
     @classmethod
     def sized(cls, policy, l2_share_bytes, block_bytes, hbm_latency_s, hbm_bandwidth, layers,
               ways=16):
         """Sets, ways and prefetch distance as ``tricut cdu replay`` sizes them
-        (``models.cdu.geometry``)."""
+        (``models.cdu.geometry``), and the ways each set reserves for the prefetch stream:
+        ``max(ways // 8, ceil(distance / sets) + 1)`` when that is below ``ways`` (else the
+        default, which the constructor refuses). The block-level replay of the same CDU is
+        ``tricut cdu replay --l2-mb L2_SHARE_MIB --reserve N`` (N = :attr:`reserve`, or
+        ``ways // 8`` when it is None)."""
         sets, ways, _, distance = geometry(l2_share_bytes, block_bytes, hbm_latency_s,
                                            hbm_bandwidth, ways)
-        return cls(policy, sets, max(ways, 1), distance, layers)
+        ways = max(ways, 1)
+        reserve = max(default_reserve(ways), -(-distance // sets) + 1) if sets else default_reserve(ways)
+        return cls(policy, sets, ways, distance, layers,
+                   reserve if default_reserve(ways) < reserve < ways else None)
 
     @property
     def frames(self) -> int:
@@ -149,7 +159,8 @@ def against_block_model(contexts, red: CduReduction, engine="fast", steps=5, war
     """Steady state of the block-level policy model (``golden``: ``models/cdu.py``; ``fast``:
     its exact twin ``sim/fast/cdu_twin.py``) against this reduction, for requests of
     ``contexts[i] + t + 1`` tokens at step t with the DSU's hints, reading every block: the
-    counters of steps ``warm .. steps-1``. Returns (hit rate, reduced hit rate, HBM block reads
+    counters of steps ``warm .. steps-1``; the block model reserves ``reserve`` ways (default:
+    the reduction's). Returns (hit rate, reduced hit rate, HBM block reads
     per access, reduced HBM block reads per access); raises AssertionError if the demand reads
     differ or the prefetch operations (the CDU's work) differ by more than 1 % of them."""
     from tricut.models.cdu import Pattern, SlotDesc, StepDesc, dsu_hints, run
@@ -165,7 +176,8 @@ def against_block_model(contexts, red: CduReduction, engine="fast", steps=5, war
         descs = [StepDesc(t, tuple(SlotDesc(i, i, c + t + 1, h)
                                    for i, (c, h) in enumerate(zip(contexts, hints))),
                           tuple(range(red.layers))) for t in range(n)]
-        kw = dict(distance=red.distance, latency=red.distance - 4, reserve=reserve)
+        kw = dict(distance=red.distance, latency=red.distance - 4,
+                  reserve=red.reserve if reserve is None else reserve)
         if engine == "golden":
             return run(descs, demand, red.policy, red.sets, red.ways, keep_txns=False, **kw).counters()
         return run_fast(descs, demand, red.policy, red.sets, red.ways, pattern=pattern, **kw)

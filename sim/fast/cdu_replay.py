@@ -195,7 +195,8 @@ def trace_size(recs):
 def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
            kv_dtype="bf16", seed=0, *, trace=None, context=4096, contexts=None,
            gpu="h100-sxm5", ways=16, distance=None, layers=None, hints="auto",
-           pattern_args=None, return_core=False, engine="golden", reserve=None, names=None):
+           pattern_args=None, return_core=False, engine="golden", reserve=None, names=None,
+           check_only=False):
     """Counters of one replay (see the module docstring).
 
     ``pattern`` is one of ``full, window, topk, reread``, or a path to an access-trace JSONL
@@ -208,7 +209,8 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
     ``return_core``). ``reserve``: ways per set kept from the keep class (default ways // 8).
     ``names``: how messages call the arguments (the CLI passes its flags, ``l2_mb`` ->
     ``--l2-mb``). Everything is checked, including the size limits of the module docstring,
-    before anything is allocated.
+    before anything is allocated. ``check_only``: return None once everything is checked
+    (a sweep's grid check), before the replay allocates or runs.
     """
     if engine not in ("golden", "fast"):
         raise ValueError(f"unknown replay engine {engine!r}; choose golden or fast")
@@ -279,6 +281,8 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
         recs = read_access_trace(trace)
         units, nops = trace_size(recs)
         check_size(units, nops, engine, f"trace {trace}", names)
+        if check_only:
+            return None
         reqs = sorted({r for st in recs.values() for (r, _) in st})
         slot_of = {r: i for i, r in enumerate(reqs)}
         descs = []
@@ -312,6 +316,8 @@ def replay(model, pattern=None, policy="adaptive", l2_mb=50.0, steps=8, batch=1,
                    steps * layers * sum(_blocks(c + steps) for c in ctx), engine,
                    f"{steps:,} steps x {len(ctx):,} requests x {layers} layers x "
                    f"{_blocks(max(ctx) + steps):,} blocks", names)
+        if check_only:
+            return None
         hint = [hints] * len(ctx) if hints != "dsu" else dsu_hints(ctx)
         pat = Pattern(pattern, seed=seed, **(pattern_args or {}))
         descs = [StepDesc(t, tuple(SlotDesc(i, i, c + t + 1, h)

@@ -335,6 +335,9 @@ class TierLedger:
         self._held: dict[Hashable, dict[str, int]] = {}
         self._added: dict[Hashable, int] = {}
         self._dropped: dict[Hashable, int] = {}
+        self._totals: dict[str, int] = {t: 0 for t in self.tiers}      # tokens per tier, all sessions
+        self._holders: dict[str, int] = {t: 0 for t in self.tiers}     # sessions holding > 0 per tier
+        self._touched: set = set()           # sessions changed since take_touched()
         self.bytes_moved: dict[tuple[str, str], float] = {
             (a, b): 0.0 for a in self.tiers for b in self.tiers if a != b}
         self.tokens_moved: dict[tuple[str, str], int] = {k: 0 for k in self.bytes_moved}
@@ -360,13 +363,20 @@ class TierLedger:
             self._dropped[session] = 0
         return self._held[session]
 
+    def _change(self, session: Hashable, held: dict[str, int], tier: str, delta: int) -> None:
+        before = held[tier]
+        held[tier] = before + delta
+        self._totals[tier] += delta
+        self._holders[tier] += (before + delta > 0) - (before > 0)
+        self._touched.add(session)
+
     # --- changes ---
     def add(self, session: Hashable, tier: str, tokens: int) -> None:
         """``tokens`` of new KV of ``session`` written to ``tier`` (a prefill, a decode step, a
         recompute)."""
         self._tier(tier)
         tokens = self._count(tokens)
-        self._session(session)[tier] += tokens
+        self._change(session, self._session(session), tier, tokens)
         self._added[session] += tokens
         self.tokens_added[tier] += tokens
 
@@ -390,8 +400,8 @@ class TierLedger:
         held = self._take(session, from_tier, tokens, f"move {tokens} tokens from {from_tier} to {to_tier}")
         if tokens == 0:
             return
-        held[from_tier] -= tokens
-        held[to_tier] += tokens
+        self._change(session, held, from_tier, -tokens)
+        self._change(session, held, to_tier, tokens)
         self.tokens_moved[(from_tier, to_tier)] += tokens
         self.bytes_moved[(from_tier, to_tier)] += tokens * self.bytes_per_token
 
@@ -403,7 +413,7 @@ class TierLedger:
         held = self._take(session, tier, tokens, f"drop {tokens} tokens from {tier}")
         if tokens == 0:
             return
-        held[tier] -= tokens
+        self._change(session, held, tier, -tokens)
         self._dropped[session] += tokens
         self.tokens_dropped[tier] += tokens
 
@@ -431,9 +441,21 @@ class TierLedger:
         return dict(self._held.get(session) or {t: 0 for t in self.tiers})
 
     def total(self, tier: str) -> int:
-        """Tokens held in ``tier`` by all sessions."""
-        self._tier(tier)
-        return sum(h[tier] for h in self._held.values())
+        """Tokens held in ``tier`` by all sessions (a running total: O(1))."""
+        return self._totals[self._tier(tier)]
+
+    def holders(self, tier: str) -> int:
+        """How many sessions hold more than 0 tokens in ``tier`` (O(1))."""
+        return self._holders[self._tier(tier)]
+
+    def __len__(self) -> int:
+        """Sessions the ledger tracks (not retired)."""
+        return len(self._held)
+
+    def take_touched(self) -> set:
+        """The sessions whose counts changed since the previous call (retired ones included)."""
+        touched, self._touched = self._touched, set()
+        return touched
 
     def totals(self) -> dict[str, int]:
         return {t: self.total(t) for t in self.tiers}
@@ -442,16 +464,26 @@ class TierLedger:
         return list(self._held)
 
     # --- the invariant ---
-    def check(self, observed: Mapping[Hashable, Mapping[str, int]] | None = None) -> None:
+    def check(self, observed: Mapping[Hashable, Mapping[str, int]] | None = None,
+              sessions: Iterable[Hashable] | None = None) -> None:
         """Raise :class:`LedgerError` unless: every count is >= 0; every session holds, across
         all tiers, exactly what it added minus what it explicitly dropped; no tier is over its
         capacity; and, when ``observed`` (session -> tier -> tokens: where the simulator's own
         state says KV is) is given, it equals the ledger for every session and tier (a session
-        or tier missing from it counts as 0)."""
-        for s, held in self._held.items():
+        or tier missing from it counts as 0). ``sessions``: check only these sessions (against
+        ``observed`` too), in time proportional to their number; None: every session, and the
+        running per-tier totals against the sessions' counts."""
+        names = list(self._held) if sessions is None else list(sessions)
+        tokens, holders = dict.fromkeys(self.tiers, 0), dict.fromkeys(self.tiers, 0)
+        for s in names:
+            held = self._held.get(s)
+            if held is None:
+                continue
             for t, n in held.items():
                 if n < 0:
                     raise LedgerError(f"session {s!r}: {n} tokens in {t} (negative)")
+                tokens[t] += n
+                holders[t] += n > 0
             expect = self._added[s] - self._dropped[s]
             have = sum(held.values())
             if have != expect:
@@ -459,11 +491,18 @@ class TierLedger:
                         else f"{have - expect} appeared without an add")
                 raise LedgerError(f"session {s!r}: holds {have} tokens across tiers, but added "
                                   f"{self._added[s]} and dropped {self._dropped[s]}: {what}")
+        if sessions is None:
+            for t in self.tiers:
+                if (tokens[t], holders[t]) != (self._totals[t], self._holders[t]):
+                    raise LedgerError(f"{t}: the running count is {self._totals[t]} tokens in {self._holders[t]} "
+                                      f"sessions, the sessions hold {tokens[t]} in {holders[t]}")
         for t, cap in self.capacity.items():
             if self.total(t) > cap:
                 raise LedgerError(f"{t} holds {self.total(t)} tokens, over its capacity {cap:g}")
         if observed is not None:
-            for s in [*self._held, *(s for s in observed if s not in self._held)]:
+            if sessions is None:
+                names += [s for s in observed if s not in self._held]
+            for s in names:
                 mine = self._held.get(s, {})
                 theirs = observed.get(s, {})
                 for t in theirs:

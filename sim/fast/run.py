@@ -11,21 +11,22 @@ flag."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tricut.models.cdu import POLICIES
-from tricut.models.config import KV_DTYPES, load_gpu, load_model
+from tricut.models.config import KV_DTYPES, ConfigError, load_gpu, load_model
 from tricut.models.dsu import PARK_POLICIES, PROFILES
 from tricut.models.te import LANES as TE_LANES
 
-from ..options import InputError, checked_fields, option, options_of, values_of
+from ..options import (InputError, Needs, checked_fields, given_fields, option, options_of, refuse_inapplicable,
+                       values_of)
 from .setup import ServingSetup
 from .stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
 from .timing import CUTS, DEFAULT_TE_LANES, Assumptions
 from .workload import TRACE_FORMATS, Request, TraceError, check_lengths, read_trace, scale_rate, synthetic
 
-__all__ = ["RunOptions", "PreparedRun", "prepare", "run", "OPTIONS", "EXCLUSIVE", "UNIT_FIELDS",
+__all__ = ["RunOptions", "PreparedRun", "prepare", "run", "OPTIONS", "EXCLUSIVE", "APPLIES", "UNIT_FIELDS",
            "workload_of", "setup_of", "session_mode", "prepare_sessions", "session_results",
            "cuts_label", "defined", "WORKLOAD_FIELDS", "parse_cuts", "parse_lengths", "parse_positive", "parse_seed",
            "parse_non_negative", "parse_assumption", "parse_unit",
@@ -234,19 +235,91 @@ class RunOptions:
     prefix_spill: str | None = option("--prefix-spill", None, choices=("G3", "G3.5"))
     unit: tuple = option("--unit", (), parse_unit, text=_pair_text, repeat=True)
     seed: int = option("--seed", 0, parse_seed)
+    #: the options given (on the command line, in a grid point), whatever their values; those
+    #: not at their default count as given too
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)
+    #: the cuts the default ``--cuts`` left out because the GPU lacks their unit (set by the
+    #: constructor; :attr:`notes` says so)
+    cuts_dropped: tuple = field(default=(), init=False, compare=False, repr=False)
 
     def __post_init__(self):
         checked_fields(self, EXCLUSIVE)
+        if "cuts" not in self.given and self.cuts == CUTS:
+            self._gpu_cuts()
+        refuse_inapplicable(self, APPLIES, self.given | given_fields(self))
+
+    def _gpu_cuts(self) -> None:
+        """The default --cuts: every cut the GPU has (without a CDU, no cdu cut)."""
+        try:
+            gpu = load_gpu(self.gpu)
+        except ConfigError:
+            return                      # refused where the configuration is loaded
+        if not gpu.has_cdu:
+            object.__setattr__(self, "cuts", tuple(c for c in self.cuts if c != "cdu"))
+            object.__setattr__(self, "cuts_dropped", ("cdu",))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the options chose for the user, for ``tricut: note:`` lines."""
+        if not self.cuts_dropped:
+            return ()
+        return (f"{self.gpu} has no CDU: the cdu cut is off (by default every cut the GPU has is on)",)
 
     @classmethod
     def from_texts(cls, items) -> RunOptions:
         """The options of ``(field name, text)`` pairs, parsed in their order as the command
-        line parses ``FLAG TEXT ...`` (so a refusal reads as the command's)."""
-        return cls(**values_of(cls, items, EXCLUSIVE))
+        line parses ``FLAG TEXT ...`` (so a refusal reads as the command's); each one named
+        counts as given."""
+        items = list(items)
+        return cls(**values_of(cls, items, EXCLUSIVE), given=frozenset(name for name, _ in items))
 
 
 #: ``{field name: Option}`` of :class:`RunOptions`, in the command line's order
 OPTIONS = options_of(RunOptions)
+
+
+def _session_mode_on(o) -> bool:
+    return o.sessions is not None or o.agentic is not None or o.prefix_cache_tokens > 0
+
+
+_SYNTHETIC = Needs("needs synthetic requests (no --trace, --sessions or --agentic, which bring their own)",
+                   lambda o: o.trace is None and o.sessions is None and o.agentic is None)
+_OPEN_LOOP = Needs("needs open loop (no --concurrency): closed-loop clients send a request when their "
+                   "previous one has finished", lambda o: o.concurrency is None)
+_NOT_SESSIONS = Needs("does not apply to sessions (--sessions, --agentic)",
+                      lambda o: o.sessions is None and o.agentic is None)
+_NO_SESSIONS = Needs("does not apply to sessions (--sessions, --agentic or a prefix cache)",
+                     lambda o: not _session_mode_on(o))
+_TRACE = Needs("applies to a --trace, and there is none", lambda o: o.trace is not None)
+_SESSIONS = Needs("applies to agentic sessions (--sessions or --agentic), and there are none",
+                  lambda o: o.sessions is not None or o.agentic is not None)
+
+#: Where each option acts (the rest act in every mode): ``{field name: (Needs, ...)}``; a
+#: given option whose needs do not hold is refused, naming the first
+#: (:func:`~tricut.sim.options.refuse_inapplicable`). ``tests/test_flag_applicability.py``
+#: walks it.
+APPLIES = {
+    "trace_format": (_NOT_SESSIONS, _TRACE),
+    "limit": (_NOT_SESSIONS, _TRACE),
+    "rate": (_SYNTHETIC, _OPEN_LOOP),
+    "rate_scale": (_NOT_SESSIONS, _OPEN_LOOP),
+    "prompt_tokens": (_SYNTHETIC,),
+    "output_tokens": (_SYNTHETIC,),
+    "policy": (Needs("needs the cdu cut (--cuts with cdu, on a GPU with a CDU): it is the CDU's policy",
+                     lambda o: "cdu" in o.cuts),),
+    "degraded_at": (_NO_SESSIONS, Needs("needs the dsu cut (--cuts with dsu): it is when the DSU degrades",
+                                        lambda o: "dsu" in o.cuts)),
+    "concurrency": (_NO_SESSIONS,),
+    "think_time": (Needs("needs --concurrency: it is a closed-loop client's pause between its requests",
+                         lambda o: o.concurrency is not None),),
+    "tiers": (Needs("applies to agentic sessions (--sessions, --agentic) or a prefix cache "
+                    "(--prefix-cache-tokens N > 0)", _session_mode_on),),
+    "park_policy": (_SESSIONS,),
+    "restore_lead": (_SESSIONS, Needs("applies to --park-policy park-early",
+                                      lambda o: o.park_policy == "park-early")),
+    "prefix_spill": (Needs("applies to a prefix cache (--prefix-cache-tokens N > 0)",
+                           lambda o: o.prefix_cache_tokens > 0),),
+}
 
 #: the options that make the workload of a run without sessions
 WORKLOAD_FIELDS = ("trace", "trace_format", "limit", "synthetic", "rate", "rate_scale", "prompt_tokens",
@@ -266,9 +339,6 @@ def workload_of(options: RunOptions) -> list[Request]:
         if options.limit:
             reqs = reqs[: options.limit]
     else:
-        for flag, value in (("--limit", options.limit), ("--trace-format", options.trace_format)):
-            if value is not None:
-                raise InputError(f"{flag} applies to a --trace, and there is none")
         reqs = synthetic(options.synthetic or 200, options.rate, options.prompt_tokens, options.output_tokens,
                          options.seed)
     return scale_rate(reqs, options.rate_scale) if options.rate_scale != 1.0 else reqs
@@ -288,31 +358,12 @@ def setup_of(options: RunOptions) -> ServingSetup:
 
 def session_mode(options: RunOptions) -> bool:
     """Sessions run through sim/fast/agentic.py: --sessions, --agentic, or a trace with a
-    prefix cache (each request a one-turn session). An :class:`InputError` for an option that
-    does not apply to the mode."""
-    o = options
-    on = o.sessions is not None or o.agentic is not None or o.prefix_cache_tokens > 0
-    if not on:
-        for flag, value in (("--park-policy", o.park_policy), ("--restore-lead", o.restore_lead)):
-            if value is not None:
-                raise InputError(f"{flag} applies to agentic sessions (--sessions or --agentic), and there are none")
-        if o.tiers != "none":
-            raise InputError("--tiers applies to agentic sessions (--sessions, --agentic) or a prefix cache")
-        if o.prefix_spill is not None:
-            raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
+    prefix cache (each request a one-turn session). (An option that does not apply to the
+    mode was refused when the options were made: :data:`APPLIES`.)"""
+    if not _session_mode_on(options):
         return False
-    if o.prefix_spill is not None and o.prefix_cache_tokens == 0:
-        raise InputError("--prefix-spill applies to a prefix cache (--prefix-cache-tokens N > 0)")
-    flags = [("--concurrency", o.concurrency)]
-    if o.trace is None:           # a trace with a prefix cache keeps its own --limit and format
-        flags += [("--limit", o.limit), ("--trace-format", o.trace_format)]
-    for flag, value in flags:
-        if value is not None:
-            raise InputError(f"{flag} does not apply to sessions")
-    if o.prefill == "chunked":
+    if options.prefill == "chunked":
         raise InputError("sessions run with --prefill disaggregated or colocated, not chunked")
-    if o.restore_lead is not None and o.park_policy != "park-early":
-        raise InputError("--restore-lead applies to --park-policy park-early")
     return True
 
 

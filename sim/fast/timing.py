@@ -377,8 +377,10 @@ class StepModel:
         """Scheduling time of one round: the DSU's cycles (``UnitTiming.dsu_round_cycles``
         with this round's admissions, retirements and blocked intake head, on a DSU of
         ``n_slots`` slots) or, without the dsu cut or when degraded, the stack's host time
-        (:meth:`host_time`; how much of it shows depends on ``stack.sched_overlap``)."""
+        (:meth:`host_time`; how much of it shows depends on ``stack.sched_overlap``). Only a
+        DSU degrades: without the dsu cut ``degraded`` changes nothing."""
         u = self.units
+        degraded = degraded and "dsu" in self.cuts
         if "dsu" in self.cuts and not degraded:
             active = batch if active is None else active
             return u.dsu_round_cycles(active, cap or batch, profile, admitted, retired,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -84,7 +84,13 @@ def _finish(requests: list[Request], path: Path) -> list[Request]:
         raise TraceError(f"{path}: no requests in the file")
     requests.sort(key=lambda r: (r.arrival_s, r.id))
     t0 = requests[0].arrival_s
-    return [replace(r, arrival_s=r.arrival_s - t0) for r in requests]
+    return [_arriving_at(r, r.arrival_s - t0) for r in requests]
+
+
+def _arriving_at(r: Request, arrival_s: float) -> Request:
+    """``r`` arriving at ``arrival_s``; half the cost of ``dataclasses.replace``, once per
+    request of a trace."""
+    return Request(r.id, arrival_s, r.prompt_tokens, r.output_tokens, r.prefix_hashes)
 
 
 def _open(path: Path):
@@ -273,4 +279,4 @@ def scale_rate(requests: list[Request], factor: float) -> list[Request]:
     """Arrivals ``factor`` times as fast (inter-arrival gaps divided by ``factor``)."""
     if not (factor > 0) or math.isinf(factor):
         raise TraceError(f"rate scale must be a finite number > 0, got {factor!r}")
-    return [replace(r, arrival_s=r.arrival_s / factor) for r in requests]
+    return [_arriving_at(r, r.arrival_s / factor) for r in requests]

@@ -140,7 +140,7 @@ def check_output_dir(path, *, flag: str) -> Path:
             raise WaveError(f"{flag} {_show(p)}: cannot write in it ({why})")
         return p
     # the nearest existing ancestor must be a directory we can create entries in
-    anc = p.absolute().parent
+    anc = p.parent           # relative stays relative in the messages
     while not anc.exists():
         anc = anc.parent
     if not anc.is_dir():

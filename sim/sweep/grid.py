@@ -31,7 +31,8 @@ A setting's name is the task's flag without ``--`` and with ``_`` for ``-`` (``k
 whose values are tables sets several flags per value (a workload). Every point is checked the
 way its command checks its flags (:mod:`.tasks`); a value the command refuses stops the sweep
 with one line naming the point, an impossible *combination* does so too unless
-``drop_impossible``.
+``drop_impossible``. Checking takes milliseconds a point, minutes for the largest grids:
+:class:`CheckProgress` tells the user how far it is.
 """
 
 from __future__ import annotations
@@ -40,16 +41,21 @@ import datetime
 import hashlib
 import itertools
 import json
+import sys
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .tasks import TASKS, GridError, Impossible, code_version
 
-__all__ = ["GridError", "Point", "Grid", "load_grid", "MAX_POINTS"]
+__all__ = ["GridError", "Point", "Grid", "load_grid", "MAX_POINTS", "CheckProgress"]
 
 #: the most points one grid may expand to (a larger one is a typo, or several sweeps)
 MAX_POINTS = 100_000
+#: checking a grid says nothing for this long, then prints a line this often (not on a terminal)
+CHECK_QUIET_S = 1.0
+CHECK_INTERVAL_S = 10.0
 _TOP_KEYS = {"name", "task", "fixed", "axes", "exclude", "filter"}
 
 
@@ -116,9 +122,57 @@ def _settings_of(where: str, value, path: Path, task) -> dict:
     return out
 
 
-def load_grid(path) -> Grid:
+class CheckProgress:
+    """``progress(checked, total)`` of :func:`load_grid` on ``stream`` (stderr): nothing for a
+    grid checked within ``quiet_s`` (:data:`CHECK_QUIET_S`); then a line redrawn in place on a
+    terminal, else one line every ``interval_s`` (:data:`CHECK_INTERVAL_S`). As a context
+    manager it ends a line left open on a terminal (a refused point's error then starts a line
+    of its own)."""
+
+    def __init__(self, stream=None, interval_s: float | None = None, quiet_s: float | None = None,
+                 clock=time.monotonic):
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.interval_s = CHECK_INTERVAL_S if interval_s is None else interval_s
+        self.quiet_s = CHECK_QUIET_S if quiet_s is None else quiet_s
+        self.clock = clock
+        self.t0 = clock()
+        self.shown = None            # when the last line was printed
+        self.open_line = False       # a terminal line not yet ended
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.open_line:
+            print(file=self.stream, flush=True)
+            self.open_line = False
+
+    def __call__(self, checked: int, total: int) -> None:
+        now = self.clock()
+        if now - self.t0 < self.quiet_s and checked < total:
+            return
+        if self.shown is None and checked == total:
+            return                   # done before anything was shown: nothing to say
+        every = 0.2 if self.tty else self.interval_s
+        if checked < total and self.shown is not None and now - self.shown < every:
+            return
+        self.shown = now
+        spent = now - self.t0
+        left = spent / max(checked, 1) * (total - checked)
+        text = (f"sweep: checked {checked:,} of {total:,} points ({100 * checked / total:.0f} %), "
+                f"{spent:,.0f} s so far" + (f", about {left:,.0f} s left" if checked < total else ""))
+        if self.tty:
+            self.open_line = checked < total
+            print(f"\r{text} ", end="" if self.open_line else "\n", file=self.stream, flush=True)
+        else:
+            print(text, file=self.stream, flush=True)
+
+
+def load_grid(path, progress=None) -> Grid:
     """Read, expand and check a grid file (:class:`GridError`, or the task's own one-line
-    ``ValueError`` naming the point that is refused)."""
+    ``ValueError`` naming the point that is refused); ``progress(checked, total)`` is called
+    as the points are checked (:class:`CheckProgress`)."""
     path = Path(path)
     try:
         text = path.read_bytes()
@@ -189,7 +243,9 @@ def load_grid(path) -> Grid:
         raise GridError(f"{path}: the grid has {count:,} points, more than {MAX_POINTS:,}")
 
     points, dropped, excluded, seen = [], [], 0, {}
-    for combo in itertools.product(*axes.values()):
+    for checked, combo in enumerate(itertools.product(*axes.values())):
+        if progress is not None:
+            progress(checked, count)
         named = dict(zip(axes, combo))
         if any(all(named[k] == v for k, v in e.items()) for e in excludes):
             excluded += 1
@@ -222,6 +278,8 @@ def load_grid(path) -> Grid:
                             "configuration")
         seen[key] = point_label
         points.append(Point(settings, named, config, key))
+    if progress is not None:
+        progress(count, count)
     if not points:
         raise GridError(f"{path}: no point is left after [[exclude]] and drop_impossible "
                         f"({excluded} excluded, {len(dropped)} impossible)")

@@ -8,11 +8,16 @@ point is written to the database at once, so an interrupted sweep keeps everythi
   whose every attempt died is recorded ``failed`` ("worker died").
 * ``resume``: points whose key is already ``done`` in the database are skipped; failed ones
   run again. Without it, a database that already holds some of the grid's points is refused.
+* A finished point whose row the database does not take (a full disk, say) stops the sweep:
+  no new point starts, and that result and those of the points still running are kept as JSON
+  lines in ``DB.unsaved.jsonl`` beside the database (on stdout if that cannot be written
+  either); the error names the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -20,12 +25,14 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .grid import Grid, Point
-from .store import ResultStore
+from .store import ResultStore, StoreError
 from .tasks import TASKS, code_version
 
-__all__ = ["SweepError", "SweepSummary", "run_grid", "execute_point", "check_address", "MAX_RETRIES"]
+__all__ = ["SweepError", "SweepSummary", "run_grid", "execute_point", "check_address", "resolve_auto",
+           "unsaved_path", "MAX_RETRIES"]
 
 #: Ray re-runs a task this many times when its worker process dies
 MAX_RETRIES = 3
@@ -95,10 +102,42 @@ class _Progress:
             print(f"sweep: {self.count}/{self.total} {status} {point.label()}", file=self.stream, flush=True)
 
 
-def check_address(address: str) -> None:
-    """An unreachable ``HOST:PORT`` is refused in seconds (Ray itself would wait a minute)."""
+def resolve_auto() -> tuple[str, str]:
+    """``(address, where it was found)`` of the cluster ``ray.init(address="auto")`` would join
+    (Ray's own lookup: ``RAY_ADDRESS``, the cluster ``ray start`` recorded, a GCS process
+    running here); a :class:`SweepError` when there is none."""
+    _join_with_token()               # before Ray is imported: it reads the mode then
+    from ray._private import services, utils
+    try:
+        found = services.get_ray_address_from_environment("auto", None)
+    except ConnectionError:
+        found = None
+    if not found or found == "auto":
+        raise SweepError("--address auto: no Ray cluster is known on this machine (no RAY_ADDRESS, no "
+                         "cluster recorded by `ray start`, no Ray GCS process): start one with "
+                         "`ray start --head`, or give HOST:PORT")
+    if os.environ.get("RAY_ADDRESS"):
+        where = "RAY_ADDRESS"
+    elif utils.read_ray_address(None) == found:
+        where = f"the cluster `ray start` recorded in {utils.get_ray_address_file(None)}"
+    else:
+        where = "a Ray GCS process running on this machine"
+    return found, where
+
+
+def check_address(address: str) -> str:
+    """The address to join: ``auto`` resolved as Ray resolves it, and every address checked to
+    answer as a Ray cluster within seconds (Ray itself would wait a minute, deaf to Ctrl-C, at
+    a cluster that is gone: a stale ``ray start`` record, say)."""
     if address == "auto":
-        return
+        resolved, where = resolve_auto()
+        try:
+            check_address(resolved)
+        except SweepError as e:
+            raise SweepError(f"--address auto is {resolved} ({where}): "
+                             f"{str(e).removeprefix(f'--address {resolved}: ')}; has that cluster "
+                             "stopped? Start one with `ray start --head`, or give HOST:PORT") from None
+        return resolved
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     try:
         port_n = int(port)
@@ -117,6 +156,7 @@ def check_address(address: str) -> None:
         raise SweepError(f"--address {address}: something listens there but it is not a Ray cluster "
                          "(no gRPC answer in 5 s): give the head's GCS port (ray start --head's "
                          "--port, 6379 by default) or its ray:// client port")
+    return address
 
 
 def _speaks_http2(conn: socket.socket, timeout: float = 5.0) -> bool:
@@ -181,6 +221,7 @@ def _ray_cluster(workers: int, address: str | None):
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     if address is not None:
         _join_with_token()           # before Ray is imported: it reads the mode then
+        address = check_address(address)
     import ray
     kwargs = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
                   configure_logging=True)
@@ -188,7 +229,6 @@ def _ray_cluster(workers: int, address: str | None):
     # sys.stdout: they go to stderr, stdout is the summary (--json: one JSON document)
     with contextlib.redirect_stdout(sys.stderr):
         if address is not None:
-            check_address(address)
             with _fd2_captured() as log:
                 try:
                     ray.init(address=address, **kwargs)
@@ -232,10 +272,19 @@ def run_grid(grid: Grid, store: ResultStore, *, workers: int = 2, address: str |
     version = code_version()
     t0 = time.perf_counter()
 
+    unsaved = _Unsaved(store.path)
+
     def record(point: Point, result: dict) -> None:
-        store.write(key=point.key, sweep=grid.name, task=grid.task, status=result["status"],
-                    error=result["error"], wall_s=result["wall_s"],
-                    version=version, axes=point.axes, config=point.config, metrics=result["metrics"])
+        row = dict(key=point.key, sweep=grid.name, task=grid.task, status=result["status"],
+                   error=result["error"], wall_s=result["wall_s"], version=version, axes=point.axes,
+                   config=point.config, metrics=result["metrics"])
+        if unsaved.error is None:
+            try:
+                store.write(**row)
+            except StoreError as e:
+                unsaved.error = e
+        if unsaved.error is not None:
+            unsaved.keep(point, row)
         if result["status"] == "done":
             summary.done += 1
         else:
@@ -248,23 +297,67 @@ def run_grid(grid: Grid, store: ResultStore, *, workers: int = 2, address: str |
     elif workers == 0 and address is None:
         summary.backend = "in-process"
         for point in todo:
+            if unsaved.error is not None:
+                break
             record(point, execute_point(grid.task, point.settings))
     else:
         with _ray_cluster(workers, address) as ray:
             summary.backend = "ray " + (address or "local")
-            summary.workers = _run_ray(ray, grid, todo, workers, record)
+            summary.workers = _run_ray(ray, grid, todo, workers, record,
+                                       stopped=lambda: unsaved.error is not None)
     summary.wall_s = time.perf_counter() - t0
+    unsaved.raise_if_any()
     return summary
 
 
-def _run_ray(ray, grid: Grid, todo: list[Point], workers: int, record) -> int:
+def unsaved_path(db) -> Path:
+    """Where the results a database did not take are kept: ``DB.unsaved.jsonl`` beside it."""
+    return Path(f"{db}.unsaved.jsonl")
+
+
+class _Unsaved:
+    """The finished points' rows the database did not take after its first failed write, kept
+    as JSON lines (one ``ResultStore.write`` argument set per line) beside it, or on stdout."""
+
+    def __init__(self, db: Path):
+        self.path = unsaved_path(db)
+        self.error: StoreError | None = None
+        self.count = 0
+        self.on_stdout = False
+
+    def keep(self, point: Point, row: dict) -> None:
+        line = json.dumps({"label": point.label(), **row}, sort_keys=True, default=str) + "\n"
+        self.count += 1
+        if not self.on_stdout:
+            try:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(line)
+                return
+            except OSError:
+                self.on_stdout = True
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+    def raise_if_any(self) -> None:
+        if self.error is None:
+            return
+        where = "printed on stdout" if self.on_stdout else f"kept in {self.path}"
+        raise StoreError(f"{self.error}; the sweep stopped, and the {self.count} finished point(s) "
+                         f"not written are {where} (one JSON row per line)")
+
+
+def _run_ray(ray, grid: Grid, todo: list[Point], workers: int, record, stopped=lambda: False) -> int:
     """Run ``todo`` as Ray tasks, at most ``2 x workers`` in flight (``workers`` 0: the
-    cluster's CPUs); returns that worker count."""
+    cluster's CPUs), none started once ``stopped()``; returns that worker count."""
     remote = ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(execute_point)
     limit = max(1, 2 * (workers or int(ray.cluster_resources().get("CPU", 1))))
     queue = list(reversed(todo))
     running = {}
     while queue or running:
+        if stopped():
+            queue.clear()          # the points running still finish and are recorded
+            if not running:
+                break
         while queue and len(running) < limit:
             point = queue.pop()
             running[remote.remote(grid.task, point.settings)] = point

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import subprocess
 from dataclasses import asdict
 from pathlib import Path
@@ -125,7 +124,13 @@ class SimulateTask(Task):
         load_model(options.model)          # an unknown model or GPU is a refused value (ValueError),
         load_gpu(options.gpu)              # not an impossible combination
         if session_mode(options):          # agentic sessions: every check `tricut simulate` makes
-            return cls._resolved(options, prepare(options).setup)
+            setup = prepare(options).setup
+            # and the one its session loop makes when it starts (simulate_sessions)
+            budget = setup.dsu_params().kv_capacity_tokens
+            if budget - options.prefix_cache_tokens < 1:
+                raise Impossible(f"--prefix-cache-tokens: the prefix cache ({options.prefix_cache_tokens:,} "
+                                 f"tokens) leaves no KV budget (the DSU's is {budget:,} tokens)")
+            return cls._resolved(options, setup)
         # the workload's options alone: the cache's key
         reqs = cls._workload(RunOptions(**{n: getattr(options, n) for n in WORKLOAD_FIELDS}))
         try:
@@ -172,21 +177,17 @@ class CduReplayTask(Task):
 
     @classmethod
     def check(cls, settings: dict) -> dict:
-        from tricut.models.cdu import MODEL_WAYS, PATTERNS, POLICIES
+        """The checks of ``tricut cdu replay`` (:mod:`tricut.sim.fast.cdu_replay_checks`: its
+        flags' values, then replay()'s own checks of the sizes, ``check_only``; messages name
+        the command's flags); ``context + steps`` beyond the model's context is
+        :class:`Impossible`."""
+        from tricut.models.cdu import PATTERNS, POLICIES
         from tricut.models.config import KV_DTYPES, load_gpu, load_model
+        from ..fast.cdu_replay import replay
+        from ..fast.cdu_replay_checks import REPLAY_FLAGS, check_values
         c = {**cls.DEFAULTS, **settings}
-        for k in ("steps", "batch", "context"):
-            if not isinstance(c[k], int) or isinstance(c[k], bool) or c[k] < 1:
-                raise ValueError(f"{k} must be a positive integer, got {c[k]!r}")
-        if not isinstance(c["seed"], int) or isinstance(c["seed"], bool) or c["seed"] < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {c['seed']!r}")
-        if c["reserve"] is not None and (not isinstance(c["reserve"], int) or isinstance(c["reserve"], bool)
-                                         or not 0 <= c["reserve"] < MODEL_WAYS):
-            raise ValueError(f"reserve must be an integer in 0..{MODEL_WAYS - 1} ({MODEL_WAYS} ways per "
-                             f"set), got {c['reserve']!r}")
-        if isinstance(c["l2_mb"], bool) or not isinstance(c["l2_mb"], (int, float)) \
-                or not math.isfinite(c["l2_mb"]) or c["l2_mb"] <= 0:
-            raise ValueError(f"l2_mb must be a positive number of MiB, got {c['l2_mb']!r}")
+        check_values(l2_mb=c["l2_mb"], steps=c["steps"], batch=c["batch"], context=c["context"],
+                     seed=c["seed"], reserve=c["reserve"])
         for k, allowed in (("policy", POLICIES), ("kv_dtype", KV_DTYPES), ("engine", ("fast", "golden")),
                            ("hints", ("auto", "dsu"))):
             if c[k] not in allowed:
@@ -196,10 +197,13 @@ class CduReplayTask(Task):
             raise ValueError(f"pattern {c['pattern']!r} is not one of {', '.join(PATTERNS)} or an "
                              "existing .jsonl access trace")
         model = load_model(c["model"])
-        load_gpu(c["gpu"])
-        if c["context"] + c["steps"] > model.max_context:
+        if c["pattern"] in PATTERNS and c["context"] + c["steps"] > model.max_context:
             raise Impossible(f"context {c['context']:,} + steps {c['steps']} exceeds {model.name}'s "
                              f"max_context {model.max_context:,}")
+        # the sizes (and an access trace's rows) exactly as the run's replay() checks them
+        replay(model, c["pattern"], c["policy"], c["l2_mb"], c["steps"], c["batch"], c["kv_dtype"],
+               c["seed"], context=c["context"], hints=c["hints"], engine=c["engine"],
+               reserve=c["reserve"], gpu=load_gpu(c["gpu"]), names=REPLAY_FLAGS, check_only=True)
         return {k: _jsonable(v) for k, v in c.items()}
 
     @classmethod

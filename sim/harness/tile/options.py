@@ -9,14 +9,15 @@ naming the flag."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tricut.models.cdu import POLICIES
 from tricut.models.config import KV_DTYPES
 from tricut.models.tile import TILE_ENGINES, TILE_LANES
 
-from ...options import InputError, checked_fields, option, options_of, positive_ints, values_of
+from ...options import (InputError, Needs, checked_fields, given_fields, option, options_of, positive_ints,
+                        refuse_inapplicable, values_of)
 
 if TYPE_CHECKING:
     from .setup import Setup
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 # .setup (the RTL's widths, Amaranth) is imported where a setup is made: the command line
 # imports this module for its flags' parsers
 
-__all__ = ["TileRunOptions", "OPTIONS", "EXCLUSIVE", "SETUP_FLAGS", "CDU_GEOMETRY", "parse_int",
+__all__ = ["TileRunOptions", "OPTIONS", "EXCLUSIVE", "APPLIES", "SETUP_FLAGS", "CDU_GEOMETRY", "parse_int",
            "parse_prompt_lens", "parse_faults", "parse_hang"]
 
 #: the CDU geometry of a run without ``gpu``, when its options are not given (Setup's defaults)
@@ -43,21 +44,44 @@ SETUP_FLAGS = {"model": "--model", "requests": "--synthetic", "prompt_lens": "--
 
 # ---- the parsers of the options' text (the command line's argparse types)
 
-def parse_int(lo=None):
-    """A parser of an integer (``_`` allowed as a digit separator), at least ``lo``."""
+def parse_int(lo=None, hi=None, why=""):
+    """A parser of an integer (``_`` allowed as a digit separator), at least ``lo`` and at
+    most ``hi`` (a function giving it: the bound is read when a value is parsed); ``why``
+    explains the upper bound."""
     def parse(text):
+        top = hi() if callable(hi) else hi
         try:
             value = int(text.replace("_", ""))
         except ValueError:
-            raise InputError(f"{text!r} is not an integer") from None
+            if top is None:
+                raise InputError(f"{text!r} is not an integer") from None
+            raise InputError(f"must be an integer in {lo}..{top}{why}, got {text!r}") from None
+        if top is not None and not lo <= value <= top:
+            raise InputError(f"must be in {lo}..{top}{why}, got {value}")
         if lo is not None and value < lo:
             raise InputError(f"{value} is below {lo}")
         return value
     return parse
 
 
+def _longest_context():
+    from .setup import MAX_CTX
+    return MAX_CTX
+
+
 def parse_prompt_lens(text):
-    return tuple(positive_ints(text))
+    """``L1,L2,...``: one request per length, at most the tile's requests, each no longer
+    than the longest context the tile takes."""
+    from .setup import MAX_CTX, MAX_REQUESTS
+    lens = tuple(positive_ints(text))
+    if len(lens) > MAX_REQUESTS:
+        raise InputError(f"{len(lens)} lengths, one request each: the tile takes at most "
+                         f"{MAX_REQUESTS} requests")
+    longer = [n for n in lens if n > MAX_CTX]
+    if longer:
+        raise InputError(f"{longer[0]} is longer than the longest context the tile takes "
+                         f"({MAX_CTX})")
+    return lens
 
 
 def _block_entry(item, last="FAILS"):
@@ -109,7 +133,8 @@ class TileRunOptions:
     model: str = option("--model", "tiny-te")
     synthetic: int | None = option("--synthetic", None, parse_int())
     prompt_lens: tuple | None = option("--prompt-lens", None, parse_prompt_lens, text=_ints_text)
-    max_prompt: int = option("--max-prompt", 3, parse_int())
+    max_prompt: int = option("--max-prompt", 3, parse_int(
+        1, _longest_context, " (the longest context the tile takes, in tokens)"))
     steps: int = option("--steps", 2, parse_int())
     kv_dtype: str = option("--kv-dtype", "bf16")
     engines: int | None = option("--engines", None, parse_int())
@@ -133,15 +158,21 @@ class TileRunOptions:
     watchdog: int | None = option("--watchdog", None, parse_int(1))
     seed: int = option("--seed", 0, parse_int(0))
     sim: str = option("--sim", "amaranth", choices=("amaranth", "verilator"))
+    #: the options given (on the command line, in a grid point), whatever their values; those
+    #: not at their default count as given too
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self):
         checked_fields(self, EXCLUSIVE)
+        refuse_inapplicable(self, APPLIES, self.given | given_fields(self))
 
     @classmethod
     def from_texts(cls, items) -> TileRunOptions:
         """The options of ``(field name, text)`` pairs (a switch's text ignored), parsed in
-        their order as the command line parses ``FLAG TEXT ...``."""
-        return cls(**values_of(cls, items, EXCLUSIVE))
+        their order as the command line parses ``FLAG TEXT ...``; each one named counts as
+        given."""
+        items = list(items)
+        return cls(**values_of(cls, items, EXCLUSIVE), given=frozenset(name for name, _ in items))
 
     def setup(self) -> Setup:
         """The run's :class:`Setup`, with every check the command makes before it runs
@@ -149,10 +180,6 @@ class TileRunOptions:
         from .setup import Setup, SetupError, check_setup
         lens = self.prompt_lens
         n = len(lens) if lens else 2 if self.synthetic is None else self.synthetic
-        if self.policy not in POLICIES:
-            given = [SETUP_FLAGS[k] for k in CDU_GEOMETRY if getattr(self, k) is not None]
-            if given:
-                raise InputError(f"{given[0]} needs --policy (the tile has no CDU without one)")
         slice_fields = self._slice()
         for name in ("split_tokens", "cdu_sets", "cdu_ways", "distance"):
             if getattr(self, name) is not None:          # given: it overrides the slice's
@@ -175,8 +202,6 @@ class TileRunOptions:
             longest = max(s.lens()) + s.steps if _lens_ok(s) else 0
             if longest <= s.split_tokens:
                 s = dataclasses.replace(s, split_tokens=0)
-        if self.dsu and self.sim != "verilator":
-            raise InputError("--dsu: the DSU cluster runs on Verilator only (add --sim verilator)")
         try:
             check_setup(s)
         except SetupError as e:
@@ -215,6 +240,26 @@ class TileRunOptions:
 
 #: ``{field name: Option}`` of :class:`TileRunOptions`, in the command line's order
 OPTIONS = options_of(TileRunOptions)
+
+_CDU = Needs("needs --policy (the tile has no CDU without one)", lambda o: o.policy in POLICIES)
+_DSU = Needs(": needs the DSU cluster (--dsu); without it the golden DSU model's schedule runs",
+             lambda o: o.dsu)
+
+#: Where each option acts (the rest act in every run): ``{field name: (Needs, ...)}``; a given
+#: option whose needs do not hold is refused, naming the first
+#: (:func:`~tricut.sim.options.refuse_inapplicable`). ``tests/test_flag_applicability.py``
+#: walks it.
+APPLIES = {
+    "max_prompt": (Needs("needs synthetic prompts (not --prompt-lens, which gives every length)",
+                         lambda o: o.prompt_lens is None),),
+    **dict.fromkeys(("cdu_sets", "cdu_ways", "distance", "long_context"), (_CDU,)),
+    "dsu": (Needs(": the DSU cluster runs on Verilator only (add --sim verilator)",
+                  lambda o: o.sim == "verilator"),),
+    **dict.fromkeys(("dsu_cores", "max_retries", "watchdog"), (_DSU,)),
+    "faults": (Needs(": need the DSU cluster (--dsu): a failed step is rolled back and run again by the DSU",
+                     lambda o: o.dsu),),
+    "hang": (Needs(": needs the DSU cluster (--dsu): its slot watchdog ends the hung round", lambda o: o.dsu),),
+}
 
 
 def _lens_ok(s):

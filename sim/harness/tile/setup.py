@@ -14,22 +14,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from tricut.models import te as M
-from tricut.models.tile_timing import (CDU_FE_ENTRIES, TileConfig, cdu_decisions, predict_dsu_run,
-                                             predict_run)
+from tricut.models.tile_timing import (CDU_FE_ENTRIES, TileConfig, cdu_decisions, host_gaps,
+                                             predict_dsu_run, predict_run)
 from tricut.models.cdu import HINT_OF_RESIDENCY, POLICIES, SlotDesc, StepDesc
 from tricut.models.config import KV_DTYPES, load_model
 from tricut.models.dsu import PROFILES, DsuModel, DsuParams, RequestSpec
-from tricut.models.tile import TILE_ENGINES, TILE_LANES
+from tricut.models.tile import TILE_ENGINES, TILE_LANES, split_parts
 from tricut.rtl.cdu.layouts import Widths, seq_bits
 from tricut.rtl.tile.attention_layouts import kv_image_words
 from tricut.rtl.tile.behavioural.hbm import MAX_LATENCY, MAX_OUTSTANDING, check_rate
 
 __all__ = ["Setup", "SetupError", "CosimError", "check_setup", "cdu_run_decisions",
-           "layer_cycle_limit", "prompt_lengths", "dsu_schedule",
+           "layer_cycle_limit", "estimate_cycles", "estimate_run", "tile_sim_rate",
+           "prompt_lengths", "dsu_schedule",
            "schedule", "watchdog_limit", "tile_config", "predict_layers",
            "predict_dsu_rounds",
            "fill_retries", "ENGINES", "MAX_REQUESTS", "MAX_CTX", "MAX_IMAGE_WORDS", "DSU_WATCHDOG_LIMIT",
-           "DSU_HEARTBEAT_LIMIT", "WATCHDOG_MARGIN", "CDU_RETRIES", "FAULT_SLOTS"]
+           "DSU_HEARTBEAT_LIMIT", "WATCHDOG_MARGIN", "CDU_RETRIES", "FAULT_SLOTS",
+           "TILE_SIM_CYCLES_PER_S", "TILE_BUILD_S"]
 
 #: engines the co-simulation accepts (the TE array's 1..MAX_ENGINES; 8 in
 #: benchmarks/tile_real_layer.py)
@@ -423,6 +425,54 @@ def layer_cycle_limit(s: Setup) -> int:
     blocks = sum(-(-n // 16) for n in lens) * cfg.num_kv_heads
     num, den = s.hbm_rate
     return HANG_MARGIN + 4 * (-(-words * den // num) + blocks * s.latency)
+
+
+#: the co-simulation's speed the run estimates use, whole-run cycles per second of a one-engine
+#: tile (docs/tile/figures.md, "Co-simulation speed": Amaranth 94-109; Verilator's whole bench
+#: 48,720-50,327 with one engine, 28,656-30,349 with four, so E engines ~sqrt(E) times slower)
+TILE_SIM_CYCLES_PER_S = {"amaranth": 90, "verilator": 45_000}
+#: a first Verilator build of a tile shape, at most (docs/tile/figures.md: 30-160 s)
+TILE_BUILD_S = 160
+
+
+def estimate_cycles(s: Setup) -> int:
+    """The run's cycles, roughly, for the estimate that refuses a run too long to wait for
+    (:func:`predict_layers` is exact but steps every cycle: minutes for a long run). Per round
+    of the DSU model's schedule and per layer: the host's traffic
+    (:func:`~tricut.models.tile_timing.host_gaps`) and ``go`` to ``done`` as the larger of
+    the TE jobs (each KV head of each request, or of each split part: ``te_cycles`` and one
+    HBM latency) spread over the engines and the K/V words at the HBM rate; 60-100 % of the
+    timing model's cycles on the tested setups."""
+    cfg = tile_config(s)
+    num, den = s.hbm_rate
+    total = 0
+    for descs in schedule(s):
+        before, after, head = host_gaps(cfg, len(descs))
+        jobs, words = [], 0
+        for d in descs:
+            n, step = d.seq_len, s.split_tokens
+            parts = split_parts(n, step)
+            for size in [n] if parts == 1 else [min(step, n - i * step) for i in range(parts)]:
+                cycles = M.te_cycles(size, cfg.head_dim, cfg.G, s.lanes, partial=parts > 1,
+                                     engine=s.te_engine(), kv_dtype=s.kv_dtype)
+                jobs += [cycles + s.latency] * cfg.num_kv_heads
+            words += n * 2 * cfg.dk * cfg.num_kv_heads
+        layer = max(max(jobs), -(-sum(jobs) // s.engines), -(-words * den // num))
+        total += head + cfg.num_layers * (before + layer + after)
+    return total
+
+
+def estimate_run(s: Setup, sim: str) -> tuple[int, float]:
+    """``(cycles, seconds)``: :func:`estimate_cycles` and the wall time they take on ``sim``
+    at :data:`TILE_SIM_CYCLES_PER_S` (on Verilator plus a first build, :data:`TILE_BUILD_S`)."""
+    cycles = estimate_cycles(s)
+    seconds = cycles / tile_sim_rate(s, sim)
+    return cycles, seconds + (TILE_BUILD_S if sim == "verilator" else 0)
+
+
+def tile_sim_rate(s: Setup, sim: str) -> float:
+    """Cycles per second of the setup's tile on ``sim`` (:data:`TILE_SIM_CYCLES_PER_S`)."""
+    return TILE_SIM_CYCLES_PER_S[sim] / s.engines ** 0.5
 
 
 def watchdog_limit(s: Setup):
