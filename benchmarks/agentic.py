@@ -11,9 +11,13 @@ tokens plus a 2K system prompt, 2K-8K tokens of tool output per later turn, tool
 lognormal with median 5 s). For every park policy (``keep``, ``drop``: no host link used;
 ``park``, ``park-early``: over ``grace-hopper``'s NVLink-C2C and over ``hgx-pcie``'s PCIe
 Gen5 x16), N climbs :data:`LADDER` until a run misses the service level (:data:`TPOT_SLO_S`
-on TPOT P99, :data:`TTFT_SLO_S` on the TTFT P99 of turns 1+, no failed turn, no deadlock); the
-sustained N is the last N before that. Prefill runs on a disaggregated pool (uncontended, as
-the serving rows of docs/results.md), so that the runs measure the decode GPUs' KV room.
+on TPOT P99, :data:`TTFT_SLO_S` on the TTFT P99 of turns 1+, no failed turn); the sustained N is
+the last N before that. Under ``keep`` the host evicts a parked session's KV when parked sessions
+fill the KV budget and nothing decodes (the evicted session's next turn recomputes its whole
+context); evictions are allowed, their cost shows in TTFT and TPOT, and the tables report them.
+A run the simulator stops with its deadlock error (none is expected since eviction) misses.
+Prefill runs on a disaggregated pool (uncontended, as the serving rows of docs/results.md), so
+that the runs measure the decode GPUs' KV room.
 
 **Prefix reuse.** The shipped Mooncake conversation sample through the simulator with
 ``--prefix-cache-tokens`` at a few sizes, against :func:`~tricut.sim.fast.kv_tiers.physical_bound`;
@@ -310,7 +314,7 @@ def label(r: dict) -> str:
 
 def why_missed(p: dict) -> str:
     if p["deadlock"]:
-        return "deadlock (parked sessions fill the KV budget)"
+        return "the simulator's deadlock error (parked sessions fill the KV budget)"
     out = []
     if p["failed_turns"]:
         out.append(f"{p['failed_turns']} failed turns")
@@ -319,6 +323,13 @@ def why_missed(p: dict) -> str:
     if p["ttft_later_p99_s"] is None or p["ttft_later_p99_s"] > TTFT_SLO_S:
         out.append(f"later-turn TTFT P99 {sec(p['ttft_later_p99_s'])} s")
     return ", ".join(out)
+
+
+def evicted(p: dict) -> str:
+    """Under keep: the parked sessions evicted in a run, as text ("" when none)."""
+    e = p.get("evictions", 0)
+    return "" if not e else (f", with {e} parked session{'s' if e > 1 else ''} evicted from HBM "
+                             f"(whose next turn{'s' if e > 1 else ''} recomputed the whole context)")
 
 
 def sustained(r: dict) -> int:
@@ -369,8 +380,11 @@ def section_main(series: list[dict], stamp: str) -> str:
              f"**Sustained sessions** = the largest N of the ladder {', '.join(map(str, LADDER))} such "
              f"that the run at N and every smaller N of the ladder has TPOT P99 ≤ {1e3 * TPOT_SLO_S:.0f} ms "
              f"(over all turns) **and** TTFT P99 of turns 1+ (measured from the tool's return) ≤ "
-             f"{TTFT_SLO_S:g} s, with no failed turn and no deadlock. Turn 0's TTFT is reported, not "
-             "held to an SLO: with N sessions arriving at once it is mostly the wait for KV room. The "
+             f"{TTFT_SLO_S:g} s, with no failed turn. Turn 0's TTFT is reported, not "
+             "held to an SLO: with N sessions arriving at once it is mostly the wait for KV room. Under "
+             "`keep`, when parked sessions fill the KV budget and nothing decodes, the host evicts a parked "
+             "session's KV and that session's next turn recomputes its whole context (`evictions`): "
+             "allowed, since its cost shows in TTFT and TPOT, and counted in the tables. The "
              "ladder stops at the first N that misses; the figures at that N are in the second table.",
              ""]
     for gpu in GPUS:
@@ -378,28 +392,31 @@ def section_main(series: list[dict], stamp: str) -> str:
         budget = next((p["kv_budget_tokens"] for r in rows for p in r["points"] if "kv_budget_tokens" in p), None)
         lines += [f"#### {gpu} (KV budget {budget:,} tokens per TP group)" if budget else f"#### {gpu}", "",
                   "| policy / host link | sustained N | TTFT turn 0 P50 / P99 (s) | TTFT turns 1+ P50 / P99 (s) "
-                  "| TPOT P99 (ms) | tokens/s per GPU | sessions held peak | G2 peak (GB per GPU) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| TPOT P99 (ms) | tokens/s per GPU | sessions held peak | G2 peak (GB per GPU) | evictions |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             p = r["sustained"]
             if p is None:
-                lines.append(f"| {label(r)} | 0 (< {LADDER[0]}) | – | – | – | – | – | – |")
+                lines.append(f"| {label(r)} | 0 (< {LADDER[0]}) | – | – | – | – | – | – | – |")
                 continue
             lines.append(f"| {label(r)} | **{p['n']}** | {sec(p['ttft_turn0_p50_s'])} / {sec(p['ttft_turn0_p99_s'])} "
                          f"| {sec(p['ttft_later_p50_s'])} / {sec(p['ttft_later_p99_s'])} | {ms(p['tpot_p99_s'])} "
-                         f"| {p['tokens_per_s'] / TP:.1f} | {p['sessions_held_peak']} | {p['g2_kv_bytes_peak'] / 1e9:.1f} |")
+                         f"| {p['tokens_per_s'] / TP:.1f} | {p['sessions_held_peak']} | {p['g2_kv_bytes_peak'] / 1e9:.1f} "
+                         f"| {p['evictions']} |")
         lines += ["", "The first N that misses:", "",
-                  "| policy / host link | N | why | TTFT turns 1+ P50 / P99 (s) | TPOT P99 (ms) | tokens/s per GPU |",
-                  "|---|---|---|---|---|---|"]
+                  "| policy / host link | N | why | TTFT turns 1+ P50 / P99 (s) | TPOT P99 (ms) | tokens/s per GPU "
+                  "| evictions |",
+                  "|---|---|---|---|---|---|---|"]
         for r in rows:
             p = r["first_miss"]
             if p is None:
-                lines.append(f"| {label(r)} | none up to {LADDER[-1]} | – | – | – | – |")
+                lines.append(f"| {label(r)} | none up to {LADDER[-1]} | – | – | – | – | – |")
             elif p["deadlock"]:
-                lines.append(f"| {label(r)} | {p['n']} | {why_missed(p)} | – | – | – |")
+                lines.append(f"| {label(r)} | {p['n']} | {why_missed(p)} | – | – | – | – |")
             else:
                 lines.append(f"| {label(r)} | {p['n']} | {why_missed(p)} | {sec(p['ttft_later_p50_s'])} / "
-                             f"{sec(p['ttft_later_p99_s'])} | {ms(p['tpot_p99_s'])} | {p['tokens_per_s'] / TP:.1f} |")
+                             f"{sec(p['ttft_later_p99_s'])} | {ms(p['tpot_p99_s'])} | {p['tokens_per_s'] / TP:.1f} "
+                             f"| {p['evictions']} |")
         lines.append("")
     lines += ["**Where parking stops paying** (park against keep, from the tables above):", ""]
     for gpu in GPUS:
@@ -411,7 +428,7 @@ def section_main(series: list[dict], stamp: str) -> str:
                     f"{sustained(park)}, park-early {sustained(early)} (drop {sustained(drop)}). ")
             km, pm = keep["first_miss"], park["first_miss"]
             if km is not None:
-                text += f"Keep stops at N = {km['n']}: {why_missed(km)}. "
+                text += f"Keep stops at N = {km['n']}: {why_missed(km)}{evicted(km)}. "
             if pm is not None:
                 text += f"Park stops at N = {pm['n']}: {why_missed(pm)}"
                 if not pm["deadlock"]:
@@ -566,19 +583,21 @@ def section_capacity(rows: list[dict], stamp: str) -> str:
 def section_figures(fig_summary: dict, stamp: str) -> str:
     cmd = ".venv/bin/tricut " + " ".join(a if "," not in a and "=" not in a else f'"{a}"'
                                          for a in FIGURE_ARGS[:-1]) + " --plot DIR"
+    ke = fig_summary.get("keep", {}).get("evictions", 0)
     lines = [stamp, "", "```", cmd, "```", "",
              f"N = {FIGURE_N} sessions on h100-sxm5 over PCIe (`hgx-pcie`), every policy "
-             "(keep can run: N is below its deadlock).", "",
+             + ("(keep evicts no parked session at this N)." if not ke else
+                f"(keep evicts {ke} parked session{'s' if ke > 1 else ''} at this N).") + "", "",
              "![TTFT CDF of turn 0 and of later turns, per park policy](figures/agentic_turn_ttft_cdf.png)", "",
              "![KV per GPU over time: HBM (running / waiting turns, parked slots) and G2, per park policy]"
              "(figures/agentic_kv_occupancy.png)", "",
              "| policy | TTFT turns 1+ P50 / P99 (s) | TPOT P99 (ms) | HBM KV peak (GB/GPU) | parked in HBM peak "
-             "(GB/GPU) | G2 peak (GB/GPU) | HBM→G2 (GB/GPU) |",
-             "|---|---|---|---|---|---|---|"]
+             "(GB/GPU) | G2 peak (GB/GPU) | HBM→G2 (GB/GPU) | evictions |",
+             "|---|---|---|---|---|---|---|---|"]
     for pol, s in fig_summary.items():
         lines.append(f"| {pol} | {sec(s['ttft_later_p50_s'])} / {sec(s['ttft_later_p99_s'])} | {ms(s['tpot_p99_s'])} | "
                      f"{s['hbm_kv_bytes_peak'] / 1e9:.1f} | {s['parked_hbm_kv_bytes_peak'] / 1e9:.1f} | "
-                     f"{s['g2_kv_bytes_peak'] / 1e9:.1f} | {s['bytes_hbm_to_g2'] / 1e9:.1f} |")
+                     f"{s['g2_kv_bytes_peak'] / 1e9:.1f} | {s['bytes_hbm_to_g2'] / 1e9:.1f} | {s['evictions']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -601,6 +620,15 @@ def results_rows(series: list[dict], pr: dict, stamp: str) -> str:
     ratio = " to ".join(dict.fromkeys(ratios)) + " (h100-sxm5, h200)" if all("×" in r for r in ratios) else "more than"
     link_text = ("the link class (C2C vs PCIe) changes the result only at the SLO's edge (" + "; ".join(diffs) + ")"
                  if diffs else "the link class (C2C vs PCIe) does not change the sustained N")
+    keep_miss = []
+    for gpu in GPUS:
+        km = next(r for r in series if (r["gpu"], r["policy"], r["tiers"]) == (gpu, "keep", "none"))["first_miss"]
+        if km is not None:
+            keep_miss.append(f"{gpu} at N = {km['n']}: {why_missed(km)}"
+                             + (f", {km['evictions']} evictions" if km.get("evictions") else ""))
+    keep_text = ("keep runs out of HBM (its continues wait for room; once parked sessions fill it and nothing "
+                 "decodes, the host evicts one and that session's next turn recomputes its whole context)"
+                 + (" and misses the SLO first (" + "; ".join(keep_miss) + ")" if keep_miss else ""))
     row1 = ("| Agentic sessions: park idle KV in host memory during tool calls (G2 over NVLink-C2C or PCIe) "
             f"to hold more sessions (issue 16) | sessions sustained at TPOT P99 ≤ {1e3 * TPOT_SLO_S:.0f} ms and "
             f"later-turn TTFT P99 ≤ {TTFT_SLO_S:g} s, Llama-3-70B TP8, 6-turn sessions (turn 0 median "
@@ -613,8 +641,8 @@ def results_rows(series: list[dict], pr: dict, stamp: str) -> str:
             "the sessions in a tool gap, so it stops paying once the KV of the others fills HBM. Assumptions that "
             "carry it: the synthetic workload (illustrative lengths and gaps), an uncontended prefill pool, "
             "moves queued per link and direction, G2 capacity enforced (not reached here), park-early's oracle tool time, keep "
-            f"never evicting | **supported in the model**: parking holds {ratio} the sessions keep holds, because "
-            "keep runs out of HBM (it never evicts: its turns wait for room, then deadlock); " + link_text + "; drop misses the TTFT "
+            f"evicting a parked session only when nothing can run | **supported in the model**: parking holds {ratio} the sessions keep holds, because "
+            + keep_text + "; " + link_text + "; drop misses the TTFT "
             "SLO at any N (recomputing 35K–130K tokens every turn). Parked slots: in the DSU golden model, "
             "which the firmware and slot arbiter match round by round (tests/test_dsu_sessions.py); the "
             "host side (tier moves, restore timing) is the fast model's |")
