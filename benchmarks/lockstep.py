@@ -219,7 +219,7 @@ def main(argv=None) -> int:
                                   "LOCKSTEP_SEED": str(a.seed), "LOCKSTEP_ITEMS": str(a.items),
                                   "LOCKSTEP_C": json.dumps(expect_c),
                                   "LOCKSTEP_RESULT": str(result)},
-                       testcase="lockstep_benchmark")
+                       testcase="lockstep_benchmark", cxx_opt=None)
             failed = None
         except CocotbFailure as e:
             failed = str(e)

@@ -12,6 +12,10 @@ import os
 for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 
+# the tile's Verilator builds at -O0 (sim/harness/tile/verilator.py DEFAULT_OPT; the
+# suite's runs are short and its builds many): set before the harness loads
+os.environ.setdefault("TRICUT_TILE_CXX_OPT", "-O0")
+
 import pytest  # noqa: E402
 
 

@@ -260,19 +260,13 @@ def test_rtl_calibration_case_on_verilator():
     within 1e-3 of the expected-value model's sum of its units; the same with two engines and
     split parts."""
     from tricut.models.tile_timing import TileConfig  # noqa: F401  (the configuration type)
-    from tricut.sim.harness.tile import verilator as V
     from tricut.sim.harness.tile.cosim import simulate
     from tricut.sim.harness.tile.setup import Setup, predict_layers, schedule, tile_config
     s = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(40, 21), steps=2, engines=1,
               max_ctx=64, latency=30, max_outstanding=8, hbm_rate=(1, 3))
     # and two engines fed side by side with split parts (the walk over the pass's offsets)
     split = dataclasses.replace(s, engines=2, split_tokens=16, prompt_lens=(40, 3))
-    old = V.DEFAULT_OPT
-    V.DEFAULT_OPT = "-O0"
-    try:
-        reps = [simulate(x, sim="verilator") for x in (s, split)]
-    finally:
-        V.DEFAULT_OPT = old
+    reps = [simulate(x, sim="verilator") for x in (s, split)]
     for x, rep in zip((s, split), reps):
         assert rep.ok, rep.differences[:3]
         assert predict_layers(x) == rep.tile.layer_cycles
@@ -406,7 +400,7 @@ def test_tile_run_gpu_on_the_rtl_prints_the_fast_models_cycles(tmp_path, capsys)
     assert code == 0 and "SM slice of" in cap.out and "fast model" in cap.out
 
 
-def test_rtl_calibration_case_with_the_cdu_on_verilator(tmp_path, capsys, monkeypatch):
+def test_rtl_calibration_case_with_the_cdu_on_verilator(tmp_path, capsys):
     """``tricut tile run --gpu FILE --policy static`` on Verilator: one KV head of
     Llama-3-8B on a short-latency slice with the CDU at the SM's share of the L2, one request
     cached and one streamed (``--long-context 128``). Every layer as the cycle-stepped model
@@ -416,8 +410,6 @@ def test_rtl_calibration_case_with_the_cdu_on_verilator(tmp_path, capsys, monkey
     is the loose part: docs/system-model.md)."""
     import json
     from tricut.sim.cli.testing import run_cli
-    from tricut.sim.harness.tile import verilator as V
-    monkeypatch.setattr(V, "DEFAULT_OPT", "-O0")
     gpu = tmp_path / "slice.toml"
     gpu.write_text(SHORT_SLICE_GPU)
     args = ["tile", "run", "--gpu", str(gpu), "--model", "llama-3-8b-kv1", "--policy",

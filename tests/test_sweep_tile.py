@@ -9,7 +9,6 @@ import dataclasses
 
 import pytest
 
-from tricut.sim.harness.tile import verilator as V
 from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.setup import Setup, predict_layers
 from tricut.sim.sweep.grid import GridError, load_grid
@@ -37,8 +36,7 @@ policy = ["static", "adaptive"]
 """
 
 
-def test_two_point_tile_sweep_in_process(tmp_path, monkeypatch):
-    monkeypatch.setattr(V, "DEFAULT_OPT", "-O0")
+def test_two_point_tile_sweep_in_process(tmp_path):
     grid_path = tmp_path / "tile.toml"
     grid_path.write_text(GRID)
     grid = load_grid(grid_path)

@@ -30,7 +30,8 @@ from tricut.models.paged_kv import PagedKVCache
 from tricut.rtl.tile.attention_layouts import kv_addr
 from tricut.sim.cli.testing import assert_one_line_error, only_progress, run_cli
 from tricut.sim.harness.tile import cosim
-from tricut.sim.harness.tile.cases import EQUIV
+from tricut.sim.harness.tile import verilator as V
+from tricut.sim.harness.tile.cases import EQUIV, QUICK_OPT
 from tricut.sim.harness.tile.cosim import Report, simulate
 from tricut.sim.harness.tile.golden import RunResult, golden_run
 from tricut.sim.harness.tile.setup import CosimError, Setup, predict_layers, schedule
@@ -237,3 +238,12 @@ def test_cli_tile_run_bad_input(capsys, extra, needle):
 def test_cli_tile_without_subcommand(capsys):
     code, cap = run_cli(["tile"], capsys)
     assert_one_line_error(code, cap, "tile")
+
+
+def test_the_suite_builds_the_tile_at_its_quick_optimisation_and_refuses_an_unknown_one():
+    """tests/conftest.py sets ``$TRICUT_TILE_CXX_OPT``: every tile build of the suite (the
+    default of :func:`~tricut.sim.harness.tile.verilator.build`) compiles at -O0; an
+    optimisation the build does not know is refused before anything is generated."""
+    assert V.DEFAULT_OPT == QUICK_OPT == "-O0"
+    with pytest.raises(ValueError, match=r"'-Ofast'.*choose one of -O0, -O1, -O2, -O3"):
+        V.build({}, False, "-Ofast")

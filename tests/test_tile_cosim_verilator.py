@@ -44,11 +44,6 @@ SMALL_ARGV = ["tile", "run", "--prompt-lens", "2,3", "--steps", "1", "--max-ctx"
               "--policy", "static", "--lanes", "16"]
 
 
-@pytest.fixture(autouse=True)
-def _opt(monkeypatch):
-    monkeypatch.setattr(V, "DEFAULT_OPT", QUICK_OPT)
-
-
 def _verilator(s, corrupt=None):
     golden = golden_run(s)
     res, info, b = V.run(s, corrupt=corrupt, golden=golden, opt=QUICK_OPT)

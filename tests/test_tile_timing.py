@@ -22,7 +22,6 @@ from tricut.rtl.tile.attention_path import CDU_FE_ENTRIES
 from tricut.models.tile_timing import cdu_decisions, predict_run
 from tricut.sim.harness.tile.cosim import simulate
 from tricut.sim.harness.tile.setup import Setup, predict_layers, schedule, tile_config
-from tricut.sim.harness.tile import verilator as V
 
 
 #: tiny-te, bf16, 1 engine, prompts 3 and 17, two decode steps (STATIC of test_tile_cached)
@@ -34,15 +33,10 @@ STATIC = Setup(lanes=16, model="tiny-te", requests=2, prompt_lens=(3, 17), steps
 def runs():
     """The two runs on Verilator (``-O0``), each checked bit-exact and CDU-equal first."""
     out = {}
-    old = V.DEFAULT_OPT
-    V.DEFAULT_OPT = "-O0"
-    try:
-        for s in (STATIC, dataclasses.replace(STATIC, policy="disabled")):
-            rep = simulate(s, sim="verilator")
-            assert rep.ok, rep.differences[:3]
-            out[s.policy] = (s, rep.tile.layer_cycles)
-    finally:
-        V.DEFAULT_OPT = old
+    for s in (STATIC, dataclasses.replace(STATIC, policy="disabled")):
+        rep = simulate(s, sim="verilator")
+        assert rep.ok, rep.differences[:3]
+        out[s.policy] = (s, rep.tile.layer_cycles)
     return out
 
 

@@ -117,11 +117,13 @@ def top_only_public(runner, vlt):
 
 def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
                extra_env: dict[str, str] | None = None, testcase: str | None = None,
-               cxx_opt: str | None = None, waves: Path | None = None) -> int:
+               cxx_opt: str | None = "-O0", waves: Path | None = None) -> int:
     """Convert ``component`` to Verilog, build it with Verilator and run the cocotb tests in
     ``test_dir/test_module.py``. Returns the number of tests run; raises
-    :class:`CocotbFailure` if any failed or none ran. ``cxx_opt`` (e.g. ``"-O0"``) sets the
-    optimisation of the generated C++: faster builds for short, driver-bound simulations.
+    :class:`CocotbFailure` if any failed or none ran. ``cxx_opt`` sets the
+    optimisation of the generated C++ (None: Verilator's own): ``-O0`` by default, because these
+    benches wake Python every cycle, which costs far more than the model's evaluation, and
+    ``-O0`` halves the build.
     ``waves``: a VCD path; the design is built with ``--trace`` (in its own build directory,
     ``...-trace``, so the untraced build stays cached) and the simulation writes every signal
     at every time step there (``--trace --trace-file``; :mod:`tricut.sim.harness.waves` turns it
@@ -183,8 +185,7 @@ def run_plans(component, toplevel: str, bench: str, plans: list, workdir: Path |
     tag = f"{bench}-{random.getrandbits(48):012x}"
     plan_path, res_path = workdir / f"plan-{tag}.json", workdir / f"res-{tag}.json"
     plan_path.write_text(json.dumps(plans))
-    # -O0 halves the C++ compile time; these sims are short and the Python driver dominates.
-    run_cocotb(component, toplevel, bench, BENCH_DIR, cxx_opt="-O0",
+    run_cocotb(component, toplevel, bench, BENCH_DIR,
                extra_env={**(extra_env or {}), "TRICUT_PLANS": str(plan_path),
                           "TRICUT_RESULTS": str(res_path)}, waves=waves)
     runs = json.loads(res_path.read_text())

