@@ -41,8 +41,10 @@ demo: $(STAMP)
 	@echo "the sweep's Pareto plot and heat map); what the columns mean: docs/metrics.md;"
 	@echo "the same ablation with prefill on the decode GPUs (--prefill colocated) overloads the group."
 
+# --dist loadfile: a test file's tests run on one worker, so that the other worker does not
+# sit waiting on the build lock of the Verilator build the first one is compiling
 test: $(TEST_STAMP)
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q
 
 clean:
 	rm -rf .build
