@@ -587,7 +587,9 @@ def test_ctrl_c_while_joining_answers_at_once_and_leaves_no_database(tmp_path):
         srv.close()
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "tricut: interrupted" and "Traceback" not in err
-    assert waited < 2, f"Ctrl-C took {waited:.1f} s"
+    # before the join's own 5 s check would have given up (exit 2): the signal, not a timeout,
+    # ended the wait (no tighter wall-clock bound: the machine may be loaded)
+    assert waited < 5, f"Ctrl-C took {waited:.1f} s"
     assert not db.exists()
 
 
