@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import cli
 
-__all__ = ["run_cli", "assert_one_line_error", "expand_argv", "only_progress"]
+__all__ = ["run_cli", "assert_one_line_error", "expand_argv", "only_progress", "without_notes"]
 
 
 def expand_argv(argv, tmp_path, files: dict, big_bytes: int) -> list[str]:
@@ -50,6 +50,11 @@ def only_progress(err: str) -> bool:
     terminal, one ``tricut: note: ...`` line every 10 s of a run; a loaded machine may take
     that long on a short one)."""
     return all(line.startswith("tricut: note: ") for line in err.splitlines())
+
+
+def without_notes(err: str) -> list[str]:
+    """The lines of stderr that are not notes (a long run's status lines, :func:`only_progress`)."""
+    return [line for line in err.splitlines() if not line.startswith("tricut: note: ")]
 
 
 def assert_one_line_error(code, captured, needle: str) -> None:
