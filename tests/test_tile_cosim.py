@@ -247,3 +247,11 @@ def test_the_suite_builds_the_tile_at_its_quick_optimisation_and_refuses_an_unkn
     assert V.DEFAULT_OPT == QUICK_OPT == "-O0"
     with pytest.raises(ValueError, match=r"'-Ofast'.*choose one of -O0, -O1, -O2, -O3"):
         V.build({}, False, "-Ofast")
+
+
+def test_tile_run_refuses_an_unknown_build_optimisation_in_one_line(monkeypatch, capsys):
+    """``$TRICUT_TILE_CXX_OPT`` (read into ``DEFAULT_OPT``) of a value no build takes: one
+    ``tricut: error:`` line naming it, exit 2, before anything is built."""
+    monkeypatch.setattr(V, "DEFAULT_OPT", "-Ofast")
+    code, cap = run_cli(["tile", "run", "--sim", "verilator"], capsys)
+    assert_one_line_error(code, cap, "C++ optimisation '-Ofast' (of $TRICUT_TILE_CXX_OPT")
