@@ -8,6 +8,7 @@ import pytest
 from tricut.models.cdu import POLICIES
 from tricut.models.config import load_gpu
 from tricut.sim.harness.te import run_te
+from tricut.sim.harness.unit_matrices import MATRICES
 from tricut.sim.fast.timing import UnitTiming
 
 H100 = load_gpu("h100-sxm5")
@@ -29,44 +30,15 @@ def test_te_cycles_fast_model_vs_rtl(head_dim, G, n, kv_dtype):
     assert units.te_job_cycles(2 * n, head_dim, G, jobs=2, kv_dtype=kv_dtype) == 2 * predicted
 
 
-@pytest.mark.parametrize("n_slots,cap", [(8, 8), (8, 4), (32, 32)])
-@pytest.mark.parametrize("profile", ["throughput-opt", "fairness-opt", "latency-opt"])
+#: the DSU's calibration matrix (sim/harness/unit_matrices.py): the suite runs one case per
+#: profile; benchmarks/unit_matrices.py every case (benchmarks/dsu_fit.py reports the same
+#: held-out schedules' errors)
+DSU_ROUNDS = MATRICES["dsu_round_cycles"]
+
+
+@pytest.mark.parametrize("profile,n_slots,cap", DSU_ROUNDS.in_tests, ids=DSU_ROUNDS.ids())
 def test_dsu_round_cycles_fast_model_vs_rtl(profile, n_slots, cap):
-    """The fast model's DSU cost per round against the scheduler firmware on the RTL cluster,
-    summed over a whole held-out random schedule of 3·n_slots requests (benchmarks/dsu_fit.py
-    fits on other seeds): within 2 %. 8 slots (seed 7, arrival rounds 0..30): cap 8 = all
-    slots fit the batch, cap 4 = most rounds must select. 32 slots (seed 21, arrival rounds
-    0..20, cap 32): admissions into a well-filled DSU, where the firmware's free-slot search
-    and active-list insertion walk the occupied slots. Each round is charged with its own
-    counts (active slots, admissions, retirements, blocked intake head), as the system model
-    does."""
-    import random
-
-    from tricut.models.dsu import RequestSpec
-    from tricut.sim.harness.dsu import run_dsu
-
-    rng = random.Random(7 if n_slots == 8 else 21)
-    last = 30 if n_slots == 8 else 20
-    reqs = [RequestSpec(i, rng.randint(1, 8000), rng.randint(2, 12), rng.randint(0, last),
-                        rng.randint(0, 3)) for i in range(3 * n_slots)]
-    result = run_dsu(reqs, profile, n_slots=n_slots, max_batch=cap, latency_batch=cap,
-                     backpressure=False)
-    assert result.differences == []
-    rounds = [x for x in result.latencies if x["active"] > 0]
-    if cap < n_slots:    # the schedule exercises the select regime
-        assert sum(x["active"] > cap for x in rounds) >= len(rounds) // 2
-    measured = sum(x["cycles"] for x in rounds)
-    units = UnitTiming.from_gpu(H100)     # cycles: the GPU's clocks do not enter
-    predicted = sum(units.dsu_round_cycles(x["active"], cap, profile, admitted=x["admitted"],
-                                           retired=x["retired"], blocked=x["blocked"],
-                                           n_slots=n_slots)
-                    for x in rounds)
-    assert abs(predicted - measured) / measured <= 0.02, (predicted, measured)
-    # the counts matter: charging every round as a steady one (no admissions, retirements or
-    # blocked head) is far below the measured cycles
-    steady = sum(units.dsu_round_cycles(x["active"], cap, profile, n_slots=n_slots)
-                 for x in rounds)
-    assert steady < 0.95 * measured, (steady, measured)
+    DSU_ROUNDS.check(profile, n_slots, cap)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -19,6 +19,7 @@ from tricut.rtl.dsu.arbiter import DSU_ID, SlotArbiter
 from tricut.rtl.dsu.cluster import DsuCluster
 from tricut.rtl.dsu.regmap import BY_NAME, SLOT_BASE, SLOT_FIELD, SLOT_STRIDE, Status
 from tricut.sim.cli.testing import without_notes
+from tricut.sim.harness.unit_matrices import MATRICES, random_requests
 from tricut.sim.harness.dsu import (CONFIG_FIELDS, MEM_BYTES, Fault, build_dsu_firmware, compare,
                                 execute, make_spec, parse_faults, run_dsu)
 
@@ -347,16 +348,9 @@ def test_arbiter_rejects_bad_accesses_and_counts():
 
 
 # -- the cluster running the firmware, Amaranth simulator ---------------------------------------
-def _requests(rng, n, arrival_span=4, big=False):
-    sizes = [3, 7, 12, 30, 70, 130]
-    return [RequestSpec(i, rng.choice(sizes) + rng.randint(0, 3), rng.randint(1, 4),
-                        arrival_step=rng.randint(0, arrival_span), priority=rng.randint(0, 3))
-            for i in range(n)]
-
-
 def test_cluster_firmware_matches_golden_amaranth():
     rng = random.Random(5)
-    reqs = _requests(rng, 5) + [RequestSpec(99, 500, 4, arrival_step=1)]   # too large
+    reqs = random_requests(rng, 5) + [RequestSpec(99, 500, 4, arrival_step=1)]   # too large
     res = run_dsu(reqs, "throughput-opt", cores=1, sim="amaranth", n_slots=4, max_batch=2,
                   kv_capacity_tokens=300, long_context_tokens=32,
                   faults="error:slot=1:step=2,timeout:slot=0:step=3", watchdog_limit=100)
@@ -406,39 +400,19 @@ def test_bad_mmio_writes_rejected_by_firmware_amaranth():
 
 
 # -- Verilator: random streams per profile, 1 and 4 cores, faults, hung firmware ---------------
-def _random_faults(rng, n_rounds, n_slots, n):
-    parts = {}
-    while len(parts) < n:
-        parts[(rng.randrange(n_slots), rng.randrange(n_rounds))] = rng.choice(["error", "timeout"])
-    return ",".join(f"{k}:slot={s}:step={t}" for (s, t), k in sorted(parts.items()))
+#: the firmware's matrix on Verilator (sim/harness/unit_matrices.py): the suite runs two cases
+#: (4 cores and 1), benchmarks/unit_matrices.py every profile x cores
+FIRMWARE = MATRICES["dsu_firmware"]
 
 
-@pytest.mark.parametrize("profile, cores, seed", [
-    ("latency-opt", 1, 11), ("throughput-opt", 4, 12), ("fairness-opt", 1, 13),
-    ("latency-opt", 4, 14), ("throughput-opt", 1, 15), ("fairness-opt", 4, 16),
-])
+@pytest.mark.parametrize("profile,cores,seed", FIRMWARE.in_tests, ids=FIRMWARE.ids())
 def test_cluster_firmware_matches_golden_verilator(profile, cores, seed):
-    rng = random.Random(seed)
-    reqs = _requests(rng, 14, arrival_span=8)
-    reqs.append(RequestSpec(50, 700, 3, arrival_step=2))                 # too large
-    faults = _random_faults(rng, 16, 8, 6)
-    res = run_dsu(reqs, profile, cores=cores, sim="verilator", n_slots=8, max_batch=5,
-                  latency_batch=3, kv_capacity_tokens=400, long_context_tokens=72,
-                  max_retries=1, faults=faults, seed=seed)
-    assert res.differences == [], res.differences[:5]
-    assert set(res.outcomes) == {r.id for r in reqs}
-    for r in reqs:
-        o = res.outcomes[r.id]
-        assert (o.status == "completed" and o.tokens == r.max_new_tokens) or \
-            (o.status == "failed" and o.reason)
-    assert res.counters["descriptors"] == sum(len(b) for b in res.batches)
-    assert res.counters["rollbacks"] > 0
-    assert res.degraded_cycle is None
+    FIRMWARE.check(profile, cores, seed)
 
 
 def test_wrong_firmware_profile_is_caught_verilator():
     rng = random.Random(11)
-    reqs = _requests(rng, 10, arrival_span=3)
+    reqs = random_requests(rng, 10, arrival_span=3)
     res = run_dsu(reqs, "latency-opt", cores=1, sim="verilator", n_slots=8, max_batch=5,
                   latency_batch=3, kv_capacity_tokens=400, config_overrides={"profile": 2})
     assert res.differences and res.differences[0].startswith("round ")
@@ -446,7 +420,7 @@ def test_wrong_firmware_profile_is_caught_verilator():
 
 def test_hung_firmware_degrades_and_host_finishes_verilator():
     rng = random.Random(21)
-    reqs = _requests(rng, 10, arrival_span=6)
+    reqs = random_requests(rng, 10, arrival_span=6)
     res = run_dsu(reqs, "fairness-opt", cores=4, sim="verilator", n_slots=8, max_batch=3,
                   kv_capacity_tokens=400, faults="hang:cycle=9000,error:slot=2:step=6",
                   heartbeat_limit=6000, seed=21)
@@ -560,7 +534,7 @@ def test_firmware_hang_before_it_arms_its_limit_degrades_verilator(where):
     from tricut.rtl.dsu.regmap import HEARTBEAT_LIMIT_RESET
     from tricut.sim.harness.dsu import BOOT_CYCLES
     rng = random.Random(21)
-    reqs = _requests(rng, 10, arrival_span=6)
+    reqs = random_requests(rng, 10, arrival_span=6)
     hang = 0 if where == "before_start" else BOOT_CYCLES[64] + 9
     res = run_dsu(reqs, "fairness-opt", cores=1, sim="verilator", n_slots=8, max_batch=3,
                   kv_capacity_tokens=400, faults=f"hang:cycle={hang}", seed=21)
@@ -581,7 +555,7 @@ def test_plan_golden_equals_the_model_and_reports_faults_that_cannot_fire():
     from tricut.models.dsu import run_schedule
     from tricut.sim.harness.dsu import plan_dsu
     rng = random.Random(3)
-    reqs = _requests(rng, 12, arrival_span=5)
+    reqs = random_requests(rng, 12, arrival_span=5)
     spec = "error:slot=0:step=0,error:slot=3:step=0,timeout:slot=1:step=400,hang:cycle=9"
     plan = plan_dsu(reqs, "latency-opt", n_slots=4, faults=spec)
     assert (plan.golden_batches, plan.golden_outcomes) == run_schedule(

@@ -14,32 +14,8 @@ import pytest
 from tricut.models.dsu import PARK_POLICIES, RequestSpec, Session, SessionTurn, run_sessions
 from tricut.rtl.dsu import regmap
 from tricut.sim.harness.dsu import plan_dsu, run_dsu
-
-
-def _sessions(rng, n_plain, n_sessions, first_id=0, arrival_span=4):
-    reqs = [RequestSpec(first_id + i, rng.choice([3, 7, 12, 30, 60]) + rng.randint(0, 3),
-                        rng.randint(1, 4), arrival_step=rng.randint(0, arrival_span),
-                        priority=rng.randint(0, 3)) for i in range(n_plain)]
-    sess = []
-    for k in range(n_sessions):
-        first = RequestSpec(first_id + 100 + k, rng.choice([5, 10, 20, 40]), rng.randint(1, 3),
-                            arrival_step=rng.randint(0, arrival_span), priority=rng.randint(0, 3))
-        turns = tuple(SessionTurn(rng.randint(1, 4), rng.randint(0, 12), rng.randint(1, 3))
-                      for _ in range(rng.randint(1, 3)))
-        sess.append(Session(first, turns))
-    return reqs, sess
-
-
-def _check(res, policy):
-    assert res.differences == [], res.differences[:6]
-    assert res.ended and len(res.ended) == len(res.golden_ended)
-    assert res.moves == res.golden_moves
-    kinds = {m.kind for m in res.moves}
-    allowed = {"keep": {"drop"}, "park": {"park", "restore", "drop"},
-               "park-early": {"park", "restore", "drop"}, "drop": {"drop"}}[policy]
-    assert kinds <= allowed                 # "drop" under keep/park: a continue too large
-    assert policy == "keep" or kinds
-    assert res.degraded_cycle is None
+from tricut.sim.harness.unit_matrices import (MATRICES, check_sessions_result,
+                                              random_sessions)
 
 
 def test_regmap_parked_codes():
@@ -55,7 +31,7 @@ def test_regmap_parked_codes():
 
 def test_plan_with_sessions_is_run_sessions():
     rng = random.Random(7)
-    reqs, sess = _sessions(rng, 4, 3)
+    reqs, sess = random_sessions(rng, 4, 3)
     plan = plan_dsu(reqs, "fairness-opt", n_slots=4, kv_capacity_tokens=150, sessions=sess,
                     park_policy="drop", lead=1, sim="amaranth")
     batches, ended, moves, host = run_sessions(reqs, sess, plan.params, {}, 1)
@@ -74,10 +50,10 @@ def test_plan_with_sessions_is_run_sessions():
 @pytest.mark.parametrize("policy", PARK_POLICIES)
 def test_sessions_match_golden_amaranth(policy):
     rng = random.Random(31)
-    reqs, sess = _sessions(rng, 2, 2, arrival_span=2)
+    reqs, sess = random_sessions(rng, 2, 2, arrival_span=2)
     res = run_dsu(reqs, "throughput-opt", sim="amaranth", n_slots=4, kv_capacity_tokens=200,
                   sessions=sess, park_policy=policy, lead=1, seed=31)
-    _check(res, policy)
+    check_sessions_result(res, policy)
 
 
 def _edge_cases():
@@ -167,23 +143,14 @@ def test_edge_cases_verilator(name):
     assert res.moves == res.golden_moves
 
 
-@pytest.mark.parametrize("policy, profile, cores, seed", [
-    ("keep", "fairness-opt", 1, 41), ("park", "throughput-opt", 4, 42),
-    ("park-early", "latency-opt", 1, 43), ("drop", "fairness-opt", 4, 44),
-    ("park", "latency-opt", 1, 45), ("keep", "throughput-opt", 1, 46),
-])
+#: the sessions' matrix on Verilator (sim/harness/unit_matrices.py): the suite runs two cases,
+#: benchmarks/unit_matrices.py every policy x profile x cores
+SESSIONS = MATRICES["dsu_sessions"]
+
+
+@pytest.mark.parametrize("policy,profile,cores,seed", SESSIONS.in_tests, ids=SESSIONS.ids())
 def test_sessions_match_golden_verilator(policy, profile, cores, seed):
-    rng = random.Random(seed)
-    reqs, sess = _sessions(rng, 8, 5, arrival_span=6)
-    picks = {(rng.randrange(8), rng.randrange(12)): rng.choice(["error", "timeout"])
-             for _ in range(3)}
-    faults = ",".join(f"{k}:slot={s}:step={t}" for (s, t), k in sorted(picks.items()))
-    res = run_dsu(reqs, profile, cores=cores, sim="verilator", n_slots=8, max_batch=5,
-                  latency_batch=3, kv_capacity_tokens=300, long_context_tokens=40,
-                  max_retries=1, faults=faults, sessions=sess, park_policy=policy, lead=2,
-                  seed=seed)
-    _check(res, policy)
-    assert res.counters["descriptors"] == sum(len(b) for b in res.batches)
+    SESSIONS.check(policy, profile, cores, seed)
 
 
 def test_wrong_firmware_park_policy_is_caught_amaranth():
@@ -281,7 +248,7 @@ def test_cli_sessions_wrong_expectation_fails(tmp_path, capsys, monkeypatch):
 # -- a hung firmware: the host takes the sessions over ---------------------------------------------
 def _hang_run(hang):
     rng = random.Random(31)
-    reqs, sess = _sessions(rng, 2, 2, arrival_span=2)
+    reqs, sess = random_sessions(rng, 2, 2, arrival_span=2)
     return run_dsu(reqs, "throughput-opt", sim="amaranth", n_slots=4, kv_capacity_tokens=200,
                    sessions=sess, park_policy="park", lead=1, seed=31,
                    faults=f"hang:cycle={hang}", heartbeat_limit=5000)

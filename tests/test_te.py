@@ -31,6 +31,7 @@ from tricut.rtl.te.recip import FP32Recip
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, NotDrained, matrix_id
 from tricut.sim.harness.te import (make_vector, plan_json, run_plan_amaranth, run_te,
                                    simulate_amaranth)
+from tricut.sim.harness.unit_matrices import MATRICES
 from tricut.sim.harness.te_stimulus import (EDGE_NAMES, EDGE_SUBSET, FP32_EDGE, check_steps,
                                             comb_run, edge_steps, matrix_steps,
                                             random_fp32_bits, random_vector, rel_l2, with_fields)
@@ -253,21 +254,14 @@ def test_run_te_rejects_bad_input():
 # ----------------------------------------------------------------------------------------------
 # RTL engine in the Amaranth simulator
 # ----------------------------------------------------------------------------------------------
-MATRIX = [(dt, G, d) for dt in KV_DTYPES for G in (1, 4, 7) for d in (64, 128)]
-MATRIX += [("bf16", 1, 256), ("nvfp4", 2, 256)]
+#: the serial engine's random matrix (sim/harness/unit_matrices.py): the suite runs its small
+#: cases, benchmarks/unit_matrices.py every case
+SERIAL = MATRICES["te_serial_random"]
 
 
-@pytest.mark.parametrize("kv_dtype,G,d", MATRIX)
+@pytest.mark.parametrize("kv_dtype,G,d", SERIAL.in_tests, ids=SERIAL.ids())
 def test_engine_matches_model_random(kv_dtype, G, d):
-    seed = MATRIX.index((kv_dtype, G, d))
-    rng = np.random.default_rng(1000 + seed)
-    lanes = (2, 4, 8, 16)[seed % 4]
-    if d // lanes * G * 3 > 400:
-        lanes = 16
-    n = {1: 4, 2: 2, 4: 2, 7: 2}[G]
-    vecs = [random_vector(rng, kv_dtype, G, d, lanes, n)]
-    res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=seed)
-    check_steps(vecs, res)
+    SERIAL.check(kv_dtype, G, d)
 
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)

@@ -19,18 +19,12 @@ from tricut.rtl.te.ceil_int import CeilInt
 from tricut.rtl.te.pow2scale import Pow2Scale
 from tricut.rtl.te.pipelined_engine import TEPipelinedEngine
 from tricut.rtl.te.split_engine import TESplitEngine
-from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
-from tricut.sim.harness.te import make_vector, rising_max_inputs, simulate_amaranth
-from tricut.sim.harness.te_stimulus import (EDGE_NAMES, EDGE_SUBSET, FP32_EDGE, binary_operands,
-                                            check_split, comb_run, edge_steps, matrix_steps,
-                                            mismatches, on_engine, random_fp32_bits,
-                                            random_vector, rel_l2, stream)
+from tricut.sim.harness.te import make_vector, rising_max_inputs
+from tricut.sim.harness.te_stimulus import (FP32_EDGE, binary_operands, comb_run, mismatches,
+                                            random_fp32_bits, random_vector, rel_l2, stream)
+from tricut.sim.harness.unit_matrices import MATRICES, SPLIT_SHAPES
 
 F32 = np.float32
-
-
-#: the engines with two lane arrays (the same arithmetic; pipelined adds registered stages)
-TWO_ARRAY_ENGINES = ("split", "pipelined")
 
 
 # ------------------------------------------------------------------------------ units
@@ -193,92 +187,30 @@ def test_rescale_events_random_and_rising():
 
 
 # ------------------------------------------------------------------------------ engine
-SHAPES = [("bf16", 1, 64, 4), ("fp8", 4, 64, 8), ("nvfp4", 4, 64, 16), ("bf16", 7, 128, 32),
-          ("fp8", 8, 128, 32), ("nvfp4", 2, 128, 32), ("bf16", 3, 256, 32), ("fp8", 1, 64, 32)]
-#: the heaviest shapes (head_dim >= 128 at 32 lanes, G >= 3) run on the shipped pipelined engine
-#: only; the split engine, the same arithmetic before pipelining, runs the others (make test's
-#: time budget)
-HEAVY = {("bf16", 7, 128, 32), ("fp8", 8, 128, 32), ("bf16", 3, 256, 32)}
-ENGINE_SHAPES = [(e, s) for e in TWO_ARRAY_ENGINES for s in SHAPES
-                 if e == "pipelined" or s not in HEAVY]
+# The engines' matrices (sim/harness/unit_matrices.py): the suite runs the small cases of
+# each; benchmarks/unit_matrices.py runs every case (docs/unit-matrices.md).
+RANDOM, EDGES = MATRICES["te_split_random"], MATRICES["te_split_edges"]
+PAIRS, LANES = MATRICES["te_split_idle_backpressure"], MATRICES["te_split_lane_utilisation"]
 
 
-@pytest.mark.parametrize("engine,shape", ENGINE_SHAPES,
-                         ids=[f"{s[0]}-g{s[1]}-d{s[2]}-l{s[3]}-{e}" for e, s in ENGINE_SHAPES])
+@pytest.mark.parametrize("engine,shape", RANDOM.in_tests, ids=RANDOM.ids())
 def test_split_engine_random_and_rising_inputs_bit_exact_and_cycle_exact(engine, shape):
-    """Unstalled: cycles equal ``te_cycles(engine="split")`` on both kinds of input; then the
-    same steps under random idle and backpressure: still bit-exact."""
-    kv_dtype, G, d, lanes = shape
-    seed = SHAPES.index(shape)
-    rng = np.random.default_rng(100 + seed)
-    n = 3 if G * d // lanes > 64 else 5
-    vecs = on_engine([random_vector(rng, kv_dtype, G, d, lanes, n),
-                      make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)],
-                     engine)
-    res = simulate_amaranth(vecs)
-    check_split(vecs, res, check_cycles=True)
-    assert res[0].cycles == res[1].cycles
-    assert res[1].v_rescale == G * (n - 1) * (d // lanes)
-    res = simulate_amaranth(vecs, idle=0.3, backpressure=0.3, seed=seed)
-    check_split(vecs, res)
+    RANDOM.check(engine, shape)
 
 
-@pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
-@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+@pytest.mark.parametrize("kv_dtype,engine", EDGES.in_tests, ids=EDGES.ids())
 def test_split_engine_edge_cases_back_to_back(kv_dtype, engine):
-    rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])
-    G, d, L = 2, 64, 16
-    names = EDGE_NAMES if kv_dtype == "bf16" else EDGE_SUBSET
-    vecs = on_engine(edge_steps(rng, kv_dtype, G, d, L, only=names), engine)
-    res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=7)
-    check_split(vecs, res)
-    st = {nm: r.status for nm, r in zip(names, res)}
-    clean = {k: False for k in M.STATUS_BITS}
-    assert st["bad_kv"]["nonfinite_in"]
-    assert st["toolong"] == dict(clean, too_long=True)
-    assert st["early_p"] == dict(clean, early_end=True)
-    for nm in ("mask", "allmask", "normal"):
-        assert st[nm] == clean, nm
-    if kv_dtype == "bf16":
-        assert st["empty"] == dict(clean, empty=True)
-        assert st["early_k"] == dict(clean, early_end=True)
-        assert st["nan_q"]["nonfinite_in"] and st["nan_q"]["nonfinite_out"]
-        # unstalled, the early ends and the empty steps follow the formula too
-        res = simulate_amaranth(vecs)
-        check_split(vecs, res, check_cycles=True)
+    EDGES.check(kv_dtype, engine)
 
 
-@pytest.mark.parametrize("engine", TWO_ARRAY_ENGINES)
-@pytest.mark.parametrize("idle,backpressure", IDLE_BACKPRESSURE,
-                         ids=[matrix_id(p) for p in IDLE_BACKPRESSURE])
-def test_split_engine_idle_backpressure_matrix(idle, backpressure, engine):
-    rng = np.random.default_rng(7000)
-    vecs = on_engine(matrix_steps(rng, G=2, lanes=16), engine)
-    res = simulate_amaranth(vecs, idle=idle, backpressure=backpressure, seed=11)
-    check_split(vecs, res)
-    formula = sum(v.golden().cycles for v in vecs[:2])
-    if (idle, backpressure) == ("none", "none"):
-        check_split(vecs, res, check_cycles=True)
-    else:
-        assert sum(r.cycles for r in res[:2]) > formula
+@pytest.mark.parametrize("engine,idle,backpressure", PAIRS.in_tests, ids=PAIRS.ids())
+def test_split_engine_idle_backpressure_matrix(engine, idle, backpressure):
+    PAIRS.check(engine, idle, backpressure)
 
 
-@pytest.mark.parametrize("engine,G,d,lanes", [("pipelined", 4, 128, 32), ("pipelined", 8, 128, 32),
-                                              ("pipelined", 1, 64, 16), ("split", 4, 128, 32),
-                                              ("split", 1, 64, 16)])
+@pytest.mark.parametrize("engine,G,d,lanes", LANES.in_tests, ids=LANES.ids())
 def test_split_engine_lane_utilisation(engine, G, d, lanes):
-    """Steady state: the K array is busy ``G`` of every ``G+1`` cycles per token (the stream's
-    V beats take the other one), the V array the same, both together ``2G/(G+1)`` lane-array
-    operations per cycle; the per-token cost is ``(G+1)*Dk`` whatever the data."""
-    rng = np.random.default_rng(5000 + G)
-    n = 4
-    vecs = on_engine([random_vector(rng, "bf16", G, d, lanes, n),
-                      random_vector(rng, "bf16", G, d, lanes, n + 1)], engine)
-    r1, r2 = simulate_amaranth(vecs)
-    check_split(vecs, [r1, r2], check_cycles=True)
-    dk = d // lanes
-    assert r2.cycles - r1.cycles == M.te_token_cycles(d, G, lanes, engine) == (G + 1) * dk
-    assert r2.k_busy - r1.k_busy == r2.v_busy - r1.v_busy == G * dk
+    LANES.check(engine, G, d, lanes)
 
 
 def test_split_engine_rejects_bad_parameters():
@@ -296,8 +228,8 @@ def test_split_engine_rejects_bad_parameters():
 
 
 # ------------------------------------------------------------------------------ pipelined
-@pytest.mark.parametrize("kv_dtype,G,d,lanes", SHAPES, ids=[f"{s[0]}-g{s[1]}-d{s[2]}-l{s[3]}"
-                                                            for s in SHAPES])
+@pytest.mark.parametrize("kv_dtype,G,d,lanes", SPLIT_SHAPES,
+                         ids=[f"{s[0]}-g{s[1]}-d{s[2]}-l{s[3]}" for s in SPLIT_SHAPES])
 def test_pipelined_timing_slots_keep_the_k_array_busy(kv_dtype, G, d, lanes):
     """``te_pipe_timing``: the score-to-V latency is the sum of the stated unit stages; the
     token slots are the fewest (a power of two) that cover the V array's lag, so in an unstalled

@@ -1,7 +1,10 @@
 """Whole decode steps through the decode tile's attention path with the CDU in the K/V path
 (``rtl/tile/attention_path.py``, ``rtl/tile/unit_streamer.py``; docs/tile/cdu-path.md, "Attention
-path with the CDU in the K/V path"), co-simulated with the golden decode step in Amaranth's
-simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --policy``).
+path with the CDU in the K/V path"), co-simulated with the golden decode step
+(``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --policy``): the
+equivalence run on Verilator (the build ``tests/test_tile_cosim_verilator.py`` shares; the two
+simulators are cycle-identical, ``test_amaranth_and_verilator_runs_are_identical``), the short
+runs in Amaranth's simulator.
 
 * equivalence on the shipped pipelined engine: every attention output bit-exact with the TE
   golden of that engine, the tokens the golden decode step's, and every CDU decision equal to
@@ -10,8 +13,7 @@ simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --
   the ``adaptive`` (fp8, 4 engines, split-K on the longer contexts, evictions and eviction
   holds) and ``disabled`` (NVFP4, 2 engines at 32 lanes, two block scales a K/V word: every
   block a bypass, read from HBM by the streamer) setups of ``sim/harness/tile/cases.py`` run
-  on Verilator (``tests/test_tile_cosim_verilator.py``, cycle-identical to this simulator), at
-  a fraction of the time;
+  on Verilator too (``tests/test_tile_cosim_verilator.py``);
 * the L2 is used: with ``static`` every demand read hits and its blocks come from L2 frames
   the fill engine wrote;
 * the checks can fail: a flipped HBM bit of a block that reaches the TE only through an L2
@@ -20,7 +22,7 @@ simulator (``sim/harness/tile/cosim.py`` with a ``policy``, ``tricut tile run --
 * bad parameters and flags: one error line, exit 2.
 
 The Amaranth simulator runs the cached tile at ~80 cycles/s: an equivalence run (~10,000
-cycles) takes 70-120 s.
+cycles) would take 70-120 s of it, a few seconds on Verilator once built.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from tricut.sim.harness.tile.golden import RunInputs, golden_run
 
 @pytest.fixture(scope="module")
 def static_report():
-    return simulate(STATIC)
+    return simulate(STATIC, sim="verilator")
 
 
 def _assert_equivalent(rep):

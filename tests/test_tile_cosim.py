@@ -123,8 +123,9 @@ EQUIV_ARGV = ["tile", "run", "--prompt-lens", "1,2,3", "--steps", "3", "--kv-dty
 
 
 def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
-    """One run through ``tricut tile run`` (the simulator is slow, so the command's own run is
-    the equivalence case): exit 0, the printed tokens are those of an independent golden run,
+    """One run through ``tricut tile run --sim verilator`` (the command's own run is the
+    equivalence case; on Verilator, the build ``tests/test_tile_cosim_verilator.py`` shares:
+    Amaranth's simulator takes minutes for it and runs the same cycles): exit 0, the printed tokens are those of an independent golden run,
     and the report the command got holds every attention output bit-exact."""
     reports = []
 
@@ -133,7 +134,7 @@ def test_tile_decode_steps_equal_the_golden_decode_step(capsys, monkeypatch):
         return reports[-1]
     real = simulate
     monkeypatch.setattr(cosim, "simulate", keep)
-    code, cap = run_cli(EQUIV_ARGV, capsys)
+    code, cap = run_cli(EQUIV_ARGV + ["--sim", "verilator"], capsys)
     assert code == 0, cap.err
     (rep,) = reports
     assert rep.setup == EQUIV

@@ -1,0 +1,339 @@
+"""The units' long equivalence matrices: each a list of cases and one check per case that
+raises ``AssertionError`` on any mismatch with the golden model (or with the fast model's
+cycles). The test suite runs each matrix's ``in_tests`` cases -- the small ones, one of each
+kind the matrix varies; ``benchmarks/unit_matrices.py`` runs every case and writes the table
+in ``docs/unit-matrices.md``. A case moved out of the suite is still run, by that script.
+
+The random stimulus of the DSU matrices (requests, faults, sessions) lives here too, so
+that the tests' other cases draw it the same way."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable
+
+import numpy as np
+
+from ...models import te as M
+from ...models.config import KV_DTYPES
+from ...models.dsu import RequestSpec, Session, SessionTurn
+from .streams import IDLE_BACKPRESSURE, matrix_id
+
+__all__ = ["Matrix", "MATRICES", "random_requests", "random_faults", "random_sessions",
+           "check_sessions_result"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    """``cases``: tuples of the check's arguments; ``in_tests``: the cases ``test`` runs."""
+    name: str
+    test: str
+    what: str
+    cases: tuple
+    in_tests: tuple
+    check: Callable
+    case_id: Callable
+
+    def __post_init__(self):
+        if not self.in_tests or not set(self.in_tests) <= set(self.cases):
+            raise ValueError(f"matrix {self.name}: in_tests must be a non-empty subset of cases")
+
+    def ids(self, cases=None):
+        return [self.case_id(c) for c in (self.in_tests if cases is None else cases)]
+
+
+# -- TE: the two-array engines (split, pipelined) ----------------------------------------------
+#: the two-array engines (the same arithmetic; pipelined adds registered stages)
+TWO_ARRAY_ENGINES = ("split", "pipelined")
+SPLIT_SHAPES = (("bf16", 1, 64, 4), ("fp8", 4, 64, 8), ("nvfp4", 4, 64, 16),
+                ("bf16", 7, 128, 32), ("fp8", 8, 128, 32), ("nvfp4", 2, 128, 32),
+                ("bf16", 3, 256, 32), ("fp8", 1, 64, 32))
+
+
+def _shape_id(shape):
+    kv_dtype, G, d, lanes = shape
+    return f"{kv_dtype}-g{G}-d{d}-l{lanes}"
+
+
+def split_engine_random_and_rising(engine, shape):
+    """Unstalled: cycles equal ``te_cycles(engine=...)`` on random and rising-maximum inputs;
+    then the same steps under random idle and backpressure: still bit-exact."""
+    from .te import make_vector, rising_max_inputs, simulate_amaranth
+    from .te_stimulus import check_split, on_engine, random_vector
+    kv_dtype, G, d, lanes = shape
+    seed = SPLIT_SHAPES.index(shape)
+    rng = np.random.default_rng(100 + seed)
+    n = 3 if G * d // lanes > 64 else 5
+    vecs = on_engine([random_vector(rng, kv_dtype, G, d, lanes, n),
+                      make_vector(*rising_max_inputs(rng, G, d, n), kv_dtype, lanes=lanes)],
+                     engine)
+    res = simulate_amaranth(vecs)
+    check_split(vecs, res, check_cycles=True)
+    assert res[0].cycles == res[1].cycles
+    assert res[1].v_rescale == G * (n - 1) * (d // lanes)
+    res = simulate_amaranth(vecs, idle=0.3, backpressure=0.3, seed=seed)
+    check_split(vecs, res)
+
+
+def split_engine_edge_cases(kv_dtype, engine):
+    """Every edge case back to back under idle and backpressure (bf16; fp8/nvfp4 the ones
+    whose arithmetic depends on the dtype): bit-exact, each with its status; unstalled, the
+    cycle formula on the early ends and the empty steps too."""
+    from .te import simulate_amaranth
+    from .te_stimulus import EDGE_NAMES, EDGE_SUBSET, check_split, edge_steps, on_engine
+    rng = np.random.default_rng(2000 + M.KV_CODE_BITS[kv_dtype])
+    G, d, L = 2, 64, 16
+    names = EDGE_NAMES if kv_dtype == "bf16" else EDGE_SUBSET
+    vecs = on_engine(edge_steps(rng, kv_dtype, G, d, L, only=names), engine)
+    res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=7)
+    check_split(vecs, res)
+    st = {nm: r.status for nm, r in zip(names, res)}
+    clean = {k: False for k in M.STATUS_BITS}
+    assert st["bad_kv"]["nonfinite_in"]
+    assert st["toolong"] == dict(clean, too_long=True)
+    assert st["early_p"] == dict(clean, early_end=True)
+    for nm in ("mask", "allmask", "normal"):
+        assert st[nm] == clean, nm
+    if kv_dtype == "bf16":
+        assert st["empty"] == dict(clean, empty=True)
+        assert st["early_k"] == dict(clean, early_end=True)
+        assert st["nan_q"]["nonfinite_in"] and st["nan_q"]["nonfinite_out"]
+        res = simulate_amaranth(vecs)
+        check_split(vecs, res, check_cycles=True)
+
+
+def split_engine_idle_backpressure(engine, idle, backpressure):
+    """The same steps under one (idle, backpressure) pair: bit-exact; the cycle formula
+    unstalled, more cycles stalled."""
+    from .te import simulate_amaranth
+    from .te_stimulus import check_split, matrix_steps, on_engine
+    rng = np.random.default_rng(7000)
+    vecs = on_engine(matrix_steps(rng, G=2, lanes=16), engine)
+    res = simulate_amaranth(vecs, idle=idle, backpressure=backpressure, seed=11)
+    check_split(vecs, res)
+    formula = sum(v.golden().cycles for v in vecs[:2])
+    if (idle, backpressure) == ("none", "none"):
+        check_split(vecs, res, check_cycles=True)
+    else:
+        assert sum(r.cycles for r in res[:2]) > formula
+
+
+def split_engine_lane_utilisation(engine, G, d, lanes):
+    """Steady state: the K array is busy ``G`` of every ``G+1`` cycles per token (the stream's
+    V beats take the other one), the V array the same; the per-token cost is ``(G+1)*Dk``
+    whatever the data."""
+    from .te import simulate_amaranth
+    from .te_stimulus import check_split, on_engine, random_vector
+    rng = np.random.default_rng(5000 + G)
+    n = 4
+    vecs = on_engine([random_vector(rng, "bf16", G, d, lanes, n),
+                      random_vector(rng, "bf16", G, d, lanes, n + 1)], engine)
+    r1, r2 = simulate_amaranth(vecs)
+    check_split(vecs, [r1, r2], check_cycles=True)
+    dk = d // lanes
+    assert r2.cycles - r1.cycles == M.te_token_cycles(d, G, lanes, engine) == (G + 1) * dk
+    assert r2.k_busy - r1.k_busy == r2.v_busy - r1.v_busy == G * dk
+
+
+# -- TE: the serial engine ---------------------------------------------------------------------
+SERIAL_SHAPES = tuple([(dt, G, d) for dt in KV_DTYPES for G in (1, 4, 7) for d in (64, 128)]
+                      + [("bf16", 1, 256), ("nvfp4", 2, 256)])
+
+
+def serial_engine_random(kv_dtype, G, d):
+    """Random steps under idle and backpressure, lanes 2..16 by case: bit-exact."""
+    from .te import simulate_amaranth
+    from .te_stimulus import check_steps, random_vector
+    seed = SERIAL_SHAPES.index((kv_dtype, G, d))
+    rng = np.random.default_rng(1000 + seed)
+    lanes = (2, 4, 8, 16)[seed % 4]
+    if d // lanes * G * 3 > 400:
+        lanes = 16
+    n = {1: 4, 2: 2, 4: 2, 7: 2}[G]
+    vecs = [random_vector(rng, kv_dtype, G, d, lanes, n)]
+    res = simulate_amaranth(vecs, idle=0.2, backpressure=0.2, seed=seed)
+    check_steps(vecs, res)
+
+
+# -- DSU: random requests, faults and sessions ------------------------------------------------
+def random_requests(rng: random.Random, n, arrival_span=4):
+    """``n`` requests of mixed sizes (3 .. 133 prompt tokens, 1 .. 4 new), priorities 0..3."""
+    sizes = [3, 7, 12, 30, 70, 130]
+    return [RequestSpec(i, rng.choice(sizes) + rng.randint(0, 3), rng.randint(1, 4),
+                        arrival_step=rng.randint(0, arrival_span), priority=rng.randint(0, 3))
+            for i in range(n)]
+
+
+def random_faults(rng: random.Random, n_rounds, n_slots, n):
+    """``n`` distinct step faults (error or timeout) in the ``--faults`` syntax."""
+    parts = {}
+    while len(parts) < n:
+        parts[(rng.randrange(n_slots), rng.randrange(n_rounds))] = rng.choice(["error", "timeout"])
+    return ",".join(f"{k}:slot={s}:step={t}" for (s, t), k in sorted(parts.items()))
+
+
+def random_sessions(rng: random.Random, n_plain, n_sessions, first_id=0, arrival_span=4):
+    """``n_plain`` one-turn requests and ``n_sessions`` sessions of 1..3 later turns."""
+    reqs = [RequestSpec(first_id + i, rng.choice([3, 7, 12, 30, 60]) + rng.randint(0, 3),
+                        rng.randint(1, 4), arrival_step=rng.randint(0, arrival_span),
+                        priority=rng.randint(0, 3)) for i in range(n_plain)]
+    sess = []
+    for k in range(n_sessions):
+        first = RequestSpec(first_id + 100 + k, rng.choice([5, 10, 20, 40]), rng.randint(1, 3),
+                            arrival_step=rng.randint(0, arrival_span), priority=rng.randint(0, 3))
+        turns = tuple(SessionTurn(rng.randint(1, 4), rng.randint(0, 12), rng.randint(1, 3))
+                      for _ in range(rng.randint(1, 3)))
+        sess.append(Session(first, turns))
+    return reqs, sess
+
+
+def check_sessions_result(res, policy):
+    """A sessions run equals the golden (rounds, ended requests, KV moves), its moves are the
+    ones ``policy`` makes, and the firmware never degraded."""
+    assert res.differences == [], res.differences[:6]
+    assert res.ended and len(res.ended) == len(res.golden_ended)
+    assert res.moves == res.golden_moves
+    kinds = {m.kind for m in res.moves}
+    allowed = {"keep": {"drop"}, "park": {"park", "restore", "drop"},
+               "park-early": {"park", "restore", "drop"}, "drop": {"drop"}}[policy]
+    assert kinds <= allowed                 # "drop" under keep/park: a continue too large
+    assert policy == "keep" or kinds
+    assert res.degraded_cycle is None
+
+
+def dsu_firmware_vs_golden(profile, cores, seed):
+    """The scheduler firmware on the RTL cluster (Verilator, 8 slots) against the golden DSU
+    model: 14 random requests and one too large, 6 random step faults, one retry."""
+    from .dsu import run_dsu
+    rng = random.Random(seed)
+    reqs = random_requests(rng, 14, arrival_span=8)
+    reqs.append(RequestSpec(50, 700, 3, arrival_step=2))                 # too large
+    faults = random_faults(rng, 16, 8, 6)
+    res = run_dsu(reqs, profile, cores=cores, sim="verilator", n_slots=8, max_batch=5,
+                  latency_batch=3, kv_capacity_tokens=400, long_context_tokens=72,
+                  max_retries=1, faults=faults, seed=seed)
+    assert res.differences == [], res.differences[:5]
+    assert set(res.outcomes) == {r.id for r in reqs}
+    for r in reqs:
+        o = res.outcomes[r.id]
+        assert (o.status == "completed" and o.tokens == r.max_new_tokens) or \
+            (o.status == "failed" and o.reason)
+    assert res.counters["descriptors"] == sum(len(b) for b in res.batches)
+    assert res.counters["rollbacks"] > 0
+    assert res.degraded_cycle is None
+
+
+def dsu_sessions_vs_golden(policy, profile, cores, seed):
+    """Seeded sessions (8 plain requests, 5 sessions) with 3 random step faults under a park
+    policy, on the RTL cluster (Verilator) against the golden model's rounds and KV moves."""
+    from .dsu import run_dsu
+    rng = random.Random(seed)
+    reqs, sess = random_sessions(rng, 8, 5, arrival_span=6)
+    picks = {(rng.randrange(8), rng.randrange(12)): rng.choice(["error", "timeout"])
+             for _ in range(3)}
+    faults = ",".join(f"{k}:slot={s}:step={t}" for (s, t), k in sorted(picks.items()))
+    res = run_dsu(reqs, profile, cores=cores, sim="verilator", n_slots=8, max_batch=5,
+                  latency_batch=3, kv_capacity_tokens=300, long_context_tokens=40,
+                  max_retries=1, faults=faults, sessions=sess, park_policy=policy, lead=2,
+                  seed=seed)
+    check_sessions_result(res, policy)
+    assert res.counters["descriptors"] == sum(len(b) for b in res.batches)
+
+
+def dsu_round_cycles_calibration(profile, n_slots, cap):
+    """The fast model's DSU cost per round against the scheduler firmware on the RTL cluster,
+    summed over a whole held-out random schedule of 3·n_slots requests (benchmarks/dsu_fit.py
+    fits on other seeds): within 2 %. 8 slots (seed 7, arrival rounds 0..30): cap 8 = all
+    slots fit the batch, cap 4 = most rounds must select. 32 slots (seed 21, arrival rounds
+    0..20, cap 32): admissions into a well-filled DSU, where the firmware's free-slot search
+    and active-list insertion walk the occupied slots. Each round is charged with its own
+    counts (active slots, admissions, retirements, blocked intake head), as the system model
+    does; charging every round as a steady one is far below the measured cycles."""
+    from ..fast.timing import UnitTiming
+    from ...models.config import load_gpu
+    from .dsu import run_dsu
+    rng = random.Random(7 if n_slots == 8 else 21)
+    last = 30 if n_slots == 8 else 20
+    reqs = [RequestSpec(i, rng.randint(1, 8000), rng.randint(2, 12), rng.randint(0, last),
+                        rng.randint(0, 3)) for i in range(3 * n_slots)]
+    result = run_dsu(reqs, profile, n_slots=n_slots, max_batch=cap, latency_batch=cap,
+                     backpressure=False)
+    assert result.differences == []
+    rounds = [x for x in result.latencies if x["active"] > 0]
+    if cap < n_slots:    # the schedule exercises the select regime
+        assert sum(x["active"] > cap for x in rounds) >= len(rounds) // 2
+    measured = sum(x["cycles"] for x in rounds)
+    units = UnitTiming.from_gpu(load_gpu("h100-sxm5"))   # cycles: the clocks do not enter
+    predicted = sum(units.dsu_round_cycles(x["active"], cap, profile, admitted=x["admitted"],
+                                           retired=x["retired"], blocked=x["blocked"],
+                                           n_slots=n_slots)
+                    for x in rounds)
+    assert abs(predicted - measured) / measured <= 0.02, (predicted, measured)
+    steady = sum(units.dsu_round_cycles(x["active"], cap, profile, n_slots=n_slots)
+                 for x in rounds)
+    assert steady < 0.95 * measured, (steady, measured)
+
+
+def _dash(case):
+    return "-".join(str(x) for x in case)
+
+
+_ALL_SPLIT = tuple((e, s) for e in TWO_ARRAY_ENGINES for s in SPLIT_SHAPES)
+_SPLIT_PAIRS = tuple((e, i, b) for e in TWO_ARRAY_ENGINES for i, b in IDLE_BACKPRESSURE)
+_DSU_PROFILES = ("throughput-opt", "fairness-opt", "latency-opt")
+
+MATRICES = {m.name: m for m in (
+    Matrix("te_split_random", "tests/test_te_split.py",
+           "two-array TE engines: random and rising-maximum inputs, unstalled (cycle-exact) "
+           "and under idle/backpressure (bit-exact), every shape x engine",
+           _ALL_SPLIT,
+           (("pipelined", ("bf16", 1, 64, 4)), ("pipelined", ("nvfp4", 4, 64, 16)),
+            ("pipelined", ("fp8", 1, 64, 32)), ("split", ("fp8", 4, 64, 8))),
+           split_engine_random_and_rising, lambda c: f"{_shape_id(c[1])}-{c[0]}"),
+    Matrix("te_split_edges", "tests/test_te_split.py",
+           "two-array TE engines: every edge case back to back, each K/V dtype x engine",
+           tuple((dt, e) for e in TWO_ARRAY_ENGINES for dt in KV_DTYPES),
+           (("bf16", "pipelined"), ("fp8", "pipelined"), ("nvfp4", "split")),
+           split_engine_edge_cases, _dash),
+    Matrix("te_split_idle_backpressure", "tests/test_te_split.py",
+           "two-array TE engines: every (idle, backpressure) pair of schedules x engine",
+           _SPLIT_PAIRS,
+           tuple(c for c in _SPLIT_PAIRS if c[0] == "pipelined")
+           + (("split", "none", "none"), ("split", "random", "random")),
+           split_engine_idle_backpressure,
+           lambda c: f"{c[0]}-{matrix_id((c[1], c[2]))}"),
+    Matrix("te_split_lane_utilisation", "tests/test_te_split.py",
+           "two-array TE engines: steady-state lane utilisation and cost per token",
+           (("pipelined", 4, 128, 32), ("pipelined", 8, 128, 32), ("pipelined", 1, 64, 16),
+            ("split", 4, 128, 32), ("split", 1, 64, 16)),
+           (("pipelined", 4, 128, 32), ("split", 1, 64, 16)),
+           split_engine_lane_utilisation, _dash),
+    Matrix("te_serial_random", "tests/test_te.py",
+           "serial TE engine: random steps under idle/backpressure, every K/V dtype x G x "
+           "head_dim, lanes 2..16",
+           SERIAL_SHAPES,
+           (("bf16", 1, 64), ("fp8", 4, 128), ("nvfp4", 7, 64), ("nvfp4", 2, 256)),
+           serial_engine_random, _dash),
+    Matrix("dsu_round_cycles", "tests/test_calibration.py",
+           "DSU: the fast model's cycles per scheduling round against the firmware on the RTL "
+           "cluster (held-out schedules), every profile x (slots, batch cap)",
+           tuple((p, n, c) for n, c in ((8, 8), (8, 4), (32, 32)) for p in _DSU_PROFILES),
+           (("throughput-opt", 8, 4), ("fairness-opt", 8, 8), ("latency-opt", 8, 4)),
+           dsu_round_cycles_calibration, _dash),
+    Matrix("dsu_firmware", "tests/test_dsu_sched.py",
+           "DSU: scheduler firmware on the RTL cluster (Verilator) against the golden model "
+           "with random step faults, every profile x 1 and 4 cores",
+           (("latency-opt", 1, 11), ("throughput-opt", 4, 12), ("fairness-opt", 1, 13),
+            ("latency-opt", 4, 14), ("throughput-opt", 1, 15), ("fairness-opt", 4, 16)),
+           (("throughput-opt", 4, 12), ("fairness-opt", 1, 13)),
+           dsu_firmware_vs_golden, _dash),
+    Matrix("dsu_sessions", "tests/test_dsu_sessions.py",
+           "DSU: seeded sessions with faults on the RTL cluster (Verilator) against the golden "
+           "model, park policies x profiles x cores",
+           (("keep", "fairness-opt", 1, 41), ("park", "throughput-opt", 4, 42),
+            ("park-early", "latency-opt", 1, 43), ("drop", "fairness-opt", 4, 44),
+            ("park", "latency-opt", 1, 45), ("keep", "throughput-opt", 1, 46)),
+           (("park", "throughput-opt", 4, 42), ("park-early", "latency-opt", 1, 43)),
+           dsu_sessions_vs_golden, _dash),
+)}
