@@ -159,7 +159,12 @@ def test_equal_jobs_cycle_formula(engines):
         assert J * (I + O) / total < (I + O) / I < 1.1
 
 
-@pytest.mark.parametrize("pair", IDLE_BACKPRESSURE, ids=matrix_id)
+#: the pairs this job list runs under in Amaranth's simulator; the same list under all nine
+#: pairs, the same design: test_verilator_idle_backpressure_matrix
+AMARANTH_PAIRS = [("none", "none"), ("random", "periodic"), ("periodic", "random")]
+
+
+@pytest.mark.parametrize("pair", AMARANTH_PAIRS, ids=matrix_id)
 def test_idle_backpressure_matrix(pair):
     """A short job list (n = 2, n = 0 partial, n = 1 partial, n = 1) on 2 engines under one
     (idle, backpressure) pair: bit-exact, in order, drained; unstalled = the exact

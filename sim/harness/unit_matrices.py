@@ -156,6 +156,74 @@ def serial_engine_random(kv_dtype, G, d):
     check_steps(vecs, res)
 
 
+# -- TE: the engines' generated Verilog on Verilator (cocotb) ----------------------------------
+def _split_verilator_matrix(engine, kv_dtype, G, d, L, n_random, n_rising, seed, plan_seed):
+    """Random, rising-maximum, partial and edge-case steps through one Verilator build under
+    every (idle, backpressure) pair: RTL == model; unstalled, the cycle formula and the
+    worst-case rescale count."""
+    from .te import make_vector, rising_max_inputs, simulate_verilator_matrix
+    from .te_stimulus import check_split, edge_steps, on_engine, random_vector
+    rng = np.random.default_rng(seed)
+    vecs = on_engine([random_vector(rng, kv_dtype, G, d, L, n_random),
+                      make_vector(*rising_max_inputs(rng, G, d, n_rising), kv_dtype, lanes=L),
+                      random_vector(rng, kv_dtype, G, d, L, 3, partial=True)]
+                     + edge_steps(rng, kv_dtype, G, d, L,
+                                  only=["mask", "bad_kv", "empty", "early", "toolong", "normal"]),
+                     engine)
+    runs = simulate_verilator_matrix(vecs, seed=plan_seed)
+    assert list(runs) == IDLE_BACKPRESSURE
+    for pair, res in runs.items():
+        check_split(vecs, res, check_cycles=pair == ("none", "none"))
+    res = runs[("none", "none")]
+    assert res[1].v_rescale == G * (n_rising - 1) * (d // L)
+    assert res[0].cycles == vecs[0].golden().cycles
+
+
+def _serial_verilator_bf16(long_n=300):
+    """bf16, G 4, head_dim 64, 8 lanes: random steps, every edge case and a long context that
+    crosses 16-token blocks, under idle and backpressure."""
+    from .te import simulate_verilator
+    from .te_stimulus import EDGE_NAMES, check_steps, edge_steps, random_vector
+    rng = np.random.default_rng(101)
+    G, d, L = 4, 64, 8
+    vecs = [random_vector(rng, "bf16", G, d, L, 5)]
+    vecs += edge_steps(rng, "bf16", G, d, L)
+    vecs.append(random_vector(rng, "bf16", G, d, L, long_n))
+    res = simulate_verilator(vecs, idle=0.3, backpressure=0.3, seed=5)
+    check_steps(vecs, res)
+    assert res[1 + EDGE_NAMES.index("nan_q")].status["nonfinite_in"]
+    assert res[1 + EDGE_NAMES.index("empty")].status["empty"]
+
+
+def _serial_verilator_nvfp4():
+    """NVFP4, G 7, head_dim 128, 16 lanes: the cycle formula unstalled, edge cases."""
+    from .te import simulate_verilator
+    from .te_stimulus import check_steps, edge_steps, random_vector
+    rng = np.random.default_rng(102)
+    vecs = [random_vector(rng, "nvfp4", 7, 128, 16, 20),
+            random_vector(rng, "nvfp4", 7, 128, 16, 3, partial=True)]
+    vecs += edge_steps(rng, "nvfp4", 7, 128, 16, only=["mask", "bad_kv", "early", "normal"])
+    res = simulate_verilator(vecs, seed=6)
+    check_steps(vecs[:2], res[:2], check_cycles=True)
+    check_steps(vecs, res)
+
+
+def te_engine_on_verilator(engine, kv_dtype):
+    """One TE design's generated Verilog on Verilator (one build each) against the model."""
+    if engine == "split":
+        _split_verilator_matrix("split", "nvfp4", G=4, d=128, L=32, n_random=6, n_rising=5,
+                                seed=202, plan_seed=9)
+    elif engine == "pipelined":
+        # fp8 (24 x 8 V lanes, the output in three passes), G 2, head_dim 64, 32 lanes (Dk 2:
+        # 8 token slots, the deepest V buffer of the shipped lanes)
+        _split_verilator_matrix("pipelined", "fp8", G=2, d=64, L=32, n_random=7, n_rising=6,
+                                seed=303, plan_seed=10)
+    elif kv_dtype == "bf16":
+        _serial_verilator_bf16()
+    else:
+        _serial_verilator_nvfp4()
+
+
 # -- DSU: random requests, faults and sessions ------------------------------------------------
 def random_requests(rng: random.Random, n, arrival_span=4):
     """``n`` requests of mixed sizes (3 .. 133 prompt tokens, 1 .. 4 new), priorities 0..3."""
@@ -315,6 +383,13 @@ MATRICES = {m.name: m for m in (
            SERIAL_SHAPES,
            (("bf16", 1, 64), ("fp8", 4, 128), ("nvfp4", 7, 64), ("nvfp4", 2, 256)),
            serial_engine_random, _dash),
+    Matrix("te_verilator", "tests/test_te_cocotb.py",
+           "TE engines' generated Verilog on Verilator (cocotb), one build each: split NVFP4 "
+           "and pipelined fp8 at 32 lanes under every (idle, backpressure) pair, serial bf16 "
+           "(edge cases, long context) and NVFP4 (G 7, head_dim 128)",
+           (("pipelined", "fp8"), ("split", "nvfp4"), ("serial", "bf16"), ("serial", "nvfp4")),
+           (("pipelined", "fp8"), ("serial", "bf16")),
+           te_engine_on_verilator, _dash),
     Matrix("dsu_round_cycles", "tests/test_calibration.py",
            "DSU: the fast model's cycles per scheduling round against the firmware on the RTL "
            "cluster (held-out schedules), every profile x (slots, batch cap)",
