@@ -376,15 +376,16 @@ dsu_clock_ghz = 1.2
 
 
 def test_tile_run_gpu_on_the_rtl_prints_the_fast_models_cycles(tmp_path, capsys):
-    """``tricut tile run --gpu FILE`` end to end (Amaranth): the slice's rate and latency, the
-    RTL's cycles per layer equal to the timing model's, the fast model's beside them, in text
-    and in ``--json``."""
+    """``tricut tile run --gpu FILE`` end to end (on Verilator: Amaranth's simulator runs the
+    same cycles, ``test_amaranth_and_verilator_runs_are_identical``, at a fiftieth of the
+    speed): the slice's rate and latency, the RTL's cycles per layer equal to the timing
+    model's, the fast model's beside them, in text and in ``--json``."""
     import json
     from tricut.sim.cli.testing import run_cli
     gpu = tmp_path / "slice.toml"
     gpu.write_text(SHORT_SLICE_GPU)
     args = ["tile", "run", "--gpu", str(gpu), "--model", "tiny-te", "--prompt-lens", "3,5",
-            "--steps", "1", "--max-ctx", "16"]
+            "--steps", "1", "--max-ctx", "16", "--sim", "verilator"]
     code, cap = run_cli(args + ["--json"], capsys)
     assert code == 0, cap.err
     out = json.loads(cap.out)
