@@ -17,6 +17,16 @@ __all__ = ["pyplot", "save_png", "save_figures", "DPI", "PNG_METADATA", "series_
 
 
 def pyplot():
+    """Matplotlib's pyplot, headless. Unless the user set ``MPLCONFIGDIR``, matplotlib keeps
+    its font cache in a temporary folder this process removes at exit, not in ``~/.cache`` or
+    ``~/.config``: a run writes only the outputs it was asked for."""
+    import sys
+    if "matplotlib" not in sys.modules and not os.environ.get("MPLCONFIGDIR"):
+        import atexit
+        import shutil
+        folder = tempfile.mkdtemp(prefix="tricut-matplotlib-")
+        os.environ["MPLCONFIGDIR"] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

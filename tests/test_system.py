@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import math
 import subprocess
 import sys
@@ -158,8 +159,9 @@ def test_degraded_mode_keeps_going_and_costs_latency():
     assert degraded.summary["tpot_p50_s"] > ok.summary["tpot_p50_s"]
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tricut.sim", *args], capture_output=True, text=True)
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "tricut.sim", *args], capture_output=True, text=True,
+                          env=env)
 
 
 def test_cli_simulate_json_keys():
@@ -176,9 +178,20 @@ def test_cli_simulate_json_keys():
 
 
 def test_cli_compare_on_shipped_sample_and_plots(tmp_path):
+    """... and the plots write nothing outside the folder asked for: no matplotlib cache or
+    config in the user's home (an empty home here; the cache goes to a temporary folder that
+    the run removes)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    env.update(HOME=str(home), TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     out = _cli("compare", "--trace", "sim/data/mooncake_conversation_sample.jsonl", "--limit", "40",
-               "--model", "llama-3-70b", "--tp", "8", "--csv", "--plot", str(tmp_path))
+               "--model", "llama-3-70b", "--tp", "8", "--csv", "--plot", str(tmp_path), env=env)
     assert out.returncode == 0, out.stderr
+    assert list(home.iterdir()) == [] and list((tmp_path / "tmp").iterdir()) == []
+    assert "Matplotlib" not in out.stderr
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("config,") and [l.split(",")[0] for l in lines[1:]] == \
         ["baseline", "te", "cdu", "dsu", "te+cdu+dsu"]
