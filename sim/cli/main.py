@@ -132,17 +132,22 @@ def _error(message) -> int:
     return 2
 
 
+def parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed as ``tricut`` parses it (``sweep plot`` / ``export`` by their own
+    parsers); bad flags exit 2 with one ``tricut: error:`` line."""
+    if len(argv) > 1 and argv[0] == "sweep" and argv[1] in cli_sweep.SUBCOMMANDS:
+        return cli_sweep.parse_subcommand(argv[1:])
+    args = parser.parse_args(argv)
+    args.flags_given = given_on_command_line(parser, argv)   # refused where they would not act
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()      # reads the shipped config and stack lists
     except ConfigError as e:
         return _error(e)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if len(argv) > 1 and argv[0] == "sweep" and argv[1] in cli_sweep.SUBCOMMANDS:
-        args = cli_sweep.parse_subcommand(argv[1:])
-    else:
-        args = parser.parse_args(argv)
-        args.flags_given = given_on_command_line(parser, argv)   # refused where they would not act
+    args = parse_command_line(parser, sys.argv[1:] if argv is None else list(argv))
     try:
         return args.func(args)
     except (ConfigError, UsageError, TraceError, InputError, ValueError) as e:
