@@ -242,3 +242,31 @@ def test_te_run_progress_lines_off_a_terminal(tmp_path, capsys, monkeypatch):
     notes = lines[:-1]
     assert len(notes) >= 3 and all(n.startswith("tricut: note: te run: ") for n in notes), notes
     assert any(re.search(r"te run: [\d,]+ / [\d,]+ cycles .*ETA", n) for n in notes), notes
+
+
+def test_te_run_over_an_hour_needs_allow_long_as_dsu_run_does(tmp_path, capsys, monkeypatch):
+    """A step estimated over an hour is refused with its estimate and the override to use;
+    ``--allow-long`` starts it, and so does a ``--max-cycles`` budget that stops it within the
+    hour (the estimate counts up to the budget)."""
+    from tricut.sim.harness import te
+    started = []
+
+    def run_te(*a, max_cycles=None, **k):
+        started.append(max_cycles)
+        raise AssertionError("stopped by the test")
+    monkeypatch.setattr(te, "run_te", run_te)
+    rng = np.random.default_rng(0)
+    vec = tmp_path / "v.npz"
+    n = 30_000
+    np.savez(vec, q=rng.standard_normal((4, 128)), k=rng.standard_normal((n, 128)),
+             v=rng.standard_normal((n, 128)))
+    base = ["te", "run", "--in", str(vec), "--out", str(tmp_path / "r.npz"), "--lanes", "8",
+            "--engine", "serial"]
+    code, cap = run_cli(base, capsys)
+    assert code == 2 and len(cap.err.splitlines()) == 1 and not started, cap.err
+    assert re.search(r"needs [\d,]+ cycles: ~[\d.]+ h on Amaranth", cap.err), cap.err
+    assert "--allow-long runs it anyway" in cap.err
+    for extra in (["--allow-long"], ["--max-cycles", "10000"]):
+        code, cap = run_cli(base + extra, capsys)
+        assert code == 1 and "RTL differs" in cap.err.splitlines()[-1], cap.err
+    assert started == [None, 10_000]

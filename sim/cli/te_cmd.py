@@ -37,8 +37,8 @@ DEFAULT_ENGINE = "pipelined"
 HEAD_DIMS = (64, 128, 256)
 MAX_G = 16
 MAX_N = (1 << 20) - 1
-#: a run estimated to take longer than this (simulation + build) is refused unless
-#: --max-cycles is given
+#: a run estimated to take longer than this (simulation + build, up to the --max-cycles
+#: budget when one is given) is refused unless --allow-long is given, as in dsu run
 REFUSE_ESTIMATE_S = 3600
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -272,7 +272,9 @@ def cmd_te_run(args) -> int:
     except WaveError as e:
         raise InputError(str(e)) from None
     _, secs = H.estimate_run(n, d, G, lanes, sim, engine=engine, kv_dtype=args.kv_dtype)
-    if args.max_cycles is None and secs > REFUSE_ESTIMATE_S:
+    if args.max_cycles is not None and args.max_cycles < need:      # the budget stops it sooner
+        secs *= args.max_cycles / need
+    if not args.allow_long and secs > REFUSE_ESTIMATE_S:
         where = {"amaranth": "Amaranth", "verilator": "Verilator"}[sim]
         alt = ""
         if sim == "amaranth":
@@ -282,7 +284,7 @@ def cmd_te_run(args) -> int:
         raise InputError(
             f"n = {n:,} (G={G}, head_dim={d}, lanes={lanes}) needs {step:,} cycles: "
             f"~{_duration(secs)} on {where} at ~{H.sim_rate(sim, lanes):,.0f} cycles/s; "
-            f"{alt}pass --max-cycles N to run anyway (it stops after N cycles)")
+            f"{alt}--allow-long runs it anyway (--max-cycles N stops it after N cycles)")
     vec = _load_vectors(args.inp, headers, args.kv_dtype)
 
     progress = Progress(step, tty=sys.stderr.isatty())
@@ -354,7 +356,10 @@ def add_commands(sub) -> None:
                         "3*G*Dk cycles per token (the tile's engine=serial variant). docs/te.md")
     p.add_argument("--max-cycles", type=_cycles_arg, metavar="N",
                    help="stop the simulation after N cycles if the step is not done (exit 1, no "
-                        "result; waves up to there are kept); also lets a run estimated at more "
-                        "than an hour start")
+                        "result; waves up to there are kept); the estimate that --allow-long "
+                        "overrides counts up to N")
+    p.add_argument("--allow-long", action="store_true",
+                   help=f"run even when the estimate exceeds {REFUSE_ESTIMATE_S // 60} minutes of "
+                        "simulation (as dsu run, tile run and verilog)")
     add_wave_arguments(p)
     p.set_defaults(func=cmd_te_run)
