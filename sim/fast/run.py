@@ -41,10 +41,11 @@ MAX_STACK_SECONDS = 10.0
 MAX_STACK_INT = 10**9
 
 #: --unit NAME=VALUE: the decode units' sizes, beside the GPU config's (docs/system-model.md)
-UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's)",
-               "te_lanes": f"multiplier lanes per lane array of the (split) TE engine ({', '.join(map(str, TE_LANES[:-1]))} or {TE_LANES[-1]}; "
-                           f"default {DEFAULT_TE_LANES})",
-               "dsu_cores": "DSU RISC-V cores (the GPU config's; the fast model's DSU round runs on one)"}
+UNIT_FIELDS = {"te_engines_per_sm": "TE decode engines per SM (the GPU config's; needs the te cut)",
+               "te_lanes": f"multiplier lanes per lane array of the pipelined TE engine ({', '.join(map(str, TE_LANES[:-1]))} or "
+                           f"{TE_LANES[-1]}; default {DEFAULT_TE_LANES}; needs the te cut)",
+               "dsu_cores": "DSU RISC-V cores: refused, the fast model's DSU round runs on one core whatever the "
+                            "count (the RTL cluster's: dsu run --cores)"}
 
 
 # ---- the parsers of the options' text (the command line's argparse types)
@@ -247,6 +248,19 @@ class RunOptions:
         if "cuts" not in self.given and self.cuts == CUTS:
             self._gpu_cuts()
         refuse_inapplicable(self, APPLIES, self.given | given_fields(self))
+        for name, _ in self.unit:
+            self._refuse_idle_unit(name)
+
+    def _refuse_idle_unit(self, name: str) -> None:
+        """A ``--unit`` size that would change nothing is refused: the TE's sizes without the
+        te cut, the DSU's cores always (the fast model's DSU round runs on hart 0 alone)."""
+        if name.startswith("te_") and "te" not in self.cuts:
+            raise InputError(f"--unit {name} needs the te cut (--cuts with te): it sizes the TE "
+                             "engines, which only that cut times")
+        if name == "dsu_cores":
+            raise InputError("--unit dsu_cores changes nothing in the fast model (hart 0 runs the "
+                             "DSU's scheduling round alone; docs/system-model.md); the RTL "
+                             "cluster's cores: tricut dsu run --cores, tricut tile run --dsu-cores")
 
     def _gpu_cuts(self) -> None:
         """The default --cuts: every cut the GPU has (without a CDU, no cdu cut)."""
