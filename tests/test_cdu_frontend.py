@@ -1,15 +1,14 @@
 # amaranth: UnusedElaboratable=no
 """CDU front end in RTL (block address generation / prediction) against the policy model:
 ``FrontEndRTL`` == ``models/cdu.FrontEnd`` operation by operation, and the whole ``CDU``
-(front end -> intake -> core) == the model transaction by transaction, for every pattern x
-policy, seeded random DSU descriptor streams, named edge cases and random idle/backpressure
+(front end -> intake -> core) == the model transaction by transaction, for the access patterns x
+policies (each pattern and policy in the suite; every pair in benchmarks/unit_matrices.py),
+seeded random DSU descriptor streams, named edge cases and random idle/backpressure
 on every stream (``random`` x ``random`` for the long runs; short vectors under every (idle,
 backpressure) pair of ``streams.IDLE_BACKPRESSURE``), in Amaranth's simulator and on
 Verilator (tests/cocotb/cdu_fe_equiv.py); every run ends with the drained check."""
 
-import itertools
 import random
-import re
 from pathlib import Path
 
 import pytest
@@ -22,25 +21,18 @@ from tricut.sim.harness.cdu import (RtlMismatch, compare_ops, compare_rtl, op_tu
                                     run_frontend_rtl, run_rtl)
 from tricut.sim.harness.streams import IDLE_BACKPRESSURE, matrix_id
 from tricut.sim.harness import cdu_stimulus as B
+from tricut.sim.harness.unit_matrices import MATRICES
 
 
-CASES = list(itertools.product(B.PATTERNS, B.POLICIES))
-#: (frames, distance) regimes: keep budget 0; budget > keep candidates; hash-thinned keep
-REGIMES = [(8, 4), (64, 2), (24, 3)]
+#: the pattern x policy matrices (sim/harness/unit_matrices.py): the suite runs each pattern
+#: once and each policy at least once, benchmarks/unit_matrices.py every pair
+FE_RANDOM, WHOLE_RANDOM = MATRICES["cdu_frontend_random"], MATRICES["cdu_whole_random"]
+FE_RESTORES = MATRICES["cdu_frontend_restores"]
 
 
-@pytest.mark.parametrize("pattern,policy", CASES)
+@pytest.mark.parametrize("pattern,policy", FE_RANDOM.in_tests, ids=FE_RANDOM.ids())
 def test_frontend_equals_model_random_descriptors(pattern, policy):
-    n = CASES.index((pattern, policy))
-    for k, (frames, dist) in enumerate(REGIMES):
-        seed = 10 * n + k
-        descs = B.random_steps(seed, steps=5)
-        ops, front = B.fe_vectors(descs, pattern, policy, frames=frames, distance=dist, seed=seed)
-        # the vectors stay within the RTL's lookahead (else overflow, tested below)
-        assert front["lookahead"] < B.FE_PARAMS["units"]
-        got = B.run_fe(front, seed=seed, p_valid=0.6, p_ready=0.6)
-        compare_ops(ops, got)
-        assert any(o.kind == "P" for o in ops) == (policy != "disabled")
+    FE_RANDOM.check(pattern, policy)
 
 
 @pytest.mark.parametrize("pattern,kw,frames", [
@@ -71,18 +63,10 @@ def test_frontend_named_edge_cases(pattern):
             assert {(o.req, o.block) for o in fresh} >= {(0, 1), (1, 2)}
 
 
-@pytest.mark.parametrize("pattern,policy", CASES)
+@pytest.mark.parametrize("pattern,policy", WHOLE_RANDOM.in_tests, ids=WHOLE_RANDOM.ids())
 def test_whole_cdu_equals_model(pattern, policy):
     """Step descriptors in, txn/HBM/ready/counters out == model, with retried HBM errors."""
-    seed = CASES.index((pattern, policy))
-    ops, front = B.fe_vectors(B.random_steps(100 + seed, steps=4), pattern, policy, seed=seed)
-    assert front["lookahead"] < B.FE_PARAMS["units"]
-    rng = random.Random(seed)
-    err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
-    got = run_rtl(None, params=B.PARAMS, seed=seed, err=err, front=front, p_valid=0.6,
-                  p_ready=0.6)
-    compare_rtl(ops, got, **B.PARAMS)
-    assert got["regs"] == [got["counters"][k] for k in COUNTERS]
+    WHOLE_RANDOM.check(pattern, policy)
 
 
 MATRIX = dict(argnames="idle,backpressure", argvalues=IDLE_BACKPRESSURE,
@@ -114,41 +98,9 @@ def test_whole_cdu_idle_backpressure_matrix(idle, backpressure):
     assert got["regs"] == [got["counters"][k] for k in COUNTERS]
 
 
-@pytest.mark.parametrize("pattern,policy", CASES)
+@pytest.mark.parametrize("pattern,policy", FE_RESTORES.in_tests, ids=FE_RESTORES.ids())
 def test_frontend_restores_equal_model(pattern, policy):
-    """Restore beats in the steps (``B.restore_steps``: two per step, a step of restores
-    only, zero- and one-token restores, a trailing step) with and without the prefetch walk,
-    and seeded random steps with restores, their beats interleaved at random with the slot
-    and layer beats: == model op by op, the S ops where the model puts them (at each step
-    descriptor's load)."""
-    n = CASES.index((pattern, policy))
-    for k, dist in enumerate((0, 4)):
-        ops, front = B.fe_vectors(B.restore_steps(), pattern, policy, distance=dist, seed=n)
-        assert front["lookahead"] < B.FE_PARAMS["units"]
-        compare_ops(ops, B.run_fe(front, seed=n + k, p_valid=0.6, p_ready=0.6))
-        got = run_frontend_rtl(B.shuffled_beats(B.restore_steps(), n + k), front["lists"],
-                               front["config"], dict(front["params"], frames=front["frames"]),
-                               seed=n, p_valid=0.6, p_ready=0.6)
-        compare_ops(ops, got)
-        kinds = "".join(o.kind for o in ops)
-        assert kinds.count("S") == 3 + 1 + 0 + 3 + 1 + 2
-        assert kinds.startswith("SSSW")
-        runs = re.findall(r"S+(.|$)", kinds)      # what follows each run of restores
-        if dist and policy != "disabled":
-            # the walk loads later steps (and the trailing one) in the middle of a unit's
-            # reads, before the prefetches of their blocks
-            assert set(runs) - {"W", ""}, runs
-        else:
-            # without the walk a step is loaded at its first unit's start, the trailing
-            # one after the last read
-            assert set(runs) <= {"W", ""} and kinds.endswith("RSS"), runs
-    descs = B.random_steps(500 + n, steps=5, restores=0.7)
-    assert any(st.restores for st in descs)
-    ops, front = B.fe_vectors(descs, pattern, policy, seed=n)
-    got = run_frontend_rtl(B.shuffled_beats(descs, n), front["lists"], front["config"],
-                           dict(front["params"], frames=front["frames"]), seed=n, p_valid=0.5,
-                           p_ready=0.5)
-    compare_ops(ops, got)
+    FE_RESTORES.check(pattern, policy)
 
 
 @pytest.mark.parametrize(**MATRIX)

@@ -28,7 +28,8 @@ def test_every_matrix_runs_some_cases_in_the_suite_and_names_its_test():
 
 
 def test_the_suite_runs_each_kind_the_matrices_vary():
-    """Each engine, each K/V dtype and each DSU profile has a case in the suite."""
+    """Each engine, each K/V dtype, each CDU pattern and policy and each DSU profile has a case
+    in the suite."""
     cases = {n: m.in_tests for n, m in U.MATRICES.items()}
     assert {e for e, _ in cases["te_split_random"]} == set(U.TWO_ARRAY_ENGINES)
     assert {s[0] for _, s in cases["te_split_random"]} == {"bf16", "fp8", "nvfp4"}
@@ -36,6 +37,10 @@ def test_the_suite_runs_each_kind_the_matrices_vary():
     assert {c[0] for c in cases["dsu_round_cycles"]} == {"throughput-opt", "fairness-opt",
                                                          "latency-opt"}
     assert {c[1] for c in cases["dsu_firmware"]} == {1, 4}
+    from tricut.sim.harness import cdu_stimulus as B
+    for name in ("cdu_frontend_random", "cdu_whole_random", "cdu_frontend_restores"):
+        assert {c[0] for c in cases[name]} == set(B.PATTERNS), name
+        assert {c[1] for c in cases[name]} == set(B.POLICIES), name
 
 
 def test_the_docs_page_names_every_matrix_and_its_test():

@@ -1,6 +1,6 @@
-"""The units' long equivalence matrices: each a list of cases and one check per case that
-raises ``AssertionError`` on any mismatch with the golden model (or with the fast model's
-cycles). The test suite runs each matrix's ``in_tests`` cases -- the small ones, one of each
+"""The units' long equivalence matrices (TE, CDU, DSU): each a list of cases and one check
+per case that raises ``AssertionError`` on any mismatch with the golden model (or with the
+fast model's cycles). The test suite runs each matrix's ``in_tests`` cases -- the small ones, one of each
 kind the matrix varies; ``benchmarks/unit_matrices.py`` runs every case and writes the table
 in ``docs/unit-matrices.md``. A case moved out of the suite is still run, by that script.
 
@@ -224,6 +224,89 @@ def te_engine_on_verilator(engine, kv_dtype):
         _serial_verilator_nvfp4()
 
 
+# -- CDU: the front end and the whole CDU against the policy model --------------------------------
+#: (frames, distance) regimes of the front end's random runs: keep budget 0; budget > keep
+#: candidates; hash-thinned keep
+CDU_REGIMES = ((8, 4), (64, 2), (24, 3))
+
+
+def _cdu_cases():
+    from . import cdu_stimulus as B
+    return tuple((pat, pol) for pat in B.PATTERNS for pol in B.POLICIES)
+
+
+def cdu_frontend_random(pattern, policy):
+    """The front end (Amaranth) on seeded random descriptor streams in three (frames,
+    distance) regimes under random idle/backpressure: == model operation by operation."""
+    from . import cdu_stimulus as B
+    from .cdu import compare_ops
+    n = _cdu_cases().index((pattern, policy))
+    for k, (frames, dist) in enumerate(CDU_REGIMES):
+        seed = 10 * n + k
+        descs = B.random_steps(seed, steps=5)
+        ops, front = B.fe_vectors(descs, pattern, policy, frames=frames, distance=dist, seed=seed)
+        assert front["lookahead"] < B.FE_PARAMS["units"]     # else overflow, tested apart
+        got = B.run_fe(front, seed=seed, p_valid=0.6, p_ready=0.6)
+        compare_ops(ops, got)
+        assert any(o.kind == "P" for o in ops) == (policy != "disabled")
+
+
+def cdu_whole_random(pattern, policy):
+    """The whole CDU (Amaranth): step descriptors in, transactions, HBM reads, readies and
+    counters out == model, with retried HBM errors, under random idle/backpressure."""
+    from ...rtl.cdu.core import COUNTERS
+    from . import cdu_stimulus as B
+    from .cdu import compare_rtl, run_rtl
+    seed = _cdu_cases().index((pattern, policy))
+    ops, front = B.fe_vectors(B.random_steps(100 + seed, steps=4), pattern, policy, seed=seed)
+    assert front["lookahead"] < B.FE_PARAMS["units"]
+    rng = random.Random(seed)
+    err = lambda tag, a: a < B.PARAMS["max_retries"] and rng.random() < 0.2  # noqa: E731
+    got = run_rtl(None, params=B.PARAMS, seed=seed, err=err, front=front, p_valid=0.6,
+                  p_ready=0.6)
+    compare_rtl(ops, got, **B.PARAMS)
+    assert got["regs"] == [got["counters"][k] for k in COUNTERS]
+
+
+def cdu_frontend_restores(pattern, policy):
+    """Restore beats in the steps (two per step, a step of restores only, zero- and one-token
+    restores, a trailing step) with and without the prefetch walk, and seeded random steps
+    with restores, their beats interleaved at random with the slot and layer beats: == model
+    op by op, the S ops where the model puts them (at each step descriptor's load)."""
+    import re
+
+    from . import cdu_stimulus as B
+    from .cdu import compare_ops, run_frontend_rtl
+    n = _cdu_cases().index((pattern, policy))
+    for k, dist in enumerate((0, 4)):
+        ops, front = B.fe_vectors(B.restore_steps(), pattern, policy, distance=dist, seed=n)
+        assert front["lookahead"] < B.FE_PARAMS["units"]
+        compare_ops(ops, B.run_fe(front, seed=n + k, p_valid=0.6, p_ready=0.6))
+        got = run_frontend_rtl(B.shuffled_beats(B.restore_steps(), n + k), front["lists"],
+                               front["config"], dict(front["params"], frames=front["frames"]),
+                               seed=n, p_valid=0.6, p_ready=0.6)
+        compare_ops(ops, got)
+        kinds = "".join(o.kind for o in ops)
+        assert kinds.count("S") == 3 + 1 + 0 + 3 + 1 + 2
+        assert kinds.startswith("SSSW")
+        runs = re.findall(r"S+(.|$)", kinds)      # what follows each run of restores
+        if dist and policy != "disabled":
+            # the walk loads later steps (and the trailing one) in the middle of a unit's
+            # reads, before the prefetches of their blocks
+            assert set(runs) - {"W", ""}, runs
+        else:
+            # without the walk a step is loaded at its first unit's start, the trailing
+            # one after the last read
+            assert set(runs) <= {"W", ""} and kinds.endswith("RSS"), runs
+    descs = B.random_steps(500 + n, steps=5, restores=0.7)
+    assert any(st.restores for st in descs)
+    ops, front = B.fe_vectors(descs, pattern, policy, seed=n)
+    got = run_frontend_rtl(B.shuffled_beats(descs, n), front["lists"], front["config"],
+                           dict(front["params"], frames=front["frames"]), seed=n, p_valid=0.5,
+                           p_ready=0.5)
+    compare_ops(ops, got)
+
+
 # -- DSU: random requests, faults and sessions ------------------------------------------------
 def random_requests(rng: random.Random, n, arrival_span=4):
     """``n`` requests of mixed sizes (3 .. 133 prompt tokens, 1 .. 4 new), priorities 0..3."""
@@ -350,6 +433,9 @@ def _dash(case):
 _ALL_SPLIT = tuple((e, s) for e in TWO_ARRAY_ENGINES for s in SPLIT_SHAPES)
 _SPLIT_PAIRS = tuple((e, i, b) for e in TWO_ARRAY_ENGINES for i, b in IDLE_BACKPRESSURE)
 _DSU_PROFILES = ("throughput-opt", "fairness-opt", "latency-opt")
+#: each access pattern once, each policy at least once
+_CDU_IN_TESTS = (("full", "disabled"), ("window", "static"), ("topk", "adaptive"),
+                 ("reread", "adaptive"))
 
 MATRICES = {m.name: m for m in (
     Matrix("te_split_random", "tests/test_te_split.py",
@@ -390,6 +476,18 @@ MATRICES = {m.name: m for m in (
            (("pipelined", "fp8"), ("split", "nvfp4"), ("serial", "bf16"), ("serial", "nvfp4")),
            (("pipelined", "fp8"), ("serial", "bf16")),
            te_engine_on_verilator, _dash),
+    Matrix("cdu_frontend_random", "tests/test_cdu_frontend.py",
+           "CDU front end: seeded random descriptor streams in three (frames, distance) "
+           "regimes, every access pattern x policy",
+           _cdu_cases(), _CDU_IN_TESTS, cdu_frontend_random, _dash),
+    Matrix("cdu_whole_random", "tests/test_cdu_frontend.py",
+           "whole CDU: random descriptor streams with retried HBM errors, transaction by "
+           "transaction and counters, every access pattern x policy",
+           _cdu_cases(), _CDU_IN_TESTS, cdu_whole_random, _dash),
+    Matrix("cdu_frontend_restores", "tests/test_cdu_frontend.py",
+           "CDU front end: restore beats, with and without the prefetch walk, every access "
+           "pattern x policy",
+           _cdu_cases(), _CDU_IN_TESTS, cdu_frontend_restores, _dash),
     Matrix("dsu_round_cycles", "tests/test_calibration.py",
            "DSU: the fast model's cycles per scheduling round against the firmware on the RTL "
            "cluster (held-out schedules), every profile x (slots, batch cap)",
