@@ -3,8 +3,17 @@ examples in the README and every page of ``docs/`` -- in code blocks and inline 
 by the parser ``tricut`` runs, so a flag renamed, removed or given a value it no longer takes
 is caught where it is documented. Synopsis lines (``[--flag X]``, ``A | B``, ``...``, upper-case
 placeholders such as ``FILE``) are skipped; an inline mention may stop before a required
-argument (``tricut sweep plot``), a code-block example may not. Examples that also run in
-full: ``tests/test_shipped_defaults.py`` (simulate, compare, the demo's and ``--help``'s)."""
+argument (``tricut sweep plot``), a code-block example may not.
+
+The code-block examples of ``dsu run`` (the fault matrix of docs/dsu.md) and of the small
+``verilog`` units also run here in full and must exit 0; ``tests/test_shipped_defaults.py`` runs
+the simulate and compare examples (the demo's, ``--help``'s, ``docs/agentic.md``'s). Not run
+here: ``tile run`` (each example minutes on Amaranth's simulator; ``tests/test_tile_*.py`` run
+the same setups), ``cdu replay --rtl --hbm-errors`` (docs/reliability.md; the same replays on a
+smaller workload: ``tests/test_cdu_faults.py::test_cli_hbm_errors_transient_and_persistent``),
+``verilog tile-attention`` (the tile's attention path, ``tests/test_tile_attention_path.py``)
+and the ``sweep`` examples (``sweeps/smoke.toml`` is the demo's sweep, ``tests/test_sweep.py``
+runs the same commands on a smaller grid)."""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tricut.sim.cli.main import build_parser, parse_command_line
+from tricut.sim.cli.testing import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -89,3 +99,20 @@ def test_a_renamed_flag_in_an_example_is_caught(capsys):
                                                                capsys)
     assert "unrecognized arguments: --bogus" in _refusal(["sweep", "plot", "--db", "x.duckdb", "-o",
                                                           "figs", "--bogus"], capsys)
+
+
+#: the code-block examples that run in full: (command, subcommand or unit)
+RUN_IN_FULL = {("dsu", "run"), ("verilog", "tile-newtoken-writer")}
+RUNS = [x for x in EXAMPLES if not x[2] and tuple(x[1][:2]) in RUN_IN_FULL]
+
+
+def test_the_examples_that_run_cover_each_command_in_the_list():
+    assert {tuple(a[:2]) for _, a, _ in RUNS} == RUN_IN_FULL
+
+
+@pytest.mark.parametrize("where,argv,inline", RUNS, ids=[x[0] for x in RUNS])
+def test_a_documented_example_runs(where, argv, inline, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    argv = [str(tmp_path / "out") if a in ("/tmp/x", "DIR") else a for a in argv]
+    code, cap = run_cli(argv, capsys)
+    assert code == 0, f"{where}: tricut {shlex.join(argv)}: exit {code}: {cap.err[-2000:]}"
