@@ -1,6 +1,6 @@
 """How many bad inputs the regression suite throws at each command, and what came back.
 
-    .venv/bin/python benchmarks/bad_input_census.py
+    .venv/bin/python benchmarks/bad_input_census.py [--write]
 
 Three classes of case, each counted from the test module itself:
 
@@ -82,7 +82,17 @@ def long_run_tests() -> tuple[int, int]:
     return len(names), sum("refuse" in n for n in names)
 
 
-def main() -> int:
+DOC = ROOT / "docs" / "reliability.md"
+BEGIN, END = "<!-- census:begin -->", "<!-- census:end -->"
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="benchmarks/bad_input_census.py",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", action="store_true",
+                    help="also write the census into docs/reliability.md")
+    args = ap.parse_args(argv)
     by_file = cases()
     per = collections.Counter(command for got in by_file.values() for command, _ in got)
     flags, walked = flag_refusals()
@@ -90,23 +100,29 @@ def main() -> int:
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q", "-p", "no:cacheprovider",
                           *map(str, ALL_FILES)], cwd=ROOT, capture_output=True, text=True)
     tail = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr.strip()
-    print("| command | bad inputs tried | flags refused where they would not act |")
-    print("|---|---|---|")
+    lines = ["| command | bad inputs tried | flags refused where they would not act |", "|---|---|---|"]
     for command in sorted(set(per) | set(flags)):
-        print(f"| `{command}` | {per[command] or '–'} | {flags[command] or '–'} |")
-    print(f"| **all** | **{sum(per.values())}** | **{sum(flags.values())}** |")
-    print()
-    print("Bad inputs per file: " + ", ".join(f"`{name}` {len(got)}" for name, got in by_file.items()) + ".")
-    print(f"Flags: `{FLAGS.name}` walks {walked} (command, flag, mode) pairs; in the "
-          f"{sum(flags.values())} counted one of the flag's needs fails and the flag is refused, in the "
-          f"other {walked - sum(flags.values())} it acts.")
-    print(f"Long runs: `{LONG.name}` has {n_long} tests, {n_long_refused} of them a refusal of a run "
-          "estimated over an hour (without `--allow-long`), the others the estimates, `--allow-long` "
-          "and the progress lines.")
-    print()
-    print(f"pytest on the {len(ALL_FILES)} files: {tail}")
-    print("outcome classes that must never occur (traceback, internal error, hang, silent wrong "
-          f"answer, file outside the target): {'0' if run.returncode == 0 else 'see the failures above'}")
+        lines.append(f"| `{command}` | {per[command] or '–'} | {flags[command] or '–'} |")
+    lines += [f"| **all** | **{sum(per.values())}** | **{sum(flags.values())}** |", "",
+              "Bad inputs per file: " + ", ".join(f"`{name}` {len(got)}" for name, got in by_file.items()) + ".",
+              f"Flags: `{FLAGS.name}` walks {walked} (command, flag, mode) pairs; in the "
+              f"{sum(flags.values())} counted one of the flag's needs fails and the flag is refused, in the "
+              f"other {walked - sum(flags.values())} it acts.",
+              f"Long runs: `{LONG.name}` has {n_long} tests, {n_long_refused} of them a refusal of a run "
+              "estimated over an hour (without `--allow-long`), the others the estimates, `--allow-long` "
+              "and the progress lines.", "",
+              f"pytest on the {len(ALL_FILES)} files: {tail}",
+              "outcome classes that must never occur (traceback, internal error, hang, silent wrong "
+              f"answer, file outside the target): {'0' if run.returncode == 0 else 'see the failures above'}"]
+    print("\n".join(lines))
+    if args.write:
+        if run.returncode != 0:
+            print(run.stdout[-3000:], file=sys.stderr)
+            raise SystemExit("bad_input_census.py: a case failed; docs/reliability.md not written")
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from doc_sections import write_section
+        write_section(DOC, BEGIN, END, "\n".join(lines) + "\n", "bad_input_census.py")
+        print(f"wrote {DOC.relative_to(ROOT)}")
     return run.returncode
 
 
