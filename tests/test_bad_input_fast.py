@@ -499,7 +499,7 @@ def test_14_decode_queue_by_hand_one_slot():
     waits for A's slot: it is admitted in the round after step 1, at t = step_end_s[1], so its
     decode queue is step_end_s[1] − f and A's is 0."""
     setup = ServingSetup(load_model("tiny"), load_gpu("h100-sxm5"), n_slots=1, max_batch=1,
-                         stack=get_stack("ideal"), prefill="disaggregated")
+                         stack=get_stack("ideal"), prefill="disaggregated", admission=False)
     r = setup.run([Request(0, 0.0, 64, 3), Request(1, 0.0, 64, 3)], ())
     f = setup.step_model(()).prefill_time(64)
     ends = r.step_end_s

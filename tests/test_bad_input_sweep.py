@@ -303,8 +303,8 @@ CASES = [
     ("plot-no-out", {"done": True}, ["sweep", "plot", "--db", "{d}/done.duckdb"], "the following arguments are required: -o/--out"),
     ("plot-db-missing", {}, ["sweep", "plot", "--db", "{d}/none.duckdb", "-o", "{d}/figs"], "database {d}/none.duckdb does not exist"),
     ("plot-unknown-x", {"done": True}, ["sweep", "plot", "--db", "{d}/done.duckdb", "-o", "{d}/figs", "--x", "tokens"],
-     "--x 'tokens' is not a numeric metric of sweep 'grid'; metrics: attn_hbm_utilisation, "
-     "cdu_utilisation, "),
+     "--x 'tokens' is not a numeric metric of sweep 'grid'; metrics: admission_waits, "
+     "attn_hbm_utilisation, cdu_utilisation, "),
     ("plot-non-numeric-y", {"done": True}, ["sweep", "plot", "--db", "{d}/done.duckdb", "-o", "{d}/figs", "--y", "stack"],
      "--y 'stack' is not a numeric metric of sweep 'grid'"),
     ("plot-unknown-metric", {"done": True}, ["sweep", "plot", "--db", "{d}/done.duckdb", "-o", "{d}/figs", "--metric", "speed"],

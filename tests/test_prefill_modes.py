@@ -46,7 +46,7 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight(mode):
     # arrival times far in the future: a closed loop ignores them
     reqs = [Request(i, 100.0 + i, 20 + 37 * i % 300, 1 + 7 * i % 12) for i in range(20)]
     assert any(r.output_tokens == 1 for r in reqs)
-    r = simulate(reqs, step_model(), DSU, prefill=mode, concurrency=3)
+    r = simulate(reqs, step_model(), DSU, prefill=mode, concurrency=3, client_jitter=False)
     sent, done = r.arrival_s, r.finish_s
     assert len(sent) == len(done) == 20 and r.summary["failed"] == 0
     assert r.summary["concurrency"] == 3 and r.summary["prefill_mode"] == mode
@@ -73,7 +73,8 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight(mode):
 def test_think_time_delays_each_next_request():
     reqs = synthetic(12, math.inf, prompt=("uniform", 16, 200), output=("uniform", 1, 10), seed=5)
     think = 0.004
-    r = simulate(reqs, step_model(), DSU, prefill="colocated", concurrency=2, think_s=think)
+    r = simulate(reqs, step_model(), DSU, prefill="colocated", concurrency=2, think_s=think,
+                 client_jitter=False)
     sent, done = r.arrival_s, r.finish_s
     assert [sent[0], sent[1]] == [0.0, 0.0]
     assert sorted(sent.values())[2:] == [f + think for f in sorted(done.values())[:10]]
@@ -92,7 +93,8 @@ def test_open_loop_uses_the_arrival_times():
 
 def test_more_clients_than_requests_sends_them_all_at_once():
     reqs = synthetic(4, 1.0, prompt=64, output=5, seed=1)
-    r = simulate(reqs, step_model(), DSU, prefill="disaggregated", concurrency=10)
+    r = simulate(reqs, step_model(), DSU, prefill="disaggregated", concurrency=10,
+                 client_jitter=False)
     assert set(r.arrival_s.values()) == {0.0}
 
 

@@ -18,7 +18,7 @@ from tricut.models.dsu import PROFILES
 from tricut.models.roofline import roofline
 
 from ..fast import run as fast_run
-from ..fast.run import MAX_SLOTS, MAX_SYNTHETIC, OPTIONS, UNIT_FIELDS, RunOptions, cuts_label, prepare
+from ..fast.run import ADMISSION, MAX_SLOTS, MAX_SYNTHETIC, OPTIONS, UNIT_FIELDS, RunOptions, cuts_label, prepare
 from ..fast.run import defined as _defined
 from ..fast.setup import ServingSetup
 from ..fast.stacks import DEFAULT_STACK, PREFILL_MODES, stack_names
@@ -129,6 +129,17 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--think-time", type=_type("think_time"), default=0.0, metavar="SECONDS",
                    help="closed loop (needs --concurrency): a client's pause between a finished request and "
                         "its next (default: 0)")
+    p.add_argument("--client-jitter", choices=ADMISSION, default="on",
+                   help="closed loop (needs --concurrency): on, each client sends its first request at a "
+                        "seeded random time within the time one request takes alone, so that the clients "
+                        "drift apart as real load generators do; off, all at t = 0 (with fixed lengths they "
+                        "then move in waves) (default: on)")
+    p.add_argument("--admission", choices=ADMISSION, default="on",
+                   help="on: a request is prefilled only when a decode slot and its KV budget (prompt + "
+                        "output tokens) are free, else it waits before its prefill (in its TTFT), as vLLM's "
+                        "and TensorRT-LLM's schedulers admit; off: every arrival is prefilled at once and "
+                        "then waits for a slot (the wait lands in its first inter-token gap); not for "
+                        "sessions (default: on)")
     p.add_argument("--assume", type=_type("assume"), action="append", default=[], metavar="NAME=VALUE",
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "

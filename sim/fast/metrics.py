@@ -20,6 +20,8 @@ class RequestTimes:
     arrival_s: float
     token_times_s: tuple[float, ...]   # emission time of each output token, first one included
     admitted_s: float | None = None    # admission into a decode slot (None: one token, or unknown)
+    admission_wait_s: float = 0.0      # arrival -> admitted to be prefilled: the wait for a decode
+    #                                    slot and KV before prefill (admission control)
 
     def __post_init__(self):
         if not self.token_times_s:
@@ -32,12 +34,16 @@ class RequestTimes:
             if len(t) < 2 or not t[0] <= self.admitted_s <= t[1]:
                 raise ValueError("a request is admitted into a decode slot after its first token "
                                  "and before its second (a one-token request never is)")
+        if not 0.0 <= self.admission_wait_s <= self.ttft_s:
+            raise ValueError("a request's wait for admission before its prefill is within its TTFT")
 
     @property
     def decode_queue_s(self) -> float | None:
-        """First token emitted → admission into a decode slot: the wait for a slot (and KV
-        budget) that otherwise hides in the first inter-token gap; None when not admitted."""
-        return None if self.admitted_s is None else self.admitted_s - self.token_times_s[0]
+        """The wait for a decode slot (and KV budget): before the prefill (admission control,
+        part of the TTFT) plus first token emitted → admission into a slot (which otherwise
+        hides in the first inter-token gap); None when not admitted."""
+        return None if self.admitted_s is None else \
+            self.admission_wait_s + self.admitted_s - self.token_times_s[0]
 
     @property
     def ttft_s(self) -> float:
@@ -79,7 +85,7 @@ class LatencySummary:
     tpot_mean_s: float
     itl_mean_s: float
     e2e_mean_s: float
-    decode_queue_mean_s: float  # first token -> admission into a decode slot
+    decode_queue_mean_s: float  # the wait for a decode slot: before prefill + first token -> slot
     pct: dict                  # {"ttft_p50_s": ..., "tpot_p99_s": ..., "itl_p90_s": ..., "e2e_p99_s": ...,
                                #  "decode_queue_p99_s": ...}
 

@@ -30,11 +30,15 @@ __all__ = ["RunOptions", "PreparedRun", "prepare", "run", "OPTIONS", "EXCLUSIVE"
            "workload_of", "setup_of", "session_mode", "prepare_sessions", "session_results",
            "cuts_label", "defined", "WORKLOAD_FIELDS", "parse_cuts", "parse_lengths", "parse_positive", "parse_seed",
            "parse_non_negative", "parse_assumption", "parse_unit",
-           "MAX_SYNTHETIC", "MAX_SLOTS", "MAX_STACK_SECONDS", "MAX_STACK_INT"]
+           "MAX_SYNTHETIC", "ADMISSION", "MAX_SLOTS", "MAX_STACK_SECONDS", "MAX_STACK_INT"]
 
 #: Upper limits of the size options (docs/system-model.md, "Bad input"): beyond them a run needs
 #: more memory than a workstation has (every token time is kept) or is a typo.
 MAX_SYNTHETIC = 1_000_000
+#: --admission: on, a request is prefilled only when a decode slot and its KV are free
+#: (docs/system-model.md, "Admission"); off, every arrival is prefilled at once. Also the
+#: values of --client-jitter
+ADMISSION = ("on", "off")
 MAX_SLOTS = 65_536
 #: --assume on a stack parameter: seconds at most this, token budgets and batch sizes at most that
 MAX_STACK_SECONDS = 10.0
@@ -228,6 +232,8 @@ class RunOptions:
     prefill: str | None = option("--prefill", None, choices=PREFILL_MODES)
     concurrency: int | None = option("--concurrency", None, parse_positive(int))
     think_time: float = option("--think-time", 0.0, parse_non_negative)
+    admission: str = option("--admission", "on", choices=ADMISSION)
+    client_jitter: str = option("--client-jitter", "on", choices=ADMISSION)
     assume: tuple = option("--assume", (), parse_assumption, text=_pair_text, repeat=True)
     tiers: str = option("--tiers", "none")
     park_policy: str | None = option("--park-policy", None, choices=PARK_POLICIES)
@@ -324,6 +330,9 @@ APPLIES = {
     "degraded_at": (_NO_SESSIONS, Needs("needs the dsu cut (--cuts with dsu): it is when the DSU degrades",
                                         lambda o: "dsu" in o.cuts)),
     "concurrency": (_NO_SESSIONS,),
+    "admission": (_NO_SESSIONS,),
+    "client_jitter": (Needs("needs --concurrency: it is when the closed-loop clients send their first requests",
+                            lambda o: o.concurrency is not None),),
     "think_time": (Needs("needs --concurrency: it is a closed-loop client's pause between its requests",
                          lambda o: o.concurrency is not None),),
     "tiers": (Needs("applies to agentic sessions (--sessions, --agentic) or a prefix cache "
@@ -367,7 +376,8 @@ def setup_of(options: RunOptions) -> ServingSetup:
                         assumptions=Assumptions(**assumed),
                         stack=get_stack(options.stack).with_values(**stacked),
                         prefill=options.prefill, concurrency=options.concurrency, think_s=options.think_time,
-                        units=dict(options.unit))
+                        admission=options.admission == "on",
+                        client_jitter=options.client_jitter == "on", units=dict(options.unit))
 
 
 def session_mode(options: RunOptions) -> bool:

@@ -38,6 +38,12 @@ class ServingSetup:
     prefill: str | None = None            # PREFILL_MODES; None: the stack's own mode
     concurrency: int | None = None        # closed-loop clients; None: open loop (arrival times)
     think_s: float = 0.0                  # closed loop: a client's pause between its requests
+    #: admission control: a request is prefilled only when the DSU could admit it (a slot and
+    #: its KV free); False: every arrival is prefilled and waits for the DSU afterwards
+    admission: bool = True
+    #: closed loop: the clients' first sends at seeded random times within one request's time
+    #: alone; False: all at t = 0 (they then move in lock-step with fixed lengths)
+    client_jitter: bool = True
     #: decode-unit sizes over the GPU config's (``--unit``): te_engines_per_sm, dsu_cores (they
     #: replace the GPU's fields) and te_lanes (the TE RTL parameter, one of models.te.LANES;
     #: default timing.DEFAULT_TE_LANES, the calibrated width)
@@ -137,4 +143,5 @@ class ServingSetup:
         input is checked first (:meth:`check`)."""
         self.check(requests, cuts)
         return simulate(requests, self.step_model(cuts), self.dsu_params(), prefill=self.prefill,
-                        concurrency=self.concurrency, think_s=self.think_s, **options)
+                        concurrency=self.concurrency, think_s=self.think_s, admission=self.admission,
+                        client_jitter=self.client_jitter, **options)

@@ -1,10 +1,14 @@
 """Event-driven decode simulation over requests, at real sizes.
 
-arrival -> prefill -> the first token -> admission by the DSU golden model -> one decode step
-per remaining token -> done. Prefill runs, by ``prefill`` mode, on a separate pool
+arrival -> admission (a decode slot and the request's KV budget free, else it waits in a FIFO
+queue) -> prefill -> the first token -> the DSU golden model's intake -> one decode step per
+remaining token -> done. Prefill runs, by ``prefill`` mode, on a separate pool
 (``disaggregated``, :meth:`StepModel.prefill_time`), as whole prefill batches on the decode
 GPUs that pre-empt decode (``colocated``, :meth:`StepModel.prefill_batch_time`), or as chunks
-riding along in decode steps (``chunked``). Requests arrive at their own times (open loop) or
+riding along in decode steps (``chunked``). With ``admission`` (the default) a request is
+prefilled only when the DSU could admit it (as vLLM's block manager and TensorRT-LLM's
+capacity scheduler admit before prefill); without it every arrival is prefilled and then waits
+in the DSU's intake. Requests arrive at their own times (open loop) or
 are sent by ``concurrency`` closed-loop clients. Batching decisions come from
 :class:`tricut.models.dsu.DsuModel`, the same model the DSU RTL is checked against; step times
 from :class:`tricut.sim.fast.timing.StepModel`. docs/system-model.md describes it.
@@ -28,6 +32,9 @@ from .timing import BOUNDS, StepModel
 from .workload import TIME_HORIZON_S, Request, arrival_span_s
 
 __all__ = ["SimResult", "simulate", "check_run_options", "check_horizon"]
+
+#: the seed stream of the closed-loop clients' first sends (beside the run's own)
+CLIENT_PHASE_STREAM = 0x636C
 
 
 @dataclass
@@ -78,15 +85,22 @@ def check_horizon(requests: list[Request], concurrency: int | None, think_s: flo
 def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, seed: int = 0,
              degraded_at_s: float | None = None, faults: dict[tuple[int, int], str] | None = None,
              progress=None, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
-             prefill: str | None = None, concurrency: int | None = None, think_s: float = 0.0
-             ) -> SimResult:
+             prefill: str | None = None, concurrency: int | None = None, think_s: float = 0.0,
+             admission: bool = True, client_jitter: bool = True) -> SimResult:
     """Run the workload to completion. ``degraded_at_s``: from that time on the DSU is degraded
     and the host schedules (same decisions, host overheads). ``faults[(round, slot)]``: a step
     result of ``error`` or ``timeout`` (rolled back and retried by the DSU model).
     ``prefill``: one of :data:`PREFILL_MODES` (None: the step model's stack's own mode).
     ``concurrency``: closed loop; ``requests`` is then a pool sent in list order (their arrival
     times ignored) by that many clients, each sending its next request ``think_s`` after its
-    previous one finished (last token emitted, or failed).
+    previous one finished (last token emitted, or failed); with ``client_jitter`` each client
+    sends its first request at a seeded random time within one request's time alone
+    (:meth:`_Run.client_window_s`), so that the clients do not move in lock-step, without it
+    all at t = 0. ``admission``: a request is
+    prefilled only when a decode slot and its KV budget (prompt + output tokens, what the DSU
+    reserves) are free beside those of the requests already past admission; it waits before
+    its prefill otherwise (the wait is in its TTFT and its ``decode_queue_s``). False: every
+    request is prefilled on arrival and waits for the DSU after its first token.
 
     A ``ValueError`` before any work for a workload past :data:`TIME_HORIZON_S`
     (:func:`check_horizon`); after the run when no request finished (the reasons given)."""
@@ -98,17 +112,18 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         raise ValueError(f"degraded_at_s must be a finite number >= 0 or None, got {degraded_at_s!r}")
     check_horizon(requests, concurrency, think_s)
     run = _Run(requests, step_model, dsu, seed, prefill or step_model.stack.prefill, concurrency,
-               think_s, degraded_at_s, faults or {}, progress)
+               think_s, degraded_at_s, faults or {}, progress, admission, client_jitter)
     run.loop()
     return run.result(ttft_slo_s, tpot_slo_s)
 
 
 class _Run:
     """The state of one simulation: the GPU clock ``t``, where each request is (sent, waiting
-    for prefill, prefilled and waiting for the DSU, decoding, finished) and per-step records."""
+    for admission, waiting for prefill, prefilled and waiting for the DSU, decoding, finished)
+    and per-step records."""
 
     def __init__(self, requests, step_model, dsu, seed, mode, concurrency, think_s, degraded_at_s,
-                 faults, progress):
+                 faults, progress, admission=False, client_jitter=False):
         self.sm, self.dsu, self.mode = step_model, dsu, mode
         self.concurrency, self.think_s = concurrency, think_s
         self.degraded_at_s, self.faults, self.progress = degraded_at_s, faults, progress
@@ -125,6 +140,15 @@ class _Run:
         self.waiting: deque[list[int]] = deque()          # [id, prompt tokens prefilled], arrival order
         self.intake: deque[int] = deque()       # ids submitted to the DSU, not yet admitted or refused
         self.admitted: dict[int, float] = {}    # id -> the round it entered a decode slot
+        self.admission, self.client_jitter = admission, client_jitter
+        self.gate: deque[tuple[int, int]] = deque()   # (order, id): sent, not yet admitted
+        self.gate_order = 0
+        self.blocked_upto = -1  # gate entries up to this order found no room at least once
+        self.reserved: dict[int, int] = {}      # past admission, not yet in a DSU slot: id -> KV tokens
+        self.reserved_kv = 0
+        self.gated_s: dict[int, float] = {}     # id -> its wait for admission before prefill
+        self.freed_at = 0.0     # the last time a DSU slot or KV was freed
+        self.intake_wait_rounds = 0   # rounds a prefilled request spent in the DSU's intake
         self.retired = 0        # requests whose slots the previous round's completions freed
         self.prefill_s = 0.0    # GPU time of colocated prefill batches / chunks
         self.rows = {k: [] for k in ("dt", "end", "hbm", "floor", "batch")}
@@ -137,12 +161,27 @@ class _Run:
                 self._send(r, r.arrival_s)
         else:
             # clients beyond the pool's size would never send anything
-            self.pool, self.free_at = deque(requests), deque([0.0] * min(concurrency, len(requests)))
+            clients = min(concurrency, len(requests))
+            self.pool, self.free_at = deque(requests), deque([0.0] * clients)
+            if client_jitter:
+                # their own random stream: the run's draws are those of a run without jitter
+                phase = np.random.default_rng([seed, CLIENT_PHASE_STREAM])
+                self.free_at = deque(sorted(phase.uniform(0.0, self.client_window_s(), clients)))
+
+    def client_window_s(self) -> float:
+        """Closed loop with client jitter: the window of the clients' first sends, the time the
+        pool's mean request takes alone (its prefill, then its decode steps at batch 1 and its
+        mean context, its host jitter drawn from a fixed seed)."""
+        prompt = float(np.mean([r.prompt_tokens for r in self.requests]))
+        output = float(np.mean([r.output_tokens for r in self.requests]))
+        ctx = int(round(prompt + output / 2))
+        step = self.sm.step_time([ctx + 1], [1], np.random.default_rng(0)).time_s
+        return self.sm.prefill_time(int(round(prompt))) + max(0.0, output - 1) * step
 
     # -- request life --------------------------------------------------------------------------
     def _send(self, r: Request, at: float) -> None:
         self.arrival[r.id] = at
-        if self.mode == "disaggregated":
+        if self.mode == "disaggregated" and not self.admission:
             # the prefill pool is uncontended: the first token's time is known at once
             self._first_token(r.id, at + self._pool_prefill_s(r))
         else:
@@ -165,6 +204,7 @@ class _Run:
         self.times[rid] = [at]
         r = self.by_id[rid]
         if r.output_tokens == 1:
+            self._release(rid)
             self._finished(rid, at)
         elif self.mode == "disaggregated":
             heapq.heappush(self.ready, (at, rid))
@@ -182,12 +222,64 @@ class _Run:
             self.free_at.append(at + self.think_s)
 
     def _arrive_due(self) -> None:
-        """Up to the clock: sent requests join the prefill queue (colocated, chunked); requests
-        prefilled by the pool go to the DSU's intake (disaggregated)."""
+        """Up to the clock: sent requests queue for admission (or, without it, join the
+        prefill queue); admitted ones are prefilled (colocated, chunked: the prefill queue;
+        disaggregated: the pool); requests prefilled by the pool go to the DSU's intake."""
         while self.arrivals and self.arrivals[0][0] <= self.t:
-            self.waiting.append([heapq.heappop(self.arrivals)[2], 0])
+            rid = heapq.heappop(self.arrivals)[2]
+            if self.admission:
+                self.gate.append((self.gate_order, rid))
+                self.gate_order += 1
+            else:
+                self.waiting.append([rid, 0])
+        self._admit_due()
         while self.ready and self.ready[0][0] <= self.t:
             self._submit(self.by_id[heapq.heappop(self.ready)[1]])
+
+    # -- admission -----------------------------------------------------------------------------
+    def _admit_due(self) -> None:
+        """Admission in arrival order (strict FIFO): the head is prefilled when it fits
+        (:meth:`_fits`); it reserves a slot and its KV until the DSU admits it."""
+        while self.gate and self._fits(self.gate[0][1]):
+            order, rid = self.gate.popleft()
+            r = self.by_id[rid]
+            if r.output_tokens > 1 and self._need(r) <= self.dsu.kv_capacity_tokens:
+                self.reserved[rid] = self._need(r)
+                self.reserved_kv += self.reserved[rid]
+            # a request that found room is admitted at its arrival; one that waited, when the
+            # room it took was freed (the end of the step that ended a request)
+            start = self.arrival[rid] if order > self.blocked_upto else \
+                max(self.arrival[rid], self.freed_at)
+            self.gated_s[rid] = start - self.arrival[rid]
+            if self.mode == "disaggregated":
+                self._first_token(rid, start + self._pool_prefill_s(r))
+            else:
+                self.waiting.append([rid, 0])
+        if self.gate:
+            self.blocked_upto = self.gate[-1][0]
+
+    @staticmethod
+    def _need(r: Request) -> int:
+        """The KV tokens the DSU reserves for ``r`` when it admits it (prompt, first token and
+        the tokens still to decode)."""
+        return r.prompt_tokens + r.output_tokens
+
+    def _fits(self, rid: int) -> bool:
+        """Whether request ``rid`` could be admitted by the DSU now: a slot and its KV free
+        beside the requests already past admission. A one-token request needs no slot; one too
+        large for the KV budget is let through, the DSU refuses it ("too large")."""
+        r = self.by_id[rid]
+        need = self._need(r)
+        if r.output_tokens == 1 or need > self.dsu.kv_capacity_tokens:
+            return True
+        return (self.model.occupied_slots + len(self.reserved) < self.dsu.n_slots
+                and self.model.kv_used + self.reserved_kv + need <= self.dsu.kv_capacity_tokens)
+
+    def _release(self, rid: int) -> None:
+        """Request ``rid`` holds no reservation any more (in a DSU slot, refused, or done)."""
+        need = self.reserved.pop(rid, None)
+        if need is not None:
+            self.reserved_kv -= need
 
     def _next_event(self) -> float | None:
         times = [q[0][0] for q in (self.ready, self.arrivals) if q]
@@ -285,8 +377,10 @@ class _Run:
         # the intake is strict FIFO: this round took its first admitted + refused requests
         for _ in range(rnd.admitted + len(refused)):
             rid = self.intake.popleft()
+            self._release(rid)
             if rid not in refused:
                 self.admitted[rid] = self.t
+        self.intake_wait_rounds += len(self.intake)
         chunk = self._take_chunk() if self.mode == "chunked" else []
         batch = rnd.batch
         if not batch and not chunk:
@@ -302,6 +396,8 @@ class _Run:
             self.t += self.sm.stack.host_step_s  # the watchdog fires after a host step's worth
         ended = self.model.complete(results)
         self.retired = len(ended)
+        if ended:
+            self.freed_at = self.t
         for d in batch:
             if d.slot not in results:
                 self._token(d.request)
@@ -355,7 +451,8 @@ class _Run:
     # -- the result ----------------------------------------------------------------------------
     def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
         model, busy = self.model, self.busy
-        done = [RequestTimes(self.arrival[rid], tuple(ts), self.admitted.get(rid))
+        done = [RequestTimes(self.arrival[rid], tuple(ts), self.admitted.get(rid),
+                             self.gated_s.get(rid, 0.0))
                 for rid, ts in self.times.items() if self._finished_ok(rid)]
         if not done:
             reasons: dict[str, int] = {}
@@ -392,6 +489,10 @@ class _Run:
             prefill_s_total=self.prefill_s,
             concurrency=self.concurrency,
             think_s=float(self.think_s),
+            admission=self.admission,
+            client_jitter=self.client_jitter if self.concurrency else None,
+            admission_waits=sum(1 for w in self.gated_s.values() if w > 0),
+            intake_wait_rounds=self.intake_wait_rounds,
         )
         # what bound the decode steps, and how well the attention phase used HBM
         # (docs/system-model.md, "What binds")
