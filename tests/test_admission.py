@@ -93,13 +93,14 @@ def test_clients_drift_apart_with_jitter_and_stay_in_lockstep_without(mode):
     drift = simulate(reqs, step_model(), dsu, prefill=mode, concurrency=8, seed=3)
     sends = sorted(lock.arrival_s.values())
     assert sends[:8] == [0.0] * 8 and lock.summary["client_jitter"] is False
-    # in lock-step the clients send in waves, at most two a wave (a chunk budget splits one)
-    assert len(set(sends)) <= 2 * 48 // 8
+    # in lock-step the clients send in waves (which a chunk budget may split): few send times
+    assert len(set(sends)) <= 48 // 3
     drifted = sorted(drift.arrival_s.values())
     assert len(set(drifted[:8])) == 8 and drift.summary["client_jitter"] is True
     # later sends stay apart, except where a colocated prefill batch takes several requests
     # that arrived during one step (they then finish together)
     assert len(set(drifted)) >= 28 and max(Counter(drift.arrival_s.values()).values()) <= 4
+    assert len(set(drifted)) > len(set(sends))
     window = simulate(reqs[:1], step_model(), dsu, prefill=mode).request_times[0].e2e_s
     assert 0.0 <= drifted[0] and drifted[7] < window * 1.5
     # the same seed, the same phases; another seed, others

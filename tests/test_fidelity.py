@@ -51,7 +51,7 @@ def test_every_value_has_a_source_and_fits_come_from_the_script():
     (lambda d: d["stacks"]["ideal"].pop("attn_call_s"), "stack 'ideal': expected the keys"),
     (lambda d: d["stacks"]["trtllm"]["host_step_s"].update(value=-1), "host_step_s must be a finite number >= 0"),
     (lambda d: d["stacks"]["trtllm"]["attn_bw_efficiency"].update(value=1.5), "attn_bw_efficiency must be in"),
-    (lambda d: d["stacks"]["trtllm"]["prefill"].update(value="sometimes"), "prefill must be one of"),
+    (lambda d: d["stacks"]["trtllm"]["scheduler"].update(value="sometimes"), "scheduler must be one of"),
     (lambda d: d["stacks"]["trtllm"]["cuda_graphs"].update(value=1), "cuda_graphs must be true or false"),
     (lambda d: d["stacks"]["trtllm"]["graph_max_batch"].update(value=0.5), "graph_max_batch must be an integer"),
     (lambda d: d["stacks"]["vllm-v0"].update(host_step_s=0.1), "entry 'vllm-v0.host_step_s'"),
@@ -159,7 +159,8 @@ def test_the_benchmarks_static_batch_is_what_the_simulator_runs(stack, model, we
     case = fid.Case("x", "A1", stack, "static", 1.0, model, weights, weights, tp, batch, isl, osl)
     stacks = load_stacks().profiles
     m = dc_replace(load_model(model), weight_dtype=weights)
-    setup = ServingSetup(m, fid.H100, weights, tp, n_slots=64, max_batch=batch, stack=stacks[stack])
+    setup = ServingSetup(m, fid.H100, weights, tp, n_slots=64, max_batch=batch, stack=stacks[stack],
+                         prefill="colocated")
     res = setup.run(synthetic(batch, math.inf, isl, osl), ())
     assert res.summary["prefill_mode"] == "colocated" and res.summary["mean_batch"] == batch
     last = max(r.token_times_s[-1] for r in res.request_times)

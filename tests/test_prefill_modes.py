@@ -174,12 +174,13 @@ def test_chunked_prefill_takes_ceil_p_over_c_steps(prompt, chunk):
 
 def test_chunks_ride_along_in_decode_steps():
     sm = step_model(prefill_chunk_tokens=300)
-    # A's 300-token prompt fills step 0's chunk; B's 700 tokens ride in steps 1-3 (300, 300,
-    # 100) beside A's decode; B's first token at step 3's end, then both decode
+    # A's 300-token prompt fills step 0's budget; B's 700 tokens ride in steps 1-3 beside A's
+    # decode token, which takes one token of each step's budget (299, 299, 102); B's first
+    # token at step 3's end, then both decode
     reqs = [Request(0, 0.0, 300, 10), Request(1, 0.0, 700, 3)]
     r = simulate(reqs, sm, DSU, prefill="chunked")
     steps = [step(sm, [], 0, 0, 300, 0),
-             step(sm, [302], 1, 1, 300, 0), step(sm, [303], 1, 0, 300, 300), step(sm, [304], 1, 0, 100, 600),
+             step(sm, [302], 1, 1, 299, 0), step(sm, [303], 1, 0, 299, 299), step(sm, [304], 1, 0, 102, 598),
              step(sm, [305, 702], 2, 1)]
     ends = np.cumsum(steps)
     assert r.step_end_s[:5] == pytest.approx(ends, rel=1e-12)

@@ -22,12 +22,19 @@ from tricut.models.config import ConfigError
 
 from .datafile import read_data_json
 
-__all__ = ["PREFILL_MODES", "STACKS_FILE", "DEFAULT_STACK", "StackProfile", "StackTable",
+__all__ = ["PREFILL_MODES", "SCHEDULERS", "STACKS_FILE", "DEFAULT_STACK", "StackProfile", "StackTable",
            "load_stacks", "stack_names", "get_stack"]
 
 #: how prefill shares the GPUs: a separate pool, whole prefill batches pre-empting decode, or
 #: chunks riding along in decode steps
 PREFILL_MODES = ("disaggregated", "colocated", "chunked")
+#: a stack's scheduler -> the prefill mode it runs (docs/system-model.md, "Prefill modes"):
+#: ``prefill-first`` (vLLM V0: whole prefill batches before decode), ``chunked`` (vLLM V1:
+#: decode tokens first, then prompt chunks, under one token budget), ``inflight``
+#: (TensorRT-LLM's in-flight batching: context and generation tokens in one iteration under
+#: ``max_num_tokens``), ``disaggregated`` (a separate prefill pool)
+SCHEDULERS = {"prefill-first": "colocated", "chunked": "chunked", "inflight": "chunked",
+              "disaggregated": "disaggregated"}
 STACKS_FILE = "stacks.json"
 #: the stack a run stands for unless told otherwise (docs/fidelity.md says why)
 DEFAULT_STACK = "vllm-v0"
@@ -53,9 +60,9 @@ class StackProfile:
     gqa_shared_kv: bool           # the kernel reads each K/V head once for its whole query
                                   # group; False: once per query head (K/V bytes x G)
     allreduce_latency_s: float    # per all-reduce and per doubling of TP (x log2 tp)
-    prefill: str                  # default prefill mode (PREFILL_MODES)
+    scheduler: str                # how it shares the GPUs between prefill and decode (SCHEDULERS)
     prefill_batch_tokens: int     # colocated: the most prompt tokens in one prefill batch
-    prefill_chunk_tokens: int     # chunked: prompt tokens per decode step
+    prefill_chunk_tokens: int     # chunked: the token budget of a step (decode + prompt tokens)
 
     def __post_init__(self):
         for f in fields(self):
@@ -63,10 +70,10 @@ class StackProfile:
             if f.name == "name":
                 if not isinstance(v, str) or not v:
                     raise ValueError("stack name must be a non-empty string")
-            elif f.name == "prefill":
-                if v not in PREFILL_MODES:
-                    raise ValueError(f"stack {self.name}: prefill must be one of "
-                                     f"{', '.join(PREFILL_MODES)}, got {v!r}")
+            elif f.name == "scheduler":
+                if v not in SCHEDULERS:
+                    raise ValueError(f"stack {self.name}: scheduler must be one of "
+                                     f"{', '.join(SCHEDULERS)}, got {v!r}")
             elif f.name in ("cuda_graphs", "gqa_shared_kv"):
                 if not isinstance(v, bool):
                     raise ValueError(f"stack {self.name}: {f.name} must be true or false, got {v!r}")
@@ -87,7 +94,12 @@ class StackProfile:
     @classmethod
     def numeric_fields(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls)
-                     if f.name not in ("name", "prefill", "cuda_graphs", "gqa_shared_kv"))
+                     if f.name not in ("name", "scheduler", "cuda_graphs", "gqa_shared_kv"))
+
+    @property
+    def prefill(self) -> str:
+        """The prefill mode of the stack's scheduler (a run's default; ``--prefill`` overrides)."""
+        return SCHEDULERS[self.scheduler]
 
     def with_values(self, **changes) -> StackProfile:
         """A copy with some parameters changed (checked like the shipped ones)."""

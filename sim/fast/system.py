@@ -345,10 +345,11 @@ class _Run:
         for rid in rids:
             self._first_token(rid, self.t)
 
-    def _take_chunk(self) -> list[tuple[list[int], int]]:
-        """Chunked: (waiting entry, prompt tokens) pieces in arrival order, up to the stack's
-        chunk budget; a prompt may be split across steps."""
-        budget, pieces = self.sm.stack.prefill_chunk_tokens, []
+    def _take_chunk(self, decode_tokens: int) -> list[tuple[list[int], int]]:
+        """Chunked: (waiting entry, prompt tokens) pieces in arrival order, within the stack's
+        token budget less the step's ``decode_tokens`` (decode first, as vLLM V1 and
+        TensorRT-LLM's in-flight batcher schedule); a prompt may be split across steps."""
+        budget, pieces = max(0, self.sm.stack.prefill_chunk_tokens - decode_tokens), []
         for entry in self.waiting:
             if budget == 0:
                 break
@@ -381,7 +382,7 @@ class _Run:
             if rid not in refused:
                 self.admitted[rid] = self.t
         self.intake_wait_rounds += len(self.intake)
-        chunk = self._take_chunk() if self.mode == "chunked" else []
+        chunk = self._take_chunk(len(rnd.batch)) if self.mode == "chunked" else []
         batch = rnd.batch
         if not batch and not chunk:
             self.model.complete()
