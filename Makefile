@@ -12,7 +12,7 @@ TEST_STAMP := $(VENV)/.tricut-test-installed
 PYTEST_WORKERS ?= 2
 DEMO := docs/figures/demo
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean peer-aic
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ demo: $(STAMP)
 # sit waiting on the build lock of the Verilator build the first one is compiling
 test: $(TEST_STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q
+
+# NVIDIA's AIConfigurator, the peer of docs/fidelity.md, in an environment of its own (its
+# dependencies are not tricut's): benchmarks/fidelity.py runs it from there
+PEER_AIC := .build/peer-aic
+peer-aic: $(PEER_AIC)/.installed
+
+$(PEER_AIC)/.installed:
+	test -x $(PEER_AIC)/bin/python || $(PYTHON) -m venv $(PEER_AIC)
+	$(PEER_AIC)/bin/python -m pip install --quiet --disable-pip-version-check aiconfigurator==0.12.0
+	touch $@
 
 clean:
 	rm -rf .build

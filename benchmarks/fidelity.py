@@ -319,7 +319,12 @@ def _stats(errs):
     return f"{100 * statistics.median(a):.1f} %", f"{100 * max(a):.1f} %", f"{100 * statistics.median(errs):+.1f} %"
 
 
-def report(cs, skipped, stacks, before, table, calibration) -> str:
+def _optimistic(errs) -> str:
+    """The share of rows the model predicts faster than measured (error < 0)."""
+    return f"{100 * sum(e < 0 for e in errs) / len(errs):.0f} %" if errs else "–"
+
+
+def report(cs, skipped, stacks, before, table, calibration, peer=None) -> str:
     got = {c.label: predict(c, stacks) for c in cs}
     old = {c.label: predict(c, before) for c in cs}
     unit = {"kernel": "µs/call", "static": "ms/token", "itl": "ms/step", "tpot": "ms/token",
@@ -329,17 +334,19 @@ def report(cs, skipped, stacks, before, table, calibration) -> str:
              "What the stacks are and how each enters the step time: `docs/system-model.md`; "
              "the stack parameters and their sources are at the end of this page.", "",
              "## Summary (|error| median, worst, and signed median)", "",
-             "| stack | rows | fitted: median | worst | held out: median | worst | signed median (held out) |",
-             "|---|---|---|---|---|---|---|"]
+             "| stack | rows | fitted: median | worst | held out: median | worst | signed median (held out) "
+             "| optimistic (held out) |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in sorted({c.stack for c in cs}):
         fe = [got[c.label] / c.published - 1 for c in cs if c.stack == s and c.fit]
         he = [got[c.label] / c.published - 1 for c in cs if c.stack == s and not c.fit]
         f_med, f_max, _ = _stats(fe)
         h_med, h_max, h_sig = _stats(he)
-        lines.append(f"| {s} | {len(fe) + len(he)} | {f_med} | {f_max} | {h_med} | {h_max} | {h_sig} |")
+        lines.append(f"| {s} | {len(fe) + len(he)} | {f_med} | {f_max} | {h_med} | {h_max} | {h_sig} "
+                     f"| {_optimistic(he)} |")
     allh = [got[c.label] / c.published - 1 for c in cs if not c.fit]
     h_med, h_max, h_sig = _stats(allh)
-    lines += [f"| **all held out** | {len(allh)} | | | {h_med} | {h_max} | {h_sig} |", "",
+    lines += [f"| **all held out** | {len(allh)} | | | {h_med} | {h_max} | {h_sig} | {_optimistic(allh)} |", "",
               "Before stack profiles the model had one fixed set of constants (host 250 µs + 2 µs "
               "per request per step, 4 µs per layer, 5 µs per all-reduce, attention at 70 % of HBM "
               "bandwidth with no cost per call). With those constants, and prefill and jitter "
@@ -379,6 +386,8 @@ def report(cs, skipped, stacks, before, table, calibration) -> str:
         b = old[c.label] / c.published - 1
         lines.append(f"| {c.label} | {'fit' if c.fit else 'held out'} | {c.stack} | {unit[c.kind]} | "
                      f"{c.published:.2f} | {got[c.label]:.2f} | {100 * e:+.1f} % | {100 * b:+.1f} % |")
+    if peer is not None:
+        lines += [""] + peer_section(cs, got, peer)
     lines += [""] + concurrency_sweep(stacks)
     lines += ["", "## Rows the model does not express", "", "| row | missing |", "|---|---|"]
     lines += [f"| {lab} | {why} |" for lab, why in skipped]
@@ -390,6 +399,96 @@ def report(cs, skipped, stacks, before, table, calibration) -> str:
                 continue
             lines.append(f"| {name} | `{f}` | {_fmt(getattr(p, f))} | {table.sources[name][f]} |")
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ the peer
+#: AIConfigurator's own environment (``make peer-aic``) and its runner
+PEER_PYTHON = ROOT / ".build" / "peer-aic" / "bin" / "python"
+PEER_RUNNER = ROOT / "benchmarks" / "peer_aiconfigurator.py"
+#: our stacks -> the AIConfigurator backend whose kernel tables stand for them
+PEER_BACKEND = {"vllm-v0": "vllm", "vllm-v1": "vllm", "trtllm": "trtllm", "trtllm-2023": "trtllm"}
+PEER_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
+
+
+class PeerMissing(Exception):
+    """AIConfigurator's environment is not there (``make peer-aic``)."""
+
+
+def hf_config(name: str) -> dict:
+    """The Hugging Face ``config.json`` of one of our model configs (what AIConfigurator reads)."""
+    m = load_model(name)
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": m.hidden_size,
+            "intermediate_size": m.ffn_size, "num_attention_heads": m.num_heads,
+            "num_hidden_layers": m.num_layers, "num_key_value_heads": m.num_kv_heads,
+            "head_dim": m.head_dim, "vocab_size": m.vocab_size, "max_position_embeddings": m.max_context,
+            "rms_norm_eps": m.rms_norm_eps, "rope_theta": m.rope_theta,
+            "tie_word_embeddings": m.tie_embeddings, "torch_dtype": "bfloat16"}
+
+
+def peer_rows(cs) -> list[dict]:
+    """The serving rows AIConfigurator can express: a static batch of a Llama model."""
+    return [{"label": c.label, "config": hf_config(c.model), "backend": PEER_BACKEND[c.stack],
+             "isl": c.isl, "osl": c.osl, "batch": c.batch, "tp": c.tp, "gemm": PEER_QUANT[c.weights],
+             "kv": PEER_QUANT[c.kv]}
+            for c in cs if c.kind in ("static", "itl", "tpot")]
+
+
+def run_peer(cs, python: Path, runner: Path = PEER_RUNNER) -> dict:
+    """AIConfigurator's figure per row label, in the row's unit (ms per output token, per
+    step); rows it could not run are left out (their reasons on stderr)."""
+    import json
+    import subprocess
+    if not python.exists():
+        raise PeerMissing(f"AIConfigurator is not installed at {python}: run `make peer-aic` (its own "
+                          "environment under .build/peer-aic, from PyPI), or pass --no-peer")
+    rows = peer_rows(cs)
+    done = subprocess.run([str(python), str(runner)], input=json.dumps(rows), capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        raise PeerMissing(f"AIConfigurator's runner failed (exit {done.returncode}): "
+                          f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'no message'}")
+    kind = {c.label: c for c in cs}
+    out = {}
+    for r in json.loads(done.stdout):
+        if "error" in r:
+            print(f"fidelity: AIConfigurator cannot run {r['label']}: {r['error']}", file=sys.stderr)
+            continue
+        c = kind[r["label"]]
+        out[r["label"]] = (r["request_latency_ms"] / c.osl if c.kind == "static" else r["tpot_ms"],
+                           r["version"])
+    return out
+
+
+def peer_section(cs, got, peer) -> list[str]:
+    """tricut against AIConfigurator on the rows both express."""
+    rows = [c for c in cs if c.label in peer]
+    versions = sorted({v for _, v in peer.values()})
+    lines = ["## tricut against AIConfigurator", "",
+             "NVIDIA's AIConfigurator (PyPI `aiconfigurator`, the version pinned in the Makefile's "
+             "`peer-aic` target; offline, on its measured H100 SXM kernel tables of backend versions "
+             f"{', '.join(versions)}), static estimate (`aiconfigurator cli estimate --estimate-mode static`: "
+             "one batch prefilled, then decoded; ms per output token = request latency / OSL, pure-decode "
+             "rows its TPOT) of every serving row it can express: the vLLM rows on its `vllm` tables, "
+             "the TensorRT-LLM rows on its `trtllm` tables, FP8 rows with `fp8` GEMMs and KV. Its tables "
+             "are of today's backends, the rows of 2023–24 ones; it was fitted on none of these rows, "
+             "tricut on the rows marked fit. Run by the same command as this page "
+             "(`benchmarks/peer_aiconfigurator.py` in AIConfigurator's own environment).", "",
+             "| rows | tool | median abs. error | worst | signed median | optimistic |",
+             "|---|---|---|---|---|---|"]
+    for what, sel in (("held out", [c for c in rows if not c.fit]), ("all", rows)):
+        for tool, val in (("tricut", lambda c: got[c.label]), ("AIConfigurator", lambda c: peer[c.label][0])):
+            e = [val(c) / c.published - 1 for c in sel]
+            med, worst, sig = _stats(e)
+            lines.append(f"| {what} ({len(sel)}) | {tool} | {med} | {worst} | {sig} | {_optimistic(e)} |")
+    lines += ["", "| row | fit? | published | tricut | error | AIConfigurator | error |", "|---|---|---|---|---|---|---|"]
+    for c in rows:
+        a = peer[c.label][0]
+        lines.append(f"| {c.label} | {'fit' if c.fit else 'held out'} | {c.published:.2f} | {got[c.label]:.2f} | "
+                     f"{100 * (got[c.label] / c.published - 1):+.1f} % | {a:.2f} | {100 * (a / c.published - 1):+.1f} % |")
+    missing = [c.label for c in cs if c.label not in peer]
+    lines += ["", "Not expressible by AIConfigurator here: " + "; ".join(missing) + " (kernel calls and "
+              "host gaps are not what its estimate reports)."]
+    return lines
 
 
 #: the concurrency sweep: Llama-3-70B with FP8 weights and KV on two H100s, long prompts, short
@@ -476,6 +575,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calibration", type=Path, default=DEFAULT_CALIBRATION,
                     help="the published measurements (default: ../shared/calibration/published-h100-decode.md)")
+    ap.add_argument("--peer", type=Path, default=PEER_PYTHON, metavar="PYTHON",
+                    help="the Python of AIConfigurator's environment (default: .build/peer-aic/bin/python, "
+                         "made by `make peer-aic`)")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="leave out the AIConfigurator comparison (not with --write)")
     ap.add_argument("--write", action="store_true",
                     help=f"write the fitted values into sim/fast/{STACKS_FILE} and the report into docs/fidelity.md")
     args = ap.parse_args(argv)
@@ -494,7 +598,15 @@ def main(argv=None) -> int:
         label = "../" + label
     except ValueError:
         label = str(args.calibration)
-    text = report(cs, skipped, stacks, before, table, label)
+    if args.write and args.no_peer:
+        print("fidelity: --write writes the AIConfigurator comparison too: drop --no-peer", file=sys.stderr)
+        return 2
+    try:
+        peer = None if args.no_peer else run_peer(cs, args.peer)
+    except PeerMissing as e:
+        print(f"fidelity: {e}", file=sys.stderr)
+        return 2
+    text = report(cs, skipped, stacks, before, table, label, peer)
     print(text)
     if args.write:
         def source(text):

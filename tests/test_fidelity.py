@@ -165,3 +165,69 @@ def test_the_benchmarks_static_batch_is_what_the_simulator_runs(stack, model, we
     assert res.summary["prefill_mode"] == "colocated" and res.summary["mean_batch"] == batch
     last = max(r.token_times_s[-1] for r in res.request_times)
     assert last / osl * 1e3 == pytest.approx(fid.predict(case, stacks), rel=1e-3)
+
+
+# -- the peer (AIConfigurator), without it installed: its runner is replaced by a stand-in that
+# answers from the rows it is given, so the plumbing and the units are checked
+FAKE_PEER = """\
+import json, sys
+rows = json.load(sys.stdin)
+out = []
+for r in rows:
+    if r["batch"] == 64 and r["tp"] == 2:
+        out.append({"label": r["label"], "error": "no such table"})
+    else:
+        # 2 ms per output token in all; TTFT 0
+        out.append({"label": r["label"], "request_latency_ms": 2.0 * r["osl"], "ttft_ms": 0.0,
+                    "tpot_ms": 3.0, "version": "9.9"})
+json.dump(out, sys.stdout)
+"""
+
+
+def _peer_cases(fid):
+    text = (ROOT.parent / "shared" / "calibration" / "published-h100-decode.md").read_text()
+    return fid.cases(fid.tables(text))[0]
+
+
+def test_peer_rows_are_the_serving_rows_with_their_model_configs():
+    fid = _fidelity()
+    cs = _peer_cases(fid)
+    rows = fid.peer_rows(cs)
+    kinds = {c.label: c.kind for c in cs}
+    assert rows and all(kinds[r["label"]] in ("static", "itl", "tpot") for r in rows)
+    assert len(rows) == sum(k in ("static", "itl", "tpot") for k in kinds.values())
+    big = next(r for r in rows if "70B TP4 bs1 1024" in r["label"])
+    assert big["config"]["num_hidden_layers"] == 80 and big["config"]["num_key_value_heads"] == 8
+    assert big["config"]["intermediate_size"] == 28672 and big["backend"] == "vllm"
+    fp8 = next(r for r in rows if r["label"].startswith("A3"))
+    assert (fp8["gemm"], fp8["kv"], fp8["backend"]) == ("fp8", "fp8", "trtllm")
+
+
+def test_run_peer_converts_each_rows_unit_and_skips_what_it_cannot_run(tmp_path, capsys):
+    fid = _fidelity()
+    cs = _peer_cases(fid)
+    runner = tmp_path / "fake_peer.py"
+    runner.write_text(FAKE_PEER)
+    peer = fid.run_peer(cs, Path(sys.executable), runner=runner)
+    static = next(c for c in cs if c.kind == "static" and c.label in peer)
+    itl = next(c for c in cs if c.kind == "itl")
+    assert peer[static.label] == (2.0, "9.9") and peer[itl.label] == (3.0, "9.9")
+    skipped = [c.label for c in cs if c.batch == 64 and c.tp == 2 and c.kind == "static"]
+    assert skipped and all(s not in peer for s in skipped)
+    assert "AIConfigurator cannot run" in capsys.readouterr().err
+    # a peer equal to the published figures has no error
+    exact = {c.label: (c.published, "x") for c in cs if c.kind in ("static", "itl", "tpot")}
+    got = {c.label: c.published * 1.1 for c in cs}
+    text = "\n".join(fid.peer_section(cs, got, exact))
+    assert "| all (30) | AIConfigurator | 0.0 % | 0.0 % | +0.0 % | 0 % |" in text
+    assert "| all (30) | tricut | 10.0 % | 10.0 % | +10.0 % | 0 % |" in text
+
+
+def test_a_missing_peer_is_one_message_and_write_needs_it(tmp_path, capsys):
+    fid = _fidelity()
+    with pytest.raises(fid.PeerMissing, match="make peer-aic"):
+        fid.run_peer(_peer_cases(fid), tmp_path / "no-python")
+    assert fid.main(["--peer", str(tmp_path / "no-python")]) == 2
+    assert "make peer-aic" in capsys.readouterr().err
+    assert fid.main(["--write", "--no-peer"]) == 2
+    assert "drop --no-peer" in capsys.readouterr().err
