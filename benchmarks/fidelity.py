@@ -369,8 +369,9 @@ def report(cs, skipped, stacks, before, table, calibration, peer=None) -> str:
               "measured gap between decode steps at batch 256 (vLLM issue #10634, 5–6 ms, taken as "
               "5.5 ms = `host_step_s + 256 × host_per_request_s`). `vllm-v1` has no rows of its own "
               "to fit: it takes `vllm-v0`'s values (its sources say so).",
-              "* **`trtllm-2023`** (TensorRT-LLM 0.5–0.9, the A3 rows) is `trtllm` with two cited "
-              "differences: GQA decode before the Hopper XQA kernels read K/V once per query head, "
+              "* **`trtllm-2023`** (TensorRT-LLM 0.5–0.6, the A3 rows' versions) is `trtllm` with two "
+              "cited differences: GQA decode before the XQA kernels (0.7, December 2023) read K/V once "
+              "per query head, "
               "and the static-batch runs streamed a contiguous KV cache (taken at the `ideal` "
               "kernel efficiency). Nothing was fitted on A3, but this profile was added after "
               "seeing A3's errors under `trtllm` (+16 % to −46 %), so A3 is not a blind test of "
