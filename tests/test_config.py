@@ -33,7 +33,7 @@ dsu_clock_ghz = 1.0
 
 
 def test_shipped_ids():
-    assert model_ids() == ["llama-2-70b", "llama-2-7b", "llama-3-70b", "llama-3-70b-kv1", "llama-3-8b", "llama-3-8b-attn1", "llama-3-8b-kv1", "qwen2-72b", "qwen2-7b", "tiny", "tiny-te"]
+    assert model_ids() == ["llama-2-70b", "llama-2-7b", "llama-3-70b", "llama-3-70b-kv1", "llama-3-8b", "llama-3-8b-attn1", "llama-3-8b-kv1", "qwen2-72b", "qwen2-7b", "qwen3-32b", "qwen3-8b", "tiny", "tiny-te"]
     assert gpu_ids() == ["edge", "h100-sxm5", "h200"]
 
 

@@ -39,12 +39,14 @@ SIMULATE_MODES = {
 COMMANDS = {
     "simulate": (["simulate"], fast_run.APPLIES, fast_run.RunOptions, SIMULATE_MODES,
                  {"trace_format": "mooncake", "limit": "3", "degraded_at": "1", "concurrency": "2",
-                  "park_policy": "keep", "restore_lead": "1", "prefix_spill": "G3"}),
+                  "park_policy": "keep", "restore_lead": "1", "prefix_spill": "G3",
+                  "energy": "sim/fast/energy.json"}),
     "compare": (["compare"], fast_run.APPLIES, fast_run.RunOptions,
                 {k: v for k, v in SIMULATE_MODES.items() if not k.startswith("cuts")} |
                 {"edge (no CDU)": [("gpu", "edge")]},
                 {"trace_format": "mooncake", "limit": "3", "degraded_at": "1", "concurrency": "2",
-                 "park_policy": "keep", "restore_lead": "1", "prefix_spill": "G3"}),
+                 "park_policy": "keep", "restore_lead": "1", "prefix_spill": "G3",
+                  "energy": "sim/fast/energy.json"}),
     "tile run": (["tile", "run"], tile.APPLIES, tile.TileRunOptions,
                  {"default": [], "prompt lengths": [("prompt_lens", "3,4")],
                   "cdu": [("policy", "static")], "dsu": [("dsu", None), ("sim", "verilator")]},

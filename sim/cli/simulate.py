@@ -134,6 +134,10 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                         "seeded random time within the time one request takes alone, so that the clients "
                         "drift apart as real load generators do; off, all at t = 0 (with fixed lengths they "
                         "then move in waves) (default: on)")
+    p.add_argument("--energy", type=_type("energy"), metavar="FILE",
+                   help="energy coefficients in sim/fast/energy.json's format (per GPU: board and static "
+                        "power, pJ per HBM and L2 byte, per FLOP, per NVLink byte, host power; each with its "
+                        "source) instead of the shipped ones; not for sessions (docs/energy.md)")
     p.add_argument("--admission", choices=ADMISSION, default="on",
                    help="on: a request is prefilled only when a decode slot and its KV budget (prompt + "
                         "output tokens) are free, else it waits before its prefill (in its TTFT), as vLLM's "
@@ -287,6 +291,10 @@ def _fmt(key: str, value, unit: tuple[str, float, int] | None = None) -> str:
             return f"{value * scale:,.{digits}f} {name}"
         if key in ("l2_hit_rate", "l2_reuse_rate") or key.endswith("utilisation"):
             return f"{100 * value:.1f} %"
+        if key.startswith("power_w_"):
+            return f"{value:,.0f} W"
+        if key == "energy_j_per_token":
+            return f"{value:,.4f} J"
         return f"{value:,.2f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
@@ -322,7 +330,8 @@ def _emit(args, rows: dict[str, dict], session_keys: bool = False) -> None:
         labels = list(rows)
         keys = list(KEY_COLUMNS) + ["decode_queue_p50_s", "decode_queue_p99_s", "l2_reuse_rate",
                                     "sm_utilisation", "te_utilisation", "cdu_utilisation",
-                                    "dsu_utilisation", "mean_batch", "failed", "stack", "prefill_mode",
+                                    "dsu_utilisation", "mean_batch", "energy_j_per_token", "tokens_per_joule",
+                                    "power_w_mean", "power_w_peak", "failed", "stack", "prefill_mode",
                                     "prefill_s_total", "concurrency"]
         if session_keys:
             keys = [k for k in keys if k != "concurrency"] + list(SESSION_COLUMNS)
@@ -358,6 +367,9 @@ def reading(summaries: dict[str, dict], max_batch: int) -> list[str]:
              f"  TPOT p50 {_change(base, last, 'tpot_p50_s')}, p99 {_change(base, last, 'tpot_p99_s')}",
              f"  throughput {_change(base, last, 'tokens_per_s')} tokens/s; "
              f"HBM mean {_change(base, last, 'hbm_gbps_mean')} GB/s"]
+    if base.get("energy_j_per_token") is not None and last.get("energy_j_per_token") is not None:
+        lines.append(f"  energy {_change(base, last, 'energy_j_per_token')} per output token; mean power "
+                     f"per GPU {_change(base, last, 'power_w_mean')} (docs/energy.md)")
     queue, step = base["decode_queue_p50_s"], base["tpot_p50_s"]
     load = f"  load: mean batch {base['mean_batch']:,.1f} of at most {max_batch:,}; decode queue p50 " \
            f"{_fmt('decode_queue_p50_s', queue)}"

@@ -21,6 +21,7 @@ from tricut.models.te import LANES as TE_LANES
 
 from ..options import (InputError, Needs, checked_fields, given_fields, option, options_of, refuse_inapplicable,
                        values_of)
+from .energy import load_energy
 from .setup import ServingSetup
 from .stacks import DEFAULT_STACK, PREFILL_MODES, StackProfile, get_stack, stack_names
 from .timing import CUTS, DEFAULT_TE_LANES, Assumptions
@@ -234,6 +235,7 @@ class RunOptions:
     think_time: float = option("--think-time", 0.0, parse_non_negative)
     admission: str = option("--admission", "on", choices=ADMISSION)
     client_jitter: str = option("--client-jitter", "on", choices=ADMISSION)
+    energy: Path | None = option("--energy", None, Path)
     assume: tuple = option("--assume", (), parse_assumption, text=_pair_text, repeat=True)
     tiers: str = option("--tiers", "none")
     park_policy: str | None = option("--park-policy", None, choices=PARK_POLICIES)
@@ -331,6 +333,7 @@ APPLIES = {
                                         lambda o: "dsu" in o.cuts)),
     "concurrency": (_NO_SESSIONS,),
     "admission": (_NO_SESSIONS,),
+    "energy": (_NO_SESSIONS,),
     "client_jitter": (Needs("needs --concurrency: it is when the closed-loop clients send their first requests",
                             lambda o: o.concurrency is not None),),
     "think_time": (Needs("needs --concurrency: it is a closed-loop client's pause between its requests",
@@ -377,7 +380,8 @@ def setup_of(options: RunOptions) -> ServingSetup:
                         stack=get_stack(options.stack).with_values(**stacked),
                         prefill=options.prefill, concurrency=options.concurrency, think_s=options.think_time,
                         admission=options.admission == "on",
-                        client_jitter=options.client_jitter == "on", units=dict(options.unit))
+                        client_jitter=options.client_jitter == "on",
+                        energy_file=None if options.energy is None else str(options.energy), units=dict(options.unit))
 
 
 def session_mode(options: RunOptions) -> bool:
@@ -472,6 +476,8 @@ def prepare(options: RunOptions, policies=None) -> PreparedRun:
         setup, sessions, agentic = prepare_sessions(options, policies)
         return PreparedRun(options, setup, sessions=sessions, agentic=agentic)
     setup = setup_of(options)
+    if options.energy is not None:
+        load_energy(options.energy)         # a bad coefficients file: one ConfigError, before the run
     reqs = workload_of(options)
     setup.check(reqs, options.cuts)
     return PreparedRun(options, setup, requests=reqs)

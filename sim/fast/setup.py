@@ -44,6 +44,8 @@ class ServingSetup:
     #: closed loop: the clients' first sends at seeded random times within one request's time
     #: alone; False: all at t = 0 (they then move in lock-step with fixed lengths)
     client_jitter: bool = True
+    #: another copy of the energy coefficients (sim/fast/energy.json's format); None: shipped
+    energy_file: str | None = None
     #: decode-unit sizes over the GPU config's (``--unit``): te_engines_per_sm, dsu_cores (they
     #: replace the GPU's fields) and te_lanes (the TE RTL parameter, one of models.te.LANES;
     #: default timing.DEFAULT_TE_LANES, the calibrated width)
@@ -144,4 +146,4 @@ class ServingSetup:
         self.check(requests, cuts)
         return simulate(requests, self.step_model(cuts), self.dsu_params(), prefill=self.prefill,
                         concurrency=self.concurrency, think_s=self.think_s, admission=self.admission,
-                        client_jitter=self.client_jitter, **options)
+                        client_jitter=self.client_jitter, energy_file=self.energy_file, **options)

@@ -26,9 +26,10 @@ import numpy as np
 
 from tricut.models.dsu import DsuModel, DsuParams, RequestSpec, TIMEOUT
 
+from .energy import COMPONENTS, GPU_COMPONENTS, EnergyLedger, energy_of
 from .metrics import RequestTimes, summarise
 from .stacks import PREFILL_MODES
-from .timing import BOUNDS, StepModel
+from .timing import BOUNDS, PhysicsViolation, StepModel
 from .workload import TIME_HORIZON_S, Request, arrival_span_s
 
 __all__ = ["SimResult", "simulate", "check_run_options", "check_horizon"]
@@ -50,6 +51,7 @@ class SimResult:
     request_times: list[RequestTimes] = field(repr=False, default_factory=list)
     arrival_s: dict = field(repr=False, default_factory=dict)   # request id -> time it was sent
     finish_s: dict = field(repr=False, default_factory=dict)    # request id -> last token or failure
+    energy: object = field(repr=False, default=None)            # its EnergyLedger (None: no coefficients)
 
 
 def check_run_options(prefill: str | None, concurrency: int | None, think_s: float) -> None:
@@ -86,7 +88,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
              degraded_at_s: float | None = None, faults: dict[tuple[int, int], str] | None = None,
              progress=None, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
              prefill: str | None = None, concurrency: int | None = None, think_s: float = 0.0,
-             admission: bool = True, client_jitter: bool = True) -> SimResult:
+             admission: bool = True, client_jitter: bool = True, energy_file=None) -> SimResult:
     """Run the workload to completion. ``degraded_at_s``: from that time on the DSU is degraded
     and the host schedules (same decisions, host overheads). ``faults[(round, slot)]``: a step
     result of ``error`` or ``timeout`` (rolled back and retried by the DSU model).
@@ -96,7 +98,8 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
     previous one finished (last token emitted, or failed); with ``client_jitter`` each client
     sends its first request at a seeded random time within one request's time alone
     (:meth:`_Run.client_window_s`), so that the clients do not move in lock-step, without it
-    all at t = 0. ``admission``: a request is
+    all at t = 0. ``energy_file``: another copy of the energy coefficients
+    (:mod:`.energy`; None: the shipped ones). ``admission``: a request is
     prefilled only when a decode slot and its KV budget (prompt + output tokens, what the DSU
     reserves) are free beside those of the requests already past admission; it waits before
     its prefill otherwise (the wait is in its TTFT and its ``decode_queue_s``). False: every
@@ -112,7 +115,7 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
         raise ValueError(f"degraded_at_s must be a finite number >= 0 or None, got {degraded_at_s!r}")
     check_horizon(requests, concurrency, think_s)
     run = _Run(requests, step_model, dsu, seed, prefill or step_model.stack.prefill, concurrency,
-               think_s, degraded_at_s, faults or {}, progress, admission, client_jitter)
+               think_s, degraded_at_s, faults or {}, progress, admission, client_jitter, energy_file)
     run.loop()
     return run.result(ttft_slo_s, tpot_slo_s)
 
@@ -123,7 +126,7 @@ class _Run:
     and per-step records."""
 
     def __init__(self, requests, step_model, dsu, seed, mode, concurrency, think_s, degraded_at_s,
-                 faults, progress, admission=False, client_jitter=False):
+                 faults, progress, admission=False, client_jitter=False, energy_file=None):
         self.sm, self.dsu, self.mode = step_model, dsu, mode
         self.concurrency, self.think_s = concurrency, think_s
         self.degraded_at_s, self.faults, self.progress = degraded_at_s, faults, progress
@@ -155,6 +158,9 @@ class _Run:
         self.busy = dict.fromkeys(("sm", "te", "cdu", "sched", "l2", "l2_reuse", "kv", "attn",
                                    "attn_hbm", "imbalance"), 0.0)
         self.bound = dict.fromkeys(BOUNDS, 0)
+        coeffs = energy_of(step_model.gpu.name, energy_file)
+        self.energy = EnergyLedger(coeffs, step_model.model.weight_dtype) if coeffs else None
+        self.hbm_bytes = 0.0    # every HBM byte of the run on one GPU (decode and prefill)
         if concurrency is None:
             self.pool, self.free_at = None, deque()
             for r in requests:
@@ -183,6 +189,7 @@ class _Run:
         self.arrival[r.id] = at
         if self.mode == "disaggregated" and not self.admission:
             # the prefill pool is uncontended: the first token's time is known at once
+            self._prefill_energy([r.id])
             self._first_token(r.id, at + self._pool_prefill_s(r))
         else:
             heapq.heappush(self.arrivals, (at, len(self.arrival), r.id))
@@ -252,6 +259,7 @@ class _Run:
                 max(self.arrival[rid], self.freed_at)
             self.gated_s[rid] = start - self.arrival[rid]
             if self.mode == "disaggregated":
+                self._prefill_energy([rid])
                 self._first_token(rid, start + self._pool_prefill_s(r))
             else:
                 self.waiting.append([rid, 0])
@@ -341,6 +349,7 @@ class _Run:
             total += p
         dt = self._batch_prefill_s(rids)
         self.t += dt
+        self._prefill_energy(rids, dt)
         self.prefill_s += dt
         for rid in rids:
             self._first_token(rid, self.t)
@@ -430,8 +439,28 @@ class _Run:
         self.prefill_s += st.time_s - without
         return st
 
+    def _prefill_parts_of(self, rids) -> tuple[list[int], list[int]]:
+        """The prompt tokens each of ``rids`` prefills and the context they extend."""
+        return [self.by_id[i].prompt_tokens for i in rids], [0] * len(rids)
+
+    def _prefill_energy(self, rids, time_s: float | None = None) -> None:
+        """A prefill's bytes and FLOPs (a colocated batch of ``time_s`` ending at the clock, or
+        the pool's work for one request; a chunk is in its step's)."""
+        hbm, flops, link = self.sm.prefill_work(*self._prefill_parts_of(rids))
+        pool = self.mode == "disaggregated"
+        if not pool:
+            self.hbm_bytes += hbm
+        if self.energy is not None:
+            self.energy.work(hbm, 0.0, flops, link, time_s, self.t if time_s is not None else None, pool)
+
     def _record(self, st, batch: int) -> None:
         rows, busy = self.rows, self.busy
+        self.hbm_bytes += st.hbm_read_bytes + st.hbm_write_bytes
+        if self.energy is not None:
+            # a prefetch hit came from HBM through the L2 like a miss (in the HBM energy); only a
+            # block resident from the previous step is an L2 read instead of an HBM one
+            self.energy.work(st.hbm_read_bytes + st.hbm_write_bytes, st.l2_reuse_bytes, st.flops,
+                             st.link_bytes, st.time_s, self.t)
         rows["dt"].append(st.time_s)
         rows["end"].append(self.t)
         rows["hbm"].append(st.hbm_read_bytes + st.hbm_write_bytes)
@@ -450,6 +479,38 @@ class _Run:
             self.bound[st.bound] += 1
             busy["imbalance"] += st.te_imbalance
     # -- the result ----------------------------------------------------------------------------
+    def _energy_summary(self, summary) -> dict:
+        """Energy and power (docs/energy.md): per output token of the whole group, per GPU, by
+        component; None where the GPU has no energy coefficients."""
+        keys = ("energy_j_per_token", "tokens_per_joule", "power_w_mean", "power_w_peak",
+                "tokens_per_s_per_mw", "power_capped", "power_cap_clock", "energy_split")
+        if self.energy is None:
+            return dict.fromkeys(keys)
+        led, tp = self.energy, self.sm.tp
+        duration = summary["duration_s"]
+        led.close(duration)
+        gpu_j = sum(led.joules[k] for k in GPU_COMPONENTS)
+        floor = led.floor_j(self.hbm_bytes, duration)
+        if gpu_j < floor * (1 - 1e-9):
+            raise PhysicsViolation(f"the run's energy {gpu_j:.6g} J per GPU is below its floor {floor:.6g} J "
+                                   "(static power over its duration plus its HBM bytes)")
+        tokens = summary["output_tokens"]
+        mean_w = gpu_j / duration if duration > 0 else float("nan")
+        total = sum(led.joules.values())
+        board = led.coeffs.board_w
+        serving_j = tp * (gpu_j + led.joules["pool"])
+        return {"energy_j_per_token": serving_j / tokens,
+                "tokens_per_joule": tokens / serving_j if serving_j > 0 else float("inf"),
+                "power_w_mean": mean_w,
+                "power_w_peak": led.peak_w(),
+                "tokens_per_s_per_mw": summary["tokens_per_s"] / (tp * mean_w) * 1e6 if mean_w > 0 else float("nan"),
+                "power_capped": bool(mean_w > board),
+                # first order: dynamic power scales with the clock, so the cap holds at this share of it
+                "power_cap_clock": (min(1.0, (board - led.coeffs.static_w) / (mean_w - led.coeffs.static_w))
+                                    if mean_w > led.coeffs.static_w else 1.0),
+                "energy_split": {k: (led.joules[k] / total if total else 0.0) for k in COMPONENTS}}
+
+
     def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
         model, busy = self.model, self.busy
         done = [RequestTimes(self.arrival[rid], tuple(ts), self.admitted.get(rid),
@@ -507,5 +568,6 @@ class _Run:
                                if decode_steps and "te" in self.sm.cuts else 1.0),
         )
         summary["requests"] = len(self.requests)
+        summary.update(self._energy_summary(summary))
         return SimResult(summary, len(dt), dt, np.array(self.rows["end"]), hbm, floor, batches,
-                         dict(model.outcomes), done, dict(self.arrival), dict(self.finish))
+                         dict(model.outcomes), done, dict(self.arrival), dict(self.finish), self.energy)

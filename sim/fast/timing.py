@@ -296,6 +296,9 @@ class StepTiming:
     attn_s: float = 0.0       # the attention phase's time (the TE grid's with the te cut)
     attn_hbm_bytes: float = 0.0   # K/V bytes the attention phase read from HBM
     te_imbalance: float = 1.0     # the grid's slowest SM over its mean (te cut)
+    flops: float = 0.0            # the step's arithmetic on this GPU: GEMVs (and a chunk's
+    #                               GEMMs), attention
+    link_bytes: float = 0.0       # NVLink bytes this GPU sends in the step's all-reduces
 
 
 @dataclass
@@ -401,6 +404,30 @@ class StepModel:
         per = self.stack.allreduce_s(self.tp) + 2 * (self.tp - 1) / self.tp * msg / self.gpu.nvlink_bandwidth
         return 2 * self.model.num_layers * per
 
+    def _allreduce_bytes(self, tokens: float) -> float:
+        """NVLink bytes one GPU sends in the step's ``2 × layers`` ring all-reduces of
+        ``tokens × hidden × 2`` bytes (``2 (tp − 1) / tp`` of each message)."""
+        if self.tp == 1:
+            return 0.0
+        msg = tokens * self.model.hidden_size * 2
+        return 2 * self.model.num_layers * 2 * (self.tp - 1) / self.tp * msg
+
+    def _decode_attention_flops(self, kv_tokens: float) -> float:
+        """Decode attention FLOPs (QK^T and PV) over ``kv_tokens`` cached tokens, every layer,
+        this GPU's query heads."""
+        m = self.model
+        return 4 * m.num_layers * m.num_heads * m.head_dim * kv_tokens / self.tp
+
+    def prefill_work(self, prompts: list[int], contexts: list[int] | None = None) -> tuple[float, float, float]:
+        """``(HBM bytes, FLOPs, NVLink bytes)`` of prefilling whole ``prompts`` on this GPU:
+        the weights read once, the prompts' K/V written; GEMMs and causal attention; the
+        all-reduces of every prompt token (for the energy model)."""
+        tokens = float(sum(prompts))
+        contexts = contexts or [0] * len(prompts)
+        flops = self.gemv_flops_per_request * tokens + sum(
+            self._prefill_attention_flops(p, c) for p, c in zip(prompts, contexts))
+        return self.weight_bytes + tokens * self.kv_token_bytes, flops, self._allreduce_bytes(tokens)
+
     def _prefill_attention_flops(self, tokens: float, context: float) -> float:
         """Causal attention FLOPs (QK^T and PV) of ``tokens`` new prompt tokens after
         ``context`` earlier ones, on this GPU."""
@@ -488,10 +515,12 @@ class StepModel:
             sched = (1 - ov) * sched + ov * max(0.0, sched - core_t)
         floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
         total = core_t + sched
+        flops += self._decode_attention_flops(kv_read_tokens)
         if total < floor * (1 - 1e-12):
             raise PhysicsViolation(f"step of {total:.3e} s beats the bandwidth floor {floor:.3e} s")
         return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
-                          sched, cdu_t, bound, attn_t, hbm_kv, imbalance)
+                          sched, cdu_t, bound, attn_t, hbm_kv, imbalance, flops,
+                          self._allreduce_bytes(batch + prefill_tokens))
 
     def _prefill_compute_s(self, prompts: list[int], contexts: list[int] | None = None) -> float:
         """GEMMs (weights read once) and causal attention of whole prompts on this GPU, at the

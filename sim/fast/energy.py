@@ -1,0 +1,174 @@
+"""A first-order energy model of decode serving: joules per step from the bytes and operations
+the step model already counts, and the power they imply.
+
+Per GPU, over a run: ``static_w × duration`` (the power of a GPU that runs kernels: leakage,
+clocks, HBM refresh, the SMs' activity that no byte or operation below accounts for; fitted)
+plus, per step and per prefill, HBM bytes × ``hbm_pj_per_byte``, L2-served K/V bytes ×
+``l2_pj_per_byte``, arithmetic FLOPs × ``sm_pj_per_flop`` (by the weights' format: fp8 and
+NVFP4 weights at ``fp8_flop_ratio`` of it) and all-reduce bytes × ``link_pj_per_byte``; the
+host CPU's ``host_w`` beside it (0 unless given: no measurement of it was found). The
+coefficients live in :data:`ENERGY_FILE` (this package), each with its source or the fit that
+wrote it (``benchmarks/energy.py --write``). What is first-order about it: docs/energy.md.
+The decode units' own logic (TE, CDU, DSU) is not in it yet; their HBM and L2 traffic is.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from tricut.models.config import ConfigError
+
+from .datafile import read_data_json
+
+__all__ = ["ENERGY_FILE", "COMPONENTS", "GPU_COMPONENTS", "EnergyCoefficients", "EnergyTable", "EnergyLedger",
+           "load_energy", "energy_of"]
+
+ENERGY_FILE = "energy.json"
+#: the parts of a run's energy, in the order they are reported: the decode GPUs' (static power,
+#: HBM, L2, arithmetic, NVLink), the host's, and a disaggregated prefill pool's bytes and FLOPs
+COMPONENTS = ("static", "hbm", "l2", "sm", "links", "host", "pool")
+#: the components that are the decode GPUs' own power
+GPU_COMPONENTS = ("static", "hbm", "l2", "sm", "links")
+
+
+@dataclass(frozen=True)
+class EnergyCoefficients:
+    """One GPU's energy coefficients (docs/energy.md gives each value and its source)."""
+
+    gpu: str
+    board_w: float            # the board power limit
+    static_w: float           # power of a GPU running kernels, beyond the terms below
+    hbm_pj_per_byte: float    # HBM read or write, the whole GPU's incremental energy
+    l2_pj_per_byte: float     # a K/V byte read from L2 instead of HBM (resident, not prefetched)
+    sm_pj_per_flop: float     # tensor-core arithmetic of bf16 weights, instruction overhead in
+    fp8_flop_ratio: float     # fp8 / NVFP4 weights: energy per FLOP relative to bf16
+    link_pj_per_byte: float   # NVLink bytes of the tensor-parallel all-reduces
+    host_w: float             # host CPU power per GPU (reported beside the GPU's)
+
+    def __post_init__(self):
+        for f in fields(self):
+            if f.name == "gpu":
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"energy of {self.gpu}: {f.name} must be a finite number >= 0, got {v!r}")
+        if self.board_w <= 0 or self.static_w >= self.board_w:
+            raise ValueError(f"energy of {self.gpu}: static_w {self.static_w!r} must be below "
+                             f"board_w {self.board_w!r} (> 0)")
+        if not 0 < self.fp8_flop_ratio <= 1:
+            raise ValueError(f"energy of {self.gpu}: fp8_flop_ratio must be in (0, 1], got {self.fp8_flop_ratio!r}")
+
+    def flop_pj(self, weight_dtype: str) -> float:
+        return self.sm_pj_per_flop * (self.fp8_flop_ratio if weight_dtype in ("fp8", "nvfp4") else 1.0)
+
+
+@dataclass(frozen=True)
+class EnergyTable:
+    """The shipped coefficients by GPU with each value's source, as stored in :data:`ENERGY_FILE`."""
+
+    gpus: dict                # gpu name -> EnergyCoefficients
+    sources: dict             # gpu name -> {field: source text}
+    about: str
+
+    def to_json(self) -> str:
+        import json
+        out = {"about": self.about, "gpus": {}}
+        for name, c in self.gpus.items():
+            out["gpus"][name] = {f.name: {"value": getattr(c, f.name), "source": self.sources[name][f.name]}
+                                 for f in fields(EnergyCoefficients) if f.name != "gpu"}
+        _parse(json.loads(json.dumps(out)), "the table to write")     # never write a bad file
+        return json.dumps(out, indent=2) + "\n"
+
+
+def _parse(raw, label: str) -> EnergyTable:
+    if not isinstance(raw, dict) or set(raw) != {"about", "gpus"} or not isinstance(raw["gpus"], dict) \
+            or not raw["gpus"]:
+        raise ConfigError(f"{label}: expected an object with 'about' and a non-empty 'gpus'")
+    names = [f.name for f in fields(EnergyCoefficients) if f.name != "gpu"]
+    gpus, sources = {}, {}
+    for gpu, entry in raw["gpus"].items():
+        if not isinstance(entry, dict) or set(entry) != set(names):
+            found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
+            raise ConfigError(f"{label}: gpu {gpu!r}: expected the keys {', '.join(names)}, got {found}")
+        values, src = {}, {}
+        for key in names:
+            item = entry[key]
+            if not isinstance(item, dict) or set(item) != {"value", "source"} \
+                    or not isinstance(item["source"], str) or not item["source"]:
+                raise ConfigError(f"{label}: entry '{gpu}.{key}': expected {{\"value\": ..., "
+                                  f"\"source\": \"...\"}}, got {item!r}")
+            values[key], src[key] = item["value"], item["source"]
+        try:
+            gpus[gpu] = EnergyCoefficients(gpu=gpu, **values)
+        except ValueError as e:
+            raise ConfigError(f"{label}: {e}") from None
+        sources[gpu] = src
+    return EnergyTable(gpus, sources, raw["about"])
+
+
+def load_energy(path=None) -> EnergyTable:
+    """The shipped table (``path=None``) or another copy of the file; a missing or malformed
+    file, or a bad coefficient, raises :class:`ConfigError` naming the file and the entry."""
+    raw, label = read_data_json(ENERGY_FILE, path)
+    return _parse(raw, label)
+
+
+def energy_of(gpu: str, path=None) -> EnergyCoefficients | None:
+    """The coefficients of ``gpu``, or None when the table has none for it."""
+    return load_energy(path).gpus.get(gpu)
+
+
+#: one timed piece of GPU work: when it ended, how long it took, what it moved and computed
+#: (per GPU)
+WORK_FIELDS = ("end_s", "time_s", "hbm_bytes", "l2_bytes", "flops", "link_bytes")
+
+
+@dataclass
+class EnergyLedger:
+    """A run's energy per GPU of its tensor-parallel group, by component (joules), and each
+    timed piece of work (:data:`WORK_FIELDS`: decode steps, colocated prefill batches), from
+    which a window's energy or the peak power follow."""
+
+    coeffs: EnergyCoefficients
+    weight_dtype: str
+    joules: dict = None
+    records: list = None
+
+    def __post_init__(self):
+        self.joules = dict.fromkeys(COMPONENTS, 0.0)
+        self.records = []
+
+    def dynamic_j(self, hbm_bytes: float, l2_bytes: float, flops: float, link_bytes: float) -> dict:
+        c = self.coeffs
+        return {"hbm": hbm_bytes * c.hbm_pj_per_byte * 1e-12, "l2": l2_bytes * c.l2_pj_per_byte * 1e-12,
+                "sm": flops * c.flop_pj(self.weight_dtype) * 1e-12,
+                "links": link_bytes * c.link_pj_per_byte * 1e-12}
+
+    def work(self, hbm_bytes: float, l2_bytes: float, flops: float, link_bytes: float,
+             time_s: float | None = None, end_s: float | None = None, pool: bool = False) -> None:
+        """Add one piece of GPU work; a timed one (``time_s``, ``end_s``: a decode step, a
+        colocated prefill batch) is kept in :attr:`records`; ``pool``: a disaggregated prefill
+        pool's work (its own component, not the decode GPUs' power)."""
+        for k, j in self.dynamic_j(hbm_bytes, l2_bytes, flops, link_bytes).items():
+            self.joules["pool" if pool else k] += j
+        if time_s is not None:
+            self.records.append((end_s, time_s, hbm_bytes, l2_bytes, flops, link_bytes))
+
+    def peak_w(self) -> float:
+        """The highest power of any timed piece of work of the decode GPUs (static included)."""
+        best = float("nan")
+        for _, t, *work in self.records:
+            if t > 0:
+                w = (sum(self.dynamic_j(*work).values()) + self.coeffs.static_w * t) / t
+                best = w if not best >= w else best
+        return best
+
+    def close(self, duration_s: float) -> None:
+        """The run lasted ``duration_s``: static and host power over all of it."""
+        self.joules["static"] = self.coeffs.static_w * duration_s
+        self.joules["host"] = self.coeffs.host_w * duration_s
+
+    def floor_j(self, hbm_bytes: float, duration_s: float) -> float:
+        """No run uses less: static power over its duration plus its HBM bytes."""
+        return self.coeffs.static_w * duration_s + hbm_bytes * self.coeffs.hbm_pj_per_byte * 1e-12

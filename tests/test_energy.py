@@ -1,0 +1,164 @@
+"""The energy model (sim/fast/energy.py, sim/fast/energy.json): every coefficient has a source,
+bad coefficients are one error line, a run's energy respects its physics floor and the board
+power, and the docs quote the shipped values."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tricut.models.config import load_gpu, load_model
+from tricut.sim.cli.testing import assert_one_line_error, run_cli
+from tricut.sim.fast import energy as E
+from tricut.sim.fast.setup import ServingSetup
+from tricut.sim.fast.stacks import get_stack
+from tricut.sim.fast.timing import PhysicsViolation
+from tricut.sim.fast.workload import synthetic
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "sim" / "fast" / "energy.json"
+KEYS = ("energy_j_per_token", "tokens_per_joule", "power_w_mean", "power_w_peak", "tokens_per_s_per_mw",
+        "power_capped", "power_cap_clock", "energy_split")
+
+
+def _run(energy_file=None, gpu="h100-sxm5", n=40, rate=20.0):
+    setup = ServingSetup(load_model("llama-3-8b"), load_gpu(gpu), stack=get_stack("vllm-v0"),
+                         energy_file=energy_file)
+    return setup.run(synthetic(n, rate, prompt=512, output=32, seed=3), ())
+
+
+def _table_with(tmp_path, gpu="h100-sxm5", **values):
+    raw = json.loads(SHIPPED.read_text())
+    for k, v in values.items():
+        raw["gpus"][gpu][k]["value"] = v
+    path = tmp_path / "energy.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_every_coefficient_has_a_source_and_fits_come_from_the_script():
+    table = E.load_energy()
+    assert set(table.gpus) == {"h100-sxm5", "h200"}
+    for gpu, src in table.sources.items():
+        for field, text in src.items():
+            assert text and len(text) > 10, (gpu, field)
+            if text.startswith("fit:"):
+                assert text.startswith("fit: .venv/bin/python benchmarks/energy.py --write"), (gpu, field)
+    fitted = {f for f, s in table.sources["h100-sxm5"].items() if s.startswith("fit:")}
+    assert fitted == {"static_w", "sm_pj_per_flop"}
+    h100, h200 = table.gpus["h100-sxm5"], table.gpus["h200"]
+    assert (h200.static_w, h200.sm_pj_per_flop) == (h100.static_w, h100.sm_pj_per_flop)
+
+
+def test_the_ledger_adds_bytes_and_flops_at_their_coefficients():
+    c = E.load_energy().gpus["h100-sxm5"]
+    led = E.EnergyLedger(c, "bf16")
+    led.work(1e9, 2e9, 3e12, 4e6, 0.01, 0.01)
+    j = led.joules
+    assert j["hbm"] == pytest.approx(1e9 * c.hbm_pj_per_byte * 1e-12)
+    assert j["l2"] == pytest.approx(2e9 * c.l2_pj_per_byte * 1e-12)
+    assert j["sm"] == pytest.approx(3e12 * c.sm_pj_per_flop * 1e-12)
+    assert j["links"] == pytest.approx(4e6 * c.link_pj_per_byte * 1e-12)
+    assert led.peak_w() == pytest.approx((sum(j.values()) + c.static_w * 0.01) / 0.01)
+    fp8 = E.EnergyLedger(c, "fp8")
+    fp8.work(0, 0, 3e12, 0)
+    assert fp8.joules["sm"] == pytest.approx(j["sm"] * c.fp8_flop_ratio)
+    led.close(2.0)
+    assert led.joules["static"] == c.static_w * 2.0 and led.joules["host"] == c.host_w * 2.0
+
+
+def test_a_run_reports_energy_and_respects_its_floor():
+    r = _run()
+    s = r.summary
+    c = E.load_energy().gpus["h100-sxm5"]
+    led = r.energy
+    gpu_j = sum(led.joules[k] for k in E.GPU_COMPONENTS)
+    assert led.joules["pool"] == 0.0                  # colocated: the prefill is the GPU's own
+    assert s["energy_j_per_token"] == pytest.approx(gpu_j / s["output_tokens"])
+    assert s["tokens_per_joule"] == pytest.approx(1 / s["energy_j_per_token"])
+    assert s["power_w_mean"] == pytest.approx(gpu_j / s["duration_s"])
+    # the mean under the board power; a compute-bound prefill batch may peak above it (a real
+    # GPU would clock down for it: docs/energy.md)
+    assert c.static_w < s["power_w_mean"] <= s["power_w_peak"] and s["power_w_mean"] < c.board_w
+    assert s["power_capped"] is False and s["power_cap_clock"] == 1.0
+    assert sum(s["energy_split"].values()) == pytest.approx(1.0) and set(s["energy_split"]) == set(E.COMPONENTS)
+    # the floor: static power over the run plus every HBM byte (decode and prefill)
+    hbm_j = led.joules["hbm"]
+    assert gpu_j >= c.static_w * s["duration_s"] + hbm_j
+    assert r.summary["tokens_per_s_per_mw"] == pytest.approx(s["tokens_per_s"] / s["power_w_mean"] * 1e6)
+
+
+def test_the_floor_check_catches_a_run_that_loses_its_hbm_energy(monkeypatch):
+    real = E.EnergyLedger.dynamic_j
+
+    def no_hbm(self, hbm, l2, flops, link):
+        return {**real(self, hbm, l2, flops, link), "hbm": 0.0}
+    monkeypatch.setattr(E.EnergyLedger, "dynamic_j", no_hbm)
+    with pytest.raises(PhysicsViolation, match="below its floor"):
+        _run()
+
+
+def test_a_run_above_the_board_power_is_reported_power_capped(tmp_path):
+    c = E.load_energy().gpus["h100-sxm5"]
+    low = _table_with(tmp_path, board_w=c.static_w + 20.0)
+    s = _run(str(low)).summary
+    assert s["power_capped"] is True and 0 < s["power_cap_clock"] < 1
+    # the clock that fits: static + share × dynamic = board
+    dyn = s["power_w_mean"] - c.static_w
+    assert c.static_w + s["power_cap_clock"] * dyn == pytest.approx(c.static_w + 20.0)
+
+
+def test_a_gpu_without_coefficients_reports_no_energy():
+    s = _run(gpu="edge", n=8).summary
+    assert all(s[k] is None for k in KEYS)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"hbm_pj_per_byte": -3}, "hbm_pj_per_byte must be a finite number >= 0, got -3"),
+    ({"static_w": "lots"}, "static_w must be a finite number >= 0, got 'lots'"),
+    ({"static_w": 800.0}, "static_w 800.0 must be below board_w 700.0"),
+    ({"fp8_flop_ratio": 1.5}, "fp8_flop_ratio must be in (0, 1], got 1.5"),
+])
+def test_bad_coefficients_are_one_error_line(tmp_path, capsys, change, needle):
+    path = _table_with(tmp_path, **change)
+    code, cap = run_cli(["simulate", "--synthetic", "4", "--energy", str(path), "--no-progress"], capsys)
+    assert_one_line_error(code, cap, needle)
+
+
+@pytest.mark.parametrize("text,needle", [
+    (None, "file not found"),
+    ("{", "not valid JSON"),
+    ('{"about": "x", "gpus": {"h100-sxm5": {"board_w": {"value": 700, "source": "s"}}}}', "expected the keys"),
+])
+def test_bad_coefficient_files_are_one_error_line(tmp_path, capsys, text, needle):
+    path = tmp_path / "e.json"
+    if text is not None:
+        path.write_text(text)
+    code, cap = run_cli(["simulate", "--synthetic", "4", "--energy", str(path), "--no-progress"], capsys)
+    assert_one_line_error(code, cap, needle)
+
+
+def test_energy_flag_is_refused_for_sessions(capsys):
+    code, cap = run_cli(["simulate", "--agentic", "sessions=2", "--energy", str(SHIPPED), "--no-progress"], capsys)
+    assert code == 2 and "--energy" in cap.err and "sessions" in cap.err
+
+
+def test_docs_quote_the_shipped_coefficients():
+    doc = (ROOT / "docs" / "energy.md").read_text()
+    table = E.load_energy()
+    for gpu, c in table.gpus.items():
+        for f in c.__dataclass_fields__:
+            if f != "gpu":
+                row = f"| {gpu} | `{f}` | {getattr(c, f):.4g} | {table.sources[gpu][f]} |"
+                assert row in doc, row
+
+
+def test_a_disaggregated_pool_counts_in_joules_per_token_not_in_the_gpus_power():
+    setup = ServingSetup(load_model("llama-3-8b"), load_gpu("h100-sxm5"), stack=get_stack("vllm-v0"),
+                         prefill="disaggregated")
+    r = setup.run(synthetic(40, 20.0, prompt=4096, output=16, seed=3), ())
+    s, led = r.summary, r.energy
+    gpu_j = sum(led.joules[k] for k in E.GPU_COMPONENTS)
+    assert led.joules["pool"] > 0
+    assert s["power_w_mean"] == pytest.approx(gpu_j / s["duration_s"]) and s["power_w_mean"] <= s["power_w_peak"]
+    assert s["energy_j_per_token"] == pytest.approx((gpu_j + led.joules["pool"]) / s["output_tokens"])
