@@ -37,7 +37,7 @@ demo: $(STAMP)
 	$(VENV)/bin/tricut sweep sweeps/smoke.toml --db .build/demo/smoke.duckdb --resume --workers 2
 	$(VENV)/bin/tricut sweep plot --db .build/demo/smoke.duckdb -o $(DEMO)
 	@echo
-	@echo "tables and plots: $(DEMO)/ (roofline.txt, compare.txt, latency_cdf.png, hbm_bandwidth.png,"
+	@echo "tables and plots: $(DEMO)/ (roofline.txt, compare.txt, latency_cdf.png, hbm_bandwidth.png, energy_split.png,"
 	@echo "the sweep's Pareto plot and heat map); what the columns mean: docs/metrics.md;"
 	@echo "the same ablation with prefill on the decode GPUs (--prefill colocated) overloads the group."
 

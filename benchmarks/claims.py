@@ -18,6 +18,7 @@ import numpy as np
 from tricut.models.config import KV_DTYPES, load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
+from tricut.sim.fast.energy import EnergyLedger, load_energy
 from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.stacks import DEFAULT_STACK, PREFILL_MODES, get_stack, stack_names
 from tricut.sim.fast.timing import StepModel
@@ -142,6 +143,41 @@ row("DSU degraded to CPU scheduling: latency +40 %, no interruption",
     f"{STACK.host_per_request_s * 1e6:.1f} µs per request) + the hand-over check returns to every step",
     "**no interruption: confirmed**; +40 % only if host scheduling costs ~40 % of a step "
     f"(here {100 * (bad['tpot_p50_s'] / ok['tpot_p50_s'] - 1):.0f} %)")
+
+# 9. Energy (docs/energy.md): more tokens per megawatt from NVFP4 KV, and from each cut.
+COEFFS = load_energy().gpus["h100-sxm5"]
+
+
+def tokens_per_joule(kv_dtype, cuts, batch, ctx, model=L70B, tp=8):
+    """One decode step at ``batch`` × ``ctx``: output tokens per joule of the group's GPUs
+    (static power over the step, its HBM and L2 bytes, FLOPs and NVLink bytes)."""
+    sm = StepModel(model, H100, kv_dtype, tp, frozenset(cuts), stack=NO_JITTER)
+    st = sm.step_time([ctx + 1] * batch, [1] * batch, RNG)
+    led = EnergyLedger(COEFFS, model.weight_dtype)
+    dyn = sum(led.dynamic_j(st.hbm_read_bytes + st.hbm_write_bytes, st.l2_reuse_bytes, st.flops,
+                            st.link_bytes).values())
+    return batch / (tp * (COEFFS.static_w * st.time_s + dyn))
+
+
+kv_tpj = {d: tokens_per_joule(d, (), 64, 32768) for d in ("bf16", "fp8", "nvfp4")}
+row("NVFP4 frees HBM for more context and batch, and so more throughput per megawatt (`003_*`)",
+    f"Llama-3-70B TP8, batch 64 × 32K, decode step, no cuts: {kv_tpj['bf16'] * 1e6:,.0f} / {kv_tpj['fp8'] * 1e6:,.0f} / "
+    f"{kv_tpj['nvfp4'] * 1e6:,.0f} tokens per MJ with bf16 / fp8 / NVFP4 KV: NVFP4 "
+    f"{kv_tpj['nvfp4'] / kv_tpj['fp8']:.2f}× fp8, {kv_tpj['nvfp4'] / kv_tpj['bf16']:.2f}× bf16",
+    f"the step's KV bytes shrink 8 → 4.5 bits per element (HBM {COEFFS.hbm_pj_per_byte:.0f} pJ/B, docs/energy.md) "
+    "and the step is shorter (less static energy); weights and FLOPs do not change",
+    "**direction confirmed**, at long context; the 30× per megawatt of Rubin over GB300 is a different "
+    "GPU generation and is not expressible here")
+cut_tpj = {label: tokens_per_joule("bf16", cuts, 64, 32768) for label, cuts in
+           (("baseline", ()), ("te", ("te",)), ("cdu", ("cdu",)), ("dsu", ("dsu",)),
+            ("te+cdu+dsu", ("te", "cdu", "dsu")))}
+row("Each cut's tokens per joule against the baseline (the issue's per-megawatt framing)",
+    "Llama-3-70B TP8, batch 64 × 32K, decode step: " + ", ".join(
+        f"{k} {v / cut_tpj['baseline']:.2f}×" for k, v in cut_tpj.items() if k != "baseline"),
+    "a cut saves energy only by shortening a busy step (less static energy) or by moving fewer bytes; "
+    "the units' own logic is not in the energy model yet (docs/energy.md)",
+    "**the TE saves energy** where it shortens the step; the CDU and DSU barely move it at this point; "
+    "at a light load (the Mooncake sample, docs/energy.md) no cut moves it")
 
 print("| claim | our figure | physical bound / reasoning | verdict |")
 print("|---|---|---|---|")

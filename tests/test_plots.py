@@ -371,3 +371,35 @@ def test_a_single_point_sweep_still_plots(tmp_path):
         assert all(_inside(t.get_window_extent(r), ax.get_window_extent(r)) for t in ax.texts)
     finally:
         _close(figs)
+
+
+def test_the_energy_figure_stacks_each_runs_components_and_keeps_its_legend_below():
+    from tricut.models.config import load_gpu, load_model
+    from tricut.sim.fast.energy import COMPONENTS
+    from tricut.sim.fast.setup import ServingSetup
+    from tricut.sim.fast.workload import synthetic
+    setup = ServingSetup(load_model("llama-3-8b"), load_gpu("h100-sxm5"))
+    reqs = synthetic(8, 50.0, prompt=256, output=8, seed=2)
+    results = {"baseline": setup.run(reqs, ()), "dsu": setup.run(reqs, ("dsu",))}
+    fig = plots.energy_figure(results)
+    try:
+        ax = fig.axes[0]
+        bars = [p for p in ax.patches]
+        assert len(bars) == len(results) * len(COMPONENTS)
+        tops = {}
+        for p in bars:
+            x = round(p.get_x() + p.get_width() / 2)
+            tops[x] = max(tops.get(x, 0.0), p.get_y() + p.get_height())
+        for x, label in enumerate(results):
+            assert tops[x] == pytest.approx(results[label].summary["energy_j_per_token"])
+        assert "(J)" in ax.get_ylabel() and ax.get_ylim()[0] == 0
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        legend = ax.get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == list(COMPONENTS)
+        assert legend.get_window_extent(r).y1 <= ax.get_window_extent(r).y0
+        assert _inside(legend.get_window_extent(r), fig.bbox)
+    finally:
+        _close({"e": fig})
+    # a GPU without energy coefficients: no figure, and compare writes only the run figures
+    assert plots.energy_figure({"x": SimpleNamespace(energy=None, summary={})}) is None

@@ -18,10 +18,13 @@ from .errors import InputError
 
 __all__ = ["plot_run", "plot_agentic", "plot_sweep", "run_figures", "agentic_figures",
            "check_out_dir", "prepare_out_dir", "remove_created",
-           "RUN_FIGURES", "BENCH_FIGURES", "AGENTIC_FIGURES"]
+           "RUN_FIGURES", "ENERGY_FIGURE", "BENCH_FIGURES", "AGENTIC_FIGURES", "energy_figure"]
 
 #: the files :func:`plot_run` writes, and bench's figure
 RUN_FIGURES = ("latency_cdf.png", "hbm_bandwidth.png")
+#: and, when the GPU has energy coefficients (docs/energy.md), the energy per output token by
+#: component, a stacked bar per run
+ENERGY_FIGURE = "energy_split.png"
 BENCH_FIGURES = ("throughput_vs_concurrency.png",)
 AGENTIC_FIGURES = ("turn_ttft_cdf.png", "kv_occupancy.png")
 
@@ -150,9 +153,51 @@ def run_figures(results: dict) -> dict:
     return figs
 
 
+def energy_per_token(r) -> dict | None:
+    """A run's J per output token by component (docs/energy.md), or None without energy."""
+    from ...sim.fast.energy import COMPONENTS, GPU_COMPONENTS
+    led, total = getattr(r, "energy", None), r.summary.get("energy_j_per_token") if hasattr(r, "summary") else None
+    if led is None or total is None:
+        return None
+    counted = sum(led.joules[k] for k in GPU_COMPONENTS) + led.joules["pool"]
+    per = total / counted if counted else 0.0          # the group's GPUs over its output tokens
+    return {k: led.joules[k] * per for k in COMPONENTS}
+
+
+def energy_figure(results: dict):
+    """The energy per output token of each run, stacked by component; None when no run has
+    energy (a GPU without coefficients)."""
+    from ...sim.fast.energy import COMPONENTS
+    rows = {label: e for label, r in results.items() if (e := energy_per_token(r)) is not None}
+    if not rows:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(10, 5.2), dpi=DPI, layout="constrained")
+    labels = list(rows)
+    bottom = np.zeros(len(labels))
+    hatches = ("", "//", "..", "xx", "\\\\", "++", "oo")
+    for i, k in enumerate(COMPONENTS):
+        values = np.array([rows[lab][k] for lab in labels])
+        ax.bar(labels, values, bottom=bottom, label=k, color=f"C{i}", hatch=hatches[i], edgecolor="black", lw=0.5)
+        bottom += values
+    for x, top in enumerate(bottom):
+        ax.annotate(f"{top:.3g} J", (x, top), ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel="energy per output token (J), from 0", xlabel="run (cuts)",
+           title="Energy per output token by component (static, HBM, L2, SM, links, host, prefill pool)")
+    ax.set_ylim(bottom=0, top=1.12 * max(bottom.max(), 1e-12))
+    ax.grid(alpha=0.3, axis="y")
+    legend_below(ax, {}, len(COMPONENTS), ncol=len(COMPONENTS))
+    return fig
+
+
 def plot_run(results: dict, out_dir: Path) -> list[Path]:
-    """``results``: label -> SimResult. Writes :data:`RUN_FIGURES` (:func:`run_figures`)."""
-    return save_figures(run_figures(results), out_dir)
+    """``results``: label -> SimResult. Writes :data:`RUN_FIGURES` (:func:`run_figures`) and,
+    when the runs have energy, :data:`ENERGY_FIGURE` (:func:`energy_figure`)."""
+    figs = run_figures(results)
+    energy = energy_figure(results)
+    if energy is not None:
+        figs[ENERGY_FIGURE] = energy
+    return save_figures(figs, out_dir)
 
 
 def agentic_figures(results: dict) -> dict:

@@ -26,7 +26,7 @@ from ..fast.timing import CUTS
 from ..fast.workload import TRACE_FORMATS, synthetic
 from ..options import given_on_command_line
 from .errors import InputError, argparse_type, one_line_argparse
-from .plots import BENCH_FIGURES, RUN_FIGURES, prepare_out_dir, remove_created
+from .plots import BENCH_FIGURES, ENERGY_FIGURE, RUN_FIGURES, prepare_out_dir, remove_created
 
 __all__ = ["add_commands", "simulate_parser", "prepared_run", "run_options", "workload_of", "setup_of",
            "session_mode", "UNIT_FIELDS"]
@@ -451,7 +451,7 @@ def cmd_simulate(args) -> int:
     if prepared.sessions is not None:
         return _report_sessions(args, prepared)
     label = cuts_label(options.cuts)
-    with _plot_dir(args.plot, RUN_FIGURES):
+    with _plot_dir(args.plot, RUN_FIGURES + (ENERGY_FIGURE,)):
         results = prepared.run(progress=_progress(not args.no_progress, label))
         _emit(args, {k: r.summary for k, r in results.items()})
         _failure_notes(results)
@@ -487,7 +487,7 @@ def cmd_compare(args) -> int:
     runs = _ablation(load_gpu(args.gpu))
     setup, reqs = _prepare(args, [cuts for _, cuts in runs])
     _notes(run_options(args))
-    with _plot_dir(args.plot, RUN_FIGURES):
+    with _plot_dir(args.plot, RUN_FIGURES + (ENERGY_FIGURE,)):
         results = {label: _run(args, setup, reqs, cuts, label) for label, cuts in runs}
         _emit(args, {k: v.summary for k, v in results.items()})
         if not (args.json or args.csv):
