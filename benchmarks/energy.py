@@ -197,7 +197,8 @@ def report(cs, ws, coeffs, table, calibration) -> str:
              "accounts for) and is fitted; the decode units' own logic (TE engines, CDU, DSU "
              "cores) is not in it yet, only the HBM and L2 traffic they cause; a disaggregated "
              "prefill pool counts its bytes and FLOPs, not its GPUs' static power (the pool's "
-             "size is not modelled); agentic session runs report no energy yet.", "",
+             "size is not modelled); in session runs the KV moves to the tiers beyond HBM count their "
+             "HBM bytes, not the PCIe or C2C link's energy.", "",
              "## Against measurement (ML.ENERGY, vLLM 0.11.1, H100)", "",
              "Each row as the benchmark ran it (see this script's docstring): 1,024 requests at "
              f"once, `max_num_seqs` = bs, stack `{STACK}`, prompts lognormal with mean "
@@ -245,7 +246,7 @@ def report(cs, ws, coeffs, table, calibration) -> str:
               f"(`{SAMPLE}`) with prefill on its own pool, as `make demo` runs it "
               "(`tricut compare --model llama-3-70b --gpu GPU --tp 8 --trace ... --prefill disaggregated`); "
               "output tokens per joule of the decode GPUs (the pool's bytes and FLOPs included, not its "
-              "static power). The agentic workload reports no energy yet (docs: 'What is first-order').", "",
+              "static power).", "",
               "| GPU | " + " | ".join(label for label, _ in CUT_SETS) + " |",
               "|---|" + "---|" * len(CUT_SETS)]
     spread = []

@@ -138,9 +138,14 @@ def test_bad_coefficient_files_are_one_error_line(tmp_path, capsys, text, needle
     assert_one_line_error(code, cap, needle)
 
 
-def test_energy_flag_is_refused_for_sessions(capsys):
-    code, cap = run_cli(["simulate", "--agentic", "sessions=2", "--energy", str(SHIPPED), "--no-progress"], capsys)
-    assert code == 2 and "--energy" in cap.err and "sessions" in cap.err
+def test_session_runs_report_energy_and_check_the_flag(tmp_path, capsys):
+    code, cap = run_cli(["simulate", "--agentic", "sessions=2", "--no-progress", "--json"], capsys)
+    assert code == 0, cap.err
+    s = json.loads(cap.out)
+    assert s["energy_j_per_token"] > 0 and s["power_w_mean"] > E.load_energy().gpus["h100-sxm5"].static_w
+    bad = _table_with(tmp_path, static_w=-1)
+    code, cap = run_cli(["simulate", "--agentic", "sessions=2", "--energy", str(bad), "--no-progress"], capsys)
+    assert_one_line_error(code, cap, "static_w must be a finite number >= 0, got -1")
 
 
 def test_docs_quote_the_shipped_coefficients():

@@ -137,7 +137,7 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--energy", type=_type("energy"), metavar="FILE",
                    help="energy coefficients in sim/fast/energy.json's format (per GPU: board and static "
                         "power, pJ per HBM and L2 byte, per FLOP, per NVLink byte, host power; each with its "
-                        "source) instead of the shipped ones; not for sessions (docs/energy.md)")
+                        "source) instead of the shipped ones (docs/energy.md)")
     p.add_argument("--admission", choices=ADMISSION, default="on",
                    help="on: a request is prefilled only when a decode slot and its KV budget (prompt + "
                         "output tokens) are free, else it waits before its prefill (in its TTFT), as vLLM's "

@@ -139,7 +139,7 @@ class _SessionRun(_Run):
     and a new one are timed alike."""
 
     def __init__(self, sessions, step_model: StepModel, dsu: DsuParams, opts: AgenticOptions, seed, mode,
-                 progress=None):
+                 progress=None, energy_file=None):
         if mode == "chunked":
             raise ValueError("sessions run with prefill disaggregated or colocated, not chunked")
         self.opts = opts
@@ -172,9 +172,11 @@ class _SessionRun(_Run):
         self.prefill_tokens = 0            # prompt tokens prefilled
         self.prefill_saved = 0             # prompt tokens not prefilled: cached prefix blocks, kept context
         self.flops_saved = 0.0             # prefill FLOPs those tokens would have cost (the TP group)
+        self.last_parts: dict[int, tuple[int, int]] = {}   # id -> (tokens, context) of its last prefill
         self.occupancy = []
         first = [self._request(self._new_turn(s, 0)) for s in self.sessions]
-        super().__init__(first, step_model, dsu, seed, mode, None, 0.0, None, {}, progress)
+        super().__init__(first, step_model, dsu, seed, mode, None, 0.0, None, {}, progress,
+                         energy_file=energy_file)
         self.turn_count = sum(len(s.turns) for s in self.sessions)
 
     # -- turns -------------------------------------------------------------------------------------
@@ -273,6 +275,7 @@ class _SessionRun(_Run):
                 self.prefix_bytes_fetched += fetch
                 self.move_bytes += out + fetch
         n, c = r.prompt_tokens - cached, self._context(t) + cached
+        self.last_parts[rid] = (n, c)
         self.prefill_tokens += n
         self.prefill_saved += c
         self.flops_saved += self._flops_of(c)
@@ -287,6 +290,10 @@ class _SessionRun(_Run):
     def _pool_prefill_s(self, r: Request) -> float:
         n, context, wait = self._prefill_parts(r.id)
         return wait + self.sm.prefill_time(n, context)
+
+    def _prefill_parts_of(self, rids) -> tuple[list[int], list[int]]:
+        """Each turn's new tokens and the context they extend (for the prefill's energy)."""
+        return [self.last_parts[r][0] for r in rids], [self.last_parts[r][1] for r in rids]
 
     def _batch_prefill_s(self, rids) -> float:
         parts = [self._prefill_parts(rid) for rid in rids]
@@ -514,7 +521,8 @@ class _SessionRun(_Run):
 
 
 def simulate_sessions(sessions, step_model: StepModel, dsu: DsuParams, options: AgenticOptions, seed: int = 0,
-                      prefill: str | None = None, progress=None, ttft_slo_s=None, tpot_slo_s=None) -> AgenticResult:
+                      prefill: str | None = None, progress=None, ttft_slo_s=None, tpot_slo_s=None,
+                      energy_file=None) -> AgenticResult:
     """Run the sessions to completion under one park policy (module docstring)."""
     if not sessions:
         raise ValueError("no sessions to simulate")
@@ -523,7 +531,8 @@ def simulate_sessions(sessions, step_model: StepModel, dsu: DsuParams, options: 
                          f"(the DSU's is {dsu.kv_capacity_tokens:,} tokens)")
     params = replace(dsu, park_policy=options.park_policy,
                      kv_capacity_tokens=dsu.kv_capacity_tokens - options.prefix_cache_tokens)
-    run = _SessionRun(sessions, step_model, params, options, seed, prefill or step_model.stack.prefill, progress)
+    run = _SessionRun(sessions, step_model, params, options, seed, prefill or step_model.stack.prefill, progress,
+                      energy_file)
     run.loop()
     run._check_ledger(full=True)
     return _result(run, ttft_slo_s, tpot_slo_s)

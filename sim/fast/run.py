@@ -333,7 +333,6 @@ APPLIES = {
                                         lambda o: "dsu" in o.cuts)),
     "concurrency": (_NO_SESSIONS,),
     "admission": (_NO_SESSIONS,),
-    "energy": (_NO_SESSIONS,),
     "client_jitter": (Needs("needs --concurrency: it is when the closed-loop clients send their first requests",
                             lambda o: o.concurrency is not None),),
     "think_time": (Needs("needs --concurrency: it is a closed-loop client's pause between its requests",
@@ -428,6 +427,8 @@ def _agentic_options(options: RunOptions, policy):
 def prepare_sessions(options: RunOptions, policies):
     """Every check of a session run before it runs: ``(setup, sessions, {policy: options})``."""
     setup = setup_of(options)
+    if options.energy is not None:
+        load_energy(options.energy)         # a bad coefficients file: one ConfigError, before the run
     sessions = _sessions_of(options, setup.model)
     agentic = {p: _agentic_options(options, p) for p in policies}
     setup.step_model(options.cuts)
@@ -440,7 +441,8 @@ def session_results(options: RunOptions, setup, sessions, agentic) -> dict:
     from .agentic import simulate_sessions
     sm, dsu = setup.step_model(options.cuts), setup.dsu_params()
     return {p: simulate_sessions(sessions, sm, dsu, o, seed=options.seed, prefill=options.prefill,
-                                 ttft_slo_s=options.ttft_slo, tpot_slo_s=options.tpot_slo)
+                                 ttft_slo_s=options.ttft_slo, tpot_slo_s=options.tpot_slo,
+                                 energy_file=None if options.energy is None else str(options.energy))
             for p, o in agentic.items()}
 
 

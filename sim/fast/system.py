@@ -189,8 +189,9 @@ class _Run:
         self.arrival[r.id] = at
         if self.mode == "disaggregated" and not self.admission:
             # the prefill pool is uncontended: the first token's time is known at once
+            first = at + self._pool_prefill_s(r)
             self._prefill_energy([r.id])
-            self._first_token(r.id, at + self._pool_prefill_s(r))
+            self._first_token(r.id, first)
         else:
             heapq.heappush(self.arrivals, (at, len(self.arrival), r.id))
 
@@ -259,8 +260,9 @@ class _Run:
                 max(self.arrival[rid], self.freed_at)
             self.gated_s[rid] = start - self.arrival[rid]
             if self.mode == "disaggregated":
+                first = start + self._pool_prefill_s(r)
                 self._prefill_energy([rid])
-                self._first_token(rid, start + self._pool_prefill_s(r))
+                self._first_token(rid, first)
             else:
                 self.waiting.append([rid, 0])
         if self.gate:
@@ -440,7 +442,8 @@ class _Run:
         return st
 
     def _prefill_parts_of(self, rids) -> tuple[list[int], list[int]]:
-        """The prompt tokens each of ``rids`` prefills and the context they extend."""
+        """The prompt tokens each of ``rids`` prefills and the context they extend (asked after
+        the prefill's time)."""
         return [self.by_id[i].prompt_tokens for i in rids], [0] * len(rids)
 
     def _prefill_energy(self, rids, time_s: float | None = None) -> None:
