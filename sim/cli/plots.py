@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plotting import DPI, labels_inside, legend_below, likeness, pyplot, save_figures, save_png, series_style
+from ..plotting import DPI, legend_below, likeness, pyplot, save_figures, save_png, series_style
 from .errors import InputError
 
 __all__ = ["plot_run", "plot_agentic", "plot_sweep", "run_figures", "agentic_figures",

@@ -69,7 +69,7 @@ from tricut.models.dsu import PARK_POLICIES, DsuModel, DsuParams, RequestSpec
 from tricut.models.tiers import HBM
 
 from .kv_tiers import LinkQueue, PrefixCache, TierLedger, transfer_time_s
-from .metrics import RequestTimes, percentile, summarise
+from .metrics import percentile
 from .sessions import Session
 from .system import SimResult, _Run
 from .timing import StepModel
