@@ -530,7 +530,8 @@ def test_3_plots_are_written_atomically(tmp_path, capsys):
     out_dir = tmp_path / "new" / "nested"
     assert _cli(["simulate", "--synthetic", "4", "--no-progress", "--plot", str(out_dir)]) == 0
     capsys.readouterr()
-    assert sorted(p.name for p in out_dir.iterdir()) == ["hbm_bandwidth.png", "latency_cdf.png"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["energy_split.png", "hbm_bandwidth.png",
+                                                          "latency_cdf.png"]
     assert (out_dir / "latency_cdf.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from tricut.models.config import ConfigError
 
-from .datafile import read_data_json
+from .datafile import parse_sourced_table, read_data_json
 
 __all__ = ["ENERGY_FILE", "COMPONENTS", "GPU_COMPONENTS", "EnergyCoefficients", "EnergyTable", "EnergyLedger",
            "load_energy", "energy_of"]
@@ -82,28 +81,9 @@ class EnergyTable:
 
 
 def _parse(raw, label: str) -> EnergyTable:
-    if not isinstance(raw, dict) or set(raw) != {"about", "gpus"} or not isinstance(raw["gpus"], dict) \
-            or not raw["gpus"]:
-        raise ConfigError(f"{label}: expected an object with 'about' and a non-empty 'gpus'")
     names = [f.name for f in fields(EnergyCoefficients) if f.name != "gpu"]
-    gpus, sources = {}, {}
-    for gpu, entry in raw["gpus"].items():
-        if not isinstance(entry, dict) or set(entry) != set(names):
-            found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise ConfigError(f"{label}: gpu {gpu!r}: expected the keys {', '.join(names)}, got {found}")
-        values, src = {}, {}
-        for key in names:
-            item = entry[key]
-            if not isinstance(item, dict) or set(item) != {"value", "source"} \
-                    or not isinstance(item["source"], str) or not item["source"]:
-                raise ConfigError(f"{label}: entry '{gpu}.{key}': expected {{\"value\": ..., "
-                                  f"\"source\": \"...\"}}, got {item!r}")
-            values[key], src[key] = item["value"], item["source"]
-        try:
-            gpus[gpu] = EnergyCoefficients(gpu=gpu, **values)
-        except ValueError as e:
-            raise ConfigError(f"{label}: {e}") from None
-        sources[gpu] = src
+    gpus, sources = parse_sourced_table(raw, label, "gpus", "gpu", names,
+                                        lambda gpu, values: EnergyCoefficients(gpu=gpu, **values))
     return EnergyTable(gpus, sources, raw["about"])
 
 

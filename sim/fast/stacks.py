@@ -18,9 +18,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from tricut.models.config import ConfigError
 
-from .datafile import read_data_json
+from .datafile import parse_sourced_table, read_data_json
 
 __all__ = ["PREFILL_MODES", "SCHEDULERS", "STACKS_FILE", "DEFAULT_STACK", "StackProfile", "StackTable",
            "load_stacks", "stack_names", "get_stack"]
@@ -153,28 +152,9 @@ class StackTable:
 
 
 def _parse(raw, label: str) -> StackTable:
-    if not isinstance(raw, dict) or set(raw) != {"about", "stacks"} or not isinstance(raw["stacks"], dict) \
-            or not raw["stacks"]:
-        raise ConfigError(f"{label}: expected an object with 'about' and a non-empty 'stacks'")
     names = [f.name for f in fields(StackProfile) if f.name != "name"]
-    profiles, sources = {}, {}
-    for name, entry in raw["stacks"].items():
-        if not isinstance(entry, dict) or set(entry) != set(names):
-            found = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
-            raise ConfigError(f"{label}: stack {name!r}: expected the keys {', '.join(names)}, got {found}")
-        values, src = {}, {}
-        for key in names:
-            item = entry[key]
-            if not isinstance(item, dict) or set(item) != {"value", "source"} \
-                    or not isinstance(item["source"], str) or not item["source"]:
-                raise ConfigError(f"{label}: entry '{name}.{key}': expected {{\"value\": ..., "
-                                  f"\"source\": \"...\"}}, got {item!r}")
-            values[key], src[key] = item["value"], item["source"]
-        try:
-            profiles[name] = StackProfile(name=name, **values)
-        except ValueError as e:
-            raise ConfigError(f"{label}: {e}") from None
-        sources[name] = src
+    profiles, sources = parse_sourced_table(raw, label, "stacks", "stack", names,
+                                            lambda name, values: StackProfile(name=name, **values))
     return StackTable(profiles, sources, raw["about"])
 
 
