@@ -402,4 +402,4 @@ def test_the_energy_figure_stacks_each_runs_components_and_keeps_its_legend_belo
     finally:
         _close({"e": fig})
     # a GPU without energy coefficients: no figure, and compare writes only the run figures
-    assert plots.energy_figure({"x": SimpleNamespace(energy=None, summary={})}) is None
+    assert plots.energy_figure({"x": SimpleNamespace(energy=None)}) is None

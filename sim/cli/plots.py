@@ -155,10 +155,11 @@ def run_figures(results: dict) -> dict:
 
 def energy_per_token(r) -> dict | None:
     """A run's J per output token by component (docs/energy.md), or None without energy."""
-    from ...sim.fast.energy import COMPONENTS, GPU_COMPONENTS
-    led, total = getattr(r, "energy", None), r.summary.get("energy_j_per_token") if hasattr(r, "summary") else None
-    if led is None or total is None:
+    from ..fast.energy import COMPONENTS, GPU_COMPONENTS
+    led = getattr(r, "energy", None)
+    if led is None:
         return None
+    total = r.summary["energy_j_per_token"]
     counted = sum(led.joules[k] for k in GPU_COMPONENTS) + led.joules["pool"]
     per = total / counted if counted else 0.0          # the group's GPUs over its output tokens
     return {k: led.joules[k] * per for k in COMPONENTS}
@@ -167,7 +168,7 @@ def energy_per_token(r) -> dict | None:
 def energy_figure(results: dict):
     """The energy per output token of each run, stacked by component; None when no run has
     energy (a GPU without coefficients)."""
-    from ...sim.fast.energy import COMPONENTS
+    from ..fast.energy import COMPONENTS
     rows = {label: e for label, r in results.items() if (e := energy_per_token(r)) is not None}
     if not rows:
         return None
