@@ -188,12 +188,16 @@ class _Run:
     def _send(self, r: Request, at: float) -> None:
         self.arrival[r.id] = at
         if self.mode == "disaggregated" and not self.admission:
-            # the prefill pool is uncontended: the first token's time is known at once
-            first = at + self._pool_prefill_s(r)
-            self._prefill_energy([r.id])
-            self._first_token(r.id, first)
+            self._prefill_on_pool(r, at)
         else:
             heapq.heappush(self.arrivals, (at, len(self.arrival), r.id))
+
+    def _prefill_on_pool(self, r: Request, start: float) -> None:
+        """Disaggregated: the pool prefills ``r`` from ``start``; it is uncontended, so the
+        first token's time is known at once."""
+        first = start + self._pool_prefill_s(r)
+        self._prefill_energy([r.id])
+        self._first_token(r.id, first)
 
     def _pool_prefill_s(self, r: Request) -> float:
         """Disaggregated: the prefill pool's time for request ``r``."""
@@ -251,7 +255,7 @@ class _Run:
         while self.gate and self._fits(self.gate[0][1]):
             order, rid = self.gate.popleft()
             r = self.by_id[rid]
-            if r.output_tokens > 1 and self._need(r) <= self.dsu.kv_capacity_tokens:
+            if self._reserves(r):
                 self.reserved[rid] = self._need(r)
                 self.reserved_kv += self.reserved[rid]
             # a request that found room is admitted at its arrival; one that waited, when the
@@ -260,9 +264,7 @@ class _Run:
                 max(self.arrival[rid], self.freed_at)
             self.gated_s[rid] = start - self.arrival[rid]
             if self.mode == "disaggregated":
-                first = start + self._pool_prefill_s(r)
-                self._prefill_energy([rid])
-                self._first_token(rid, first)
+                self._prefill_on_pool(r, start)
             else:
                 self.waiting.append([rid, 0])
         if self.gate:
@@ -274,16 +276,19 @@ class _Run:
         the tokens still to decode)."""
         return r.prompt_tokens + r.output_tokens
 
+    def _reserves(self, r: Request) -> bool:
+        """Whether ``r`` will take a DSU slot and KV: not a one-token request (done at its first
+        token), nor one too large for the KV budget (the DSU refuses it, "too large")."""
+        return r.output_tokens > 1 and self._need(r) <= self.dsu.kv_capacity_tokens
+
     def _fits(self, rid: int) -> bool:
         """Whether request ``rid`` could be admitted by the DSU now: a slot and its KV free
-        beside the requests already past admission. A one-token request needs no slot; one too
-        large for the KV budget is let through, the DSU refuses it ("too large")."""
+        beside the requests already past admission; one that takes neither is let through."""
         r = self.by_id[rid]
-        need = self._need(r)
-        if r.output_tokens == 1 or need > self.dsu.kv_capacity_tokens:
+        if not self._reserves(r):
             return True
         return (self.model.occupied_slots + len(self.reserved) < self.dsu.n_slots
-                and self.model.kv_used + self.reserved_kv + need <= self.dsu.kv_capacity_tokens)
+                and self.model.kv_used + self.reserved_kv + self._need(r) <= self.dsu.kv_capacity_tokens)
 
     def _release(self, rid: int) -> None:
         """Request ``rid`` holds no reservation any more (in a DSU slot, refused, or done)."""
@@ -512,7 +517,6 @@ class _Run:
                 "power_cap_clock": (min(1.0, (board - led.coeffs.static_w) / (mean_w - led.coeffs.static_w))
                                     if mean_w > led.coeffs.static_w else 1.0),
                 "energy_split": {k: (led.joules[k] / total if total else 0.0) for k in COMPONENTS}}
-
 
     def result(self, ttft_slo_s, tpot_slo_s) -> SimResult:
         model, busy = self.model, self.busy
