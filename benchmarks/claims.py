@@ -18,7 +18,7 @@ import numpy as np
 from tricut.models.config import KV_DTYPES, load_gpu, load_model
 from tricut.models.dsu import DsuParams
 from tricut.models.roofline import roofline
-from tricut.sim.fast.energy import EnergyLedger, load_energy
+from tricut.sim.fast.energy import EnergyLedger, GpuWork, load_energy
 from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.stacks import DEFAULT_STACK, PREFILL_MODES, get_stack, stack_names
 from tricut.sim.fast.timing import StepModel
@@ -150,13 +150,11 @@ COEFFS = load_energy().gpus["h100-sxm5"]
 
 def tokens_per_joule(kv_dtype, cuts, batch, ctx, model=L70B, tp=8):
     """One decode step at ``batch`` × ``ctx``: output tokens per joule of the group's GPUs
-    (static power over the step, its HBM and L2 bytes, FLOPs and NVLink bytes)."""
+    (static power over the step, its HBM and L2 bytes, FLOPs, NVLink bytes and the units' cycles)."""
     sm = StepModel(model, H100, kv_dtype, tp, frozenset(cuts), stack=NO_JITTER)
     st = sm.step_time([ctx + 1] * batch, [1] * batch, RNG)
     led = EnergyLedger(COEFFS, model.weight_dtype)
-    dyn = sum(led.dynamic_j(st.hbm_read_bytes + st.hbm_write_bytes, st.l2_reuse_bytes, st.flops,
-                            st.link_bytes).values())
-    return batch / (tp * (COEFFS.static_w * st.time_s + dyn))
+    return batch / (tp * led.step_j(GpuWork.of_step(st), st.time_s))
 
 
 kv_tpj = {d: tokens_per_joule(d, (), 64, 32768) for d in ("bf16", "fp8", "nvfp4")}
@@ -175,7 +173,8 @@ row("Each cut's tokens per joule against the baseline (the issue's per-megawatt 
     "Llama-3-70B TP8, batch 64 × 32K, decode step: " + ", ".join(
         f"{k} {v / cut_tpj['baseline']:.2f}×" for k, v in cut_tpj.items() if k != "baseline"),
     "a cut saves energy only by shortening a busy step (less static energy) or by moving fewer bytes; "
-    "the units' own logic is not in the energy model yet (docs/energy.md)",
+    "the units' own logic costs energy (per busy cycle from their Yosys cells, an upper bound: docs/energy.md), "
+    "and the TE's fp32 lanes cost more per attention FLOP than the SMs' tensor cores",
     "**the TE saves energy** where it shortens the step; the CDU and DSU barely move it at this point; "
     "at a light load (the Mooncake sample, docs/energy.md) no cut moves it")
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from tricut.models.config import load_gpu, load_model
-from tricut.sim.fast.energy import ENERGY_FILE, EnergyLedger, load_energy
+from tricut.sim.fast.energy import ENERGY_FILE, GPU_COMPONENTS, EnergyLedger, GpuWork, load_energy
 from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.stacks import get_stack
 from tricut.sim.fast.timing import StepModel
@@ -49,6 +49,17 @@ FIT_MODEL = "llama-3-8b"
 STACK = "vllm-v1"
 REQUESTS, PROMPT_MEAN, OUTPUT_MAX, SIGMA, SEED = 1024, 600, 4096, 0.8, 1
 FITTED = ("static_w", "sm_pj_per_flop")
+#: the section benchmarks/unit_energy.py --write owns, kept as it is
+UNIT_BEGIN, UNIT_END = "<!-- unit-energy:begin -->", "<!-- unit-energy:end -->"
+
+
+def kept_unit_section() -> str:
+    """The text docs/energy.md holds between :data:`UNIT_BEGIN` and :data:`UNIT_END`."""
+    doc = (ROOT / "docs" / "energy.md").read_text(encoding="utf-8")
+    i, j = doc.find(UNIT_BEGIN), doc.find(UNIT_END)
+    if i < 0 or j < i:
+        return "Not derived yet: run `.venv/bin/python benchmarks/unit_energy.py --write`.\n"
+    return doc[i + len(UNIT_BEGIN):j].lstrip("\n")
 
 
 # ------------------------------------------------------------------------------ the file
@@ -102,19 +113,17 @@ def window(c: dict) -> dict:
     ends = sorted(res.finish_s.values())
     start, end = firsts[c["batch"] - 1], ends[len(ends) - c["batch"] - 2]
     tokens = sum(1 for t in res.request_times for x in t.token_times_s if start < x <= end)
-    work = np.zeros(4)
-    for end_s, _, *w in res.energy.records:
+    work = GpuWork()
+    for end_s, _, w in res.energy.records:
         if start < end_s <= end:
             work += w
-    return {"time_s": end - start, "tokens": tokens, "hbm": work[0], "l2": work[1], "flops": work[2],
-            "link": work[3], "sim_tokens_per_s": tokens / (end - start)}
+    return {"time_s": end - start, "tokens": tokens, "work": work, "sim_tokens_per_s": tokens / (end - start)}
 
 
 def predict(c: dict, w: dict, coeffs) -> tuple[float, float]:
     """(J per output token, W of all the row's GPUs) of window ``w`` under ``coeffs``."""
     led = EnergyLedger(coeffs, load_model(c["model"]).weight_dtype)
-    dyn = sum(led.dynamic_j(w["hbm"], w["l2"], w["flops"], w["link"]).values())
-    per_gpu = coeffs.static_w * w["time_s"] + dyn
+    per_gpu = led.step_j(w["work"], w["time_s"])
     return c["tp"] * per_gpu / w["tokens"], c["tp"] * per_gpu / w["time_s"]
 
 
@@ -126,7 +135,7 @@ def fit(cs: list[dict], ws: dict, coeffs):
         w, m = ws[c["label"]], c["j_per_token"]
         rest, _ = predict(c, w, replace(coeffs, static_w=0.0, sm_pj_per_flop=0.0))
         scale = c["tp"] / w["tokens"] / m
-        a.append([w["time_s"] * scale, w["flops"] * 1e-12 * scale])
+        a.append([w["time_s"] * scale, w["work"].flops * 1e-12 * scale])
         b.append(1.0 - rest / m)
     (static, flop), *_ = np.linalg.lstsq(np.array(a), np.array(b), rcond=None)
     return replace(coeffs, static_w=float(static), sm_pj_per_flop=float(flop))
@@ -138,7 +147,7 @@ def step_split(model: str, tp: int, batch: int, ctx: int, cuts, coeffs) -> dict:
     sm = StepModel(load_model(model), H100, "bf16", tp, frozenset(cuts), stack=get_stack("vllm-v0"))
     st = sm.step_time([ctx + 1] * batch, [1] * batch, np.random.default_rng(0))
     led = EnergyLedger(coeffs, sm.model.weight_dtype)
-    parts = led.dynamic_j(st.hbm_read_bytes + st.hbm_write_bytes, st.l2_reuse_bytes, st.flops, st.link_bytes)
+    parts = led.dynamic_j(GpuWork.of_step(st))
     parts["static"] = coeffs.static_w * st.time_s
     return {"time_s": st.time_s, **parts}
 
@@ -168,11 +177,19 @@ def sample_tokens_per_joule(gpu: str, workload: str) -> list[float]:
     return out
 
 
+def _share(part: float, total: float) -> str:
+    """A component's share of a step's energy: 0 when it has none, "< 0.1 %" when it is tiny."""
+    if part == 0:
+        return "0"
+    pct = 100 * part / total
+    return "< 0.1 %" if pct < 0.1 else f"{pct:.1f} %" if pct < 10 else f"{pct:.0f} %"
+
+
 def _pct(e) -> str:
     return f"{100 * e:+.1f} %"
 
 
-def report(cs, ws, coeffs, table, calibration) -> str:
+def report(cs, ws, coeffs, table, calibration, unit_section: str) -> str:
     got = {c["label"]: predict(c, ws[c["label"]], coeffs) for c in cs}
     err = {c["label"]: got[c["label"]][0] / c["j_per_token"] - 1 for c in cs}
     lines = ["# Energy: joules per output token, from bytes, FLOPs and static power", "",
@@ -185,6 +202,10 @@ def report(cs, ws, coeffs, table, calibration) -> str:
              "step; a prefetched block came from HBM like a miss) × `l2_pj_per_byte`, the step's "
              "FLOPs (GEMVs, a chunk's GEMMs, attention) × `sm_pj_per_flop` (fp8 and NVFP4 weights "
              "at `fp8_flop_ratio` of it) and the all-reduces' NVLink bytes × `link_pj_per_byte`; "
+             "with the cuts, the decode units' logic: TE engine-busy cycles × `te_pj_per_cycle` (the "
+             "TE then runs the attention FLOPs, not the SMs) and its K/V bytes through its FIFOs × 2 × "
+             "`sram_pj_per_byte`, CDU cycles × `cdu_pj_per_cycle`, DSU cycles × `dsu_pj_per_cycle` "
+             "(derived from the units' RTL: below); "
              "the host CPU's `host_w` is reported beside it; a disaggregated prefill pool's bytes and "
              "FLOPs are their own component (`pool`), in J per output token but not in the decode "
              "GPUs' power. `tricut simulate`, `compare` and "
@@ -202,8 +223,8 @@ def report(cs, ws, coeffs, table, calibration) -> str:
              "**What is first-order.** Energy per byte and per FLOP are constants (no dependence "
              "on access pattern, clock or voltage); `static_w` lumps the power of a GPU that runs "
              "kernels (leakage, clocks, HBM refresh, the SMs' activity that no byte or FLOP "
-             "accounts for) and is fitted; the decode units' own logic (TE engines, CDU, DSU "
-             "cores) is not in it yet, only the HBM and L2 traffic they cause; a disaggregated "
+             "accounts for) and is fitted; the decode units' energy per busy cycle is an upper "
+             "bound from their cell counts (below); a disaggregated "
              "prefill pool counts its bytes and FLOPs, not its GPUs' static power (the pool's "
              "size is not modelled); in session runs the KV moves to the tiers beyond HBM count their "
              "HBM bytes, not the PCIe or C2C link's energy.", "",
@@ -237,17 +258,17 @@ def report(cs, ws, coeffs, table, calibration) -> str:
               "One decode step at a fixed batch and context (every request at that context), stack "
               "`vllm-v0`, bf16 weights and KV, H100 SXM5; energy per GPU by component, and the step's "
               "J per output token of the group (the batch's tokens).", "",
-              "| model | batch | context | cuts | step | static | HBM | L2 | SM | links | J/token |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| model | batch | context | cuts | step | static | HBM | L2 | SM | TE | CDU | DSU | links | J/token |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for model, tp in (("llama-3-8b", 1), ("llama-3-70b", 8)):
         for batch in (1, 64, 256):
             for ctx in (4096, 32768):
                 for label, cuts in (("baseline", ()), ("te", ("te",)), ("cdu", ("cdu",)), ("dsu", ("dsu",)),
                                     ("te+cdu+dsu", ("te", "cdu", "dsu"))):
                     s = step_split(model, tp, batch, ctx, cuts, coeffs)
-                    total = sum(s[k] for k in ("static", "hbm", "l2", "sm", "links"))
+                    total = sum(s[k] for k in GPU_COMPONENTS)
                     lines.append(f"| {model} TP{tp} | {batch} | {ctx // 1024}K | {label} | {s['time_s'] * 1e3:.2f} ms | "
-                                 + " | ".join(f"{100 * s[k] / total:.0f} %" for k in ("static", "hbm", "l2", "sm", "links"))
+                                 + " | ".join(_share(s[k], total) for k in GPU_COMPONENTS)
                                  + f" | {tp * total / batch:.3f} |")
     lines += ["", "## Tokens per joule of the cuts: the Mooncake sample and an agentic workload", "",
               "Llama-3-70B, TP8, bf16, prefill on its own pool. *mooncake*: the shipped Mooncake "
@@ -274,6 +295,8 @@ def report(cs, ws, coeffs, table, calibration) -> str:
               "shorter steps the batches are smaller, so the weights are read more often per token. A cut "
               "saves energy where it shortens the work of a busy GPU (the step table above), not where "
               "the GPU idles."]
+    lines += ["", "## The decode units' energy, from their RTL", "", UNIT_BEGIN, unit_section.rstrip("\n"),
+              UNIT_END]
     lines += ["", "## Coefficients (`sim/fast/energy.json`)", "",
               "| GPU | coefficient | value | source |", "|---|---|---|---|"]
     for gpu, co in table.gpus.items():
@@ -312,7 +335,7 @@ def main(argv=None) -> int:
         label = "../" + str(args.calibration.resolve().relative_to(ROOT.parent))
     except ValueError:
         label = str(args.calibration)
-    doc = report(cs, ws, fitted, out, label)
+    doc = report(cs, ws, fitted, out, label, kept_unit_section())
     print(doc)
     if args.write:
         (ROOT / "sim" / "fast" / ENERGY_FILE).write_text(out.to_json(), encoding="utf-8")

@@ -44,24 +44,33 @@ def test_every_coefficient_has_a_source_and_fits_come_from_the_script():
             assert text and len(text) > 10, (gpu, field)
             if text.startswith("fit:"):
                 assert text.startswith("fit: .venv/bin/python benchmarks/energy.py --write"), (gpu, field)
+            if text.startswith("derived:"):
+                assert text.startswith("derived: .venv/bin/python benchmarks/unit_energy.py --write: "), (gpu, field)
     fitted = {f for f, s in table.sources["h100-sxm5"].items() if s.startswith("fit:")}
     assert fitted == {"static_w", "sm_pj_per_flop"}
+    derived = {f for f, s in table.sources["h100-sxm5"].items() if s.startswith("derived:")}
+    assert derived == {"te_pj_per_cycle", "cdu_pj_per_cycle", "dsu_pj_per_cycle", "sram_pj_per_byte"}
     h100, h200 = table.gpus["h100-sxm5"], table.gpus["h200"]
     assert (h200.static_w, h200.sm_pj_per_flop) == (h100.static_w, h100.sm_pj_per_flop)
+    for f in derived:
+        assert getattr(h100, f) == getattr(h200, f) > 0, f
 
 
 def test_the_ledger_adds_bytes_and_flops_at_their_coefficients():
     c = E.load_energy().gpus["h100-sxm5"]
     led = E.EnergyLedger(c, "bf16")
-    led.work(1e9, 2e9, 3e12, 4e6, 0.01, 0.01)
+    led.work(E.GpuWork(1e9, 2e9, 3e12, 4e6, 5e6, 6e8, 7e5, 8e4), 0.01, 0.01)
     j = led.joules
     assert j["hbm"] == pytest.approx(1e9 * c.hbm_pj_per_byte * 1e-12)
     assert j["l2"] == pytest.approx(2e9 * c.l2_pj_per_byte * 1e-12)
     assert j["sm"] == pytest.approx(3e12 * c.sm_pj_per_flop * 1e-12)
     assert j["links"] == pytest.approx(4e6 * c.link_pj_per_byte * 1e-12)
+    assert j["te"] == pytest.approx((5e6 * c.te_pj_per_cycle + 2 * 6e8 * c.sram_pj_per_byte) * 1e-12)
+    assert j["cdu"] == pytest.approx(7e5 * c.cdu_pj_per_cycle * 1e-12)
+    assert j["dsu"] == pytest.approx(8e4 * c.dsu_pj_per_cycle * 1e-12)
     assert led.peak_w() == pytest.approx((sum(j.values()) + c.static_w * 0.01) / 0.01)
     fp8 = E.EnergyLedger(c, "fp8")
-    fp8.work(0, 0, 3e12, 0)
+    fp8.work(E.GpuWork(flops=3e12))
     assert fp8.joules["sm"] == pytest.approx(j["sm"] * c.fp8_flop_ratio)
     led.close(2.0)
     assert led.joules["static"] == c.static_w * 2.0 and led.joules["host"] == c.host_w * 2.0
@@ -91,8 +100,8 @@ def test_a_run_reports_energy_and_respects_its_floor():
 def test_the_floor_check_catches_a_run_that_loses_its_hbm_energy(monkeypatch):
     real = E.EnergyLedger.dynamic_j
 
-    def no_hbm(self, hbm, l2, flops, link):
-        return {**real(self, hbm, l2, flops, link), "hbm": 0.0}
+    def no_hbm(self, w):
+        return {**real(self, w), "hbm": 0.0}
     monkeypatch.setattr(E.EnergyLedger, "dynamic_j", no_hbm)
     with pytest.raises(PhysicsViolation, match="below its floor"):
         _run()
@@ -167,3 +176,41 @@ def test_a_disaggregated_pool_counts_in_joules_per_token_not_in_the_gpus_power()
     assert led.joules["pool"] > 0
     assert s["power_w_mean"] == pytest.approx(gpu_j / s["duration_s"]) and s["power_w_mean"] <= s["power_w_peak"]
     assert s["energy_j_per_token"] == pytest.approx((gpu_j + led.joules["pool"]) / s["output_tokens"])
+
+
+def test_the_cuts_put_their_work_on_the_units():
+    """With the te cut the TE engines run the attention: its FLOPs leave the SMs, its engine
+    cycles (the fast model's TE job cycles) and K/V bytes are the TE's energy; the cdu and dsu
+    cuts add their cycles; without the cuts the units cost nothing."""
+    import numpy as np
+
+    from tricut.sim.fast.timing import StepModel
+    gpu, model = load_gpu("h100-sxm5"), load_model("llama-3-70b")
+    c = E.load_energy().gpus["h100-sxm5"]
+    seqs, rng = [4097] * 64, np.random.default_rng(0)
+    base = StepModel(model, gpu, "bf16", 8).step_time(seqs, [1] * 64, rng)
+    both = StepModel(model, gpu, "bf16", 8, frozenset({"te", "cdu", "dsu"}))
+    st = both.step_time(seqs, [1] * 64, rng)
+    heads = model.num_kv_heads // 8
+    attention = 4 * model.num_layers * model.num_heads * model.head_dim * sum(s - 1 for s in seqs) / 8
+    assert base.flops - st.flops == pytest.approx(attention)
+    assert st.te_cycles == pytest.approx(model.num_layers * both.units.te_job_cycles(
+        sum(seqs) * heads, model.head_dim, model.group_size, 64 * heads))
+    assert st.te_kv_bytes == pytest.approx(sum(seqs) * both.kv_token_bytes)
+    assert st.cdu_cycles == pytest.approx(st.cdu_busy_s * gpu.cdu_clock_hz) and st.cdu_cycles > 0
+    assert st.dsu_cycles == pytest.approx(st.sched_s * gpu.dsu_clock_hz) and st.dsu_cycles > 0
+    assert (base.te_cycles, base.te_kv_bytes, base.cdu_cycles, base.dsu_cycles) == (0, 0, 0, 0)
+    j = E.EnergyLedger(c, "bf16").dynamic_j(E.GpuWork.of_step(st))
+    assert j["te"] > 0 and j["cdu"] > 0 and j["dsu"] > 0
+    # a degraded DSU hands the round to the host: no DSU cycles
+    assert both.step_time(seqs, [1] * 64, rng, degraded=True).dsu_cycles == 0
+
+
+def test_a_run_with_the_cuts_reports_the_units_energy():
+    setup = ServingSetup(load_model("llama-3-8b"), load_gpu("h100-sxm5"), stack=get_stack("vllm-v0"))
+    r = setup.run(synthetic(20, 20.0, prompt=512, output=16, seed=3), ("te", "cdu", "dsu"))
+    split, led = r.summary["energy_split"], r.energy
+    assert all(split[k] > 0 for k in ("te", "cdu", "dsu")), split
+    assert sum(split.values()) == pytest.approx(1.0)
+    assert led.joules["te"] == pytest.approx(sum(E.EnergyLedger(led.coeffs, "bf16").dynamic_j(w)["te"]
+                                                 for _, _, w in led.records))

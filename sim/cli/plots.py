@@ -176,7 +176,7 @@ def energy_figure(results: dict):
     fig, ax = plt.subplots(figsize=(10, 5.2), dpi=DPI, layout="constrained")
     labels = list(rows)
     bottom = np.zeros(len(labels))
-    hatches = ("", "//", "..", "xx", "\\\\", "++", "oo")
+    hatches = ("", "//", "..", "xx", "\\\\", "++", "oo", "--", "**", "||")
     for i, k in enumerate(COMPONENTS):
         values = np.array([rows[lab][k] for lab in labels])
         ax.bar(labels, values, bottom=bottom, label=k, color=f"C{i}", hatch=hatches[i], edgecolor="black", lw=0.5)
@@ -184,10 +184,11 @@ def energy_figure(results: dict):
     for x, top in enumerate(bottom):
         ax.annotate(f"{top:.3g} J", (x, top), ha="center", va="bottom", fontsize=8)
     ax.set(ylabel="energy per output token (J), from 0", xlabel="run (cuts)",
-           title="Energy per output token by component (static, HBM, L2, SM, links, host, prefill pool)")
+           title="Energy per output token by component (static, HBM, L2, SM, TE, CDU, DSU, links, host, "
+                 "prefill pool)")
     ax.set_ylim(bottom=0, top=1.12 * max(bottom.max(), 1e-12))
     ax.grid(alpha=0.3, axis="y")
-    legend_below(ax, {}, len(COMPONENTS), ncol=len(COMPONENTS))
+    legend_below(ax, {}, len(COMPONENTS), ncol=5)
     return fig
 
 

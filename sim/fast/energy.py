@@ -6,29 +6,34 @@ clocks, HBM refresh, the SMs' activity that no byte or operation below accounts 
 plus, per step and per prefill, HBM bytes × ``hbm_pj_per_byte``, L2-served K/V bytes ×
 ``l2_pj_per_byte``, arithmetic FLOPs × ``sm_pj_per_flop`` (by the weights' format: fp8 and
 NVFP4 weights at ``fp8_flop_ratio`` of it) and all-reduce bytes × ``link_pj_per_byte``; the
-host CPU's ``host_w`` beside it (0 unless given: no measurement of it was found). The
-coefficients live in :data:`ENERGY_FILE` (this package), each with its source or the fit that
-wrote it (``benchmarks/energy.py --write``). What is first-order about it: docs/energy.md.
-The decode units' own logic (TE, CDU, DSU) is not in it yet; their HBM and L2 traffic is.
+host CPU's ``host_w`` beside it (0 unless given: no measurement of it was found). With the
+cuts, the decode units' own logic: TE engine-busy cycles × ``te_pj_per_cycle`` plus the K/V
+bytes through the TE's FIFOs (written and read: two SRAM accesses, ``sram_pj_per_byte`` each),
+CDU cycles × ``cdu_pj_per_cycle`` and DSU cycles × ``dsu_pj_per_cycle``: per-cycle energies
+derived from the units' Yosys cells (``benchmarks/unit_energy.py --write``). The coefficients
+live in :data:`ENERGY_FILE` (this package), each with its source, the fit that wrote it
+(``benchmarks/energy.py --write``) or its derivation. What is first-order about it:
+docs/energy.md.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass, fields
 
 
 from .datafile import parse_sourced_table, read_data_json
 
-__all__ = ["ENERGY_FILE", "COMPONENTS", "GPU_COMPONENTS", "EnergyCoefficients", "EnergyTable", "EnergyLedger",
-           "load_energy", "energy_of"]
+__all__ = ["ENERGY_FILE", "COMPONENTS", "GPU_COMPONENTS", "EnergyCoefficients", "EnergyTable", "GpuWork",
+           "EnergyLedger", "load_energy", "energy_of"]
 
 ENERGY_FILE = "energy.json"
 #: the parts of a run's energy, in the order they are reported: the decode GPUs' (static power,
-#: HBM, L2, arithmetic, NVLink), the host's, and a disaggregated prefill pool's bytes and FLOPs
-COMPONENTS = ("static", "hbm", "l2", "sm", "links", "host", "pool")
+#: HBM, L2, the SMs' arithmetic, the TE, CDU and DSU logic, NVLink), the host's, and a
+#: disaggregated prefill pool's bytes and FLOPs
+COMPONENTS = ("static", "hbm", "l2", "sm", "te", "cdu", "dsu", "links", "host", "pool")
 #: the components that are the decode GPUs' own power
-GPU_COMPONENTS = ("static", "hbm", "l2", "sm", "links")
+GPU_COMPONENTS = ("static", "hbm", "l2", "sm", "te", "cdu", "dsu", "links")
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,10 @@ class EnergyCoefficients:
     fp8_flop_ratio: float     # fp8 / NVFP4 weights: energy per FLOP relative to bf16
     link_pj_per_byte: float   # NVLink bytes of the tensor-parallel all-reduces
     host_w: float             # host CPU power per GPU (reported beside the GPU's)
+    te_pj_per_cycle: float    # one TE engine's logic per busy cycle
+    cdu_pj_per_cycle: float   # the CDU's logic and one tag access per cycle
+    dsu_pj_per_cycle: float   # a DSU core, the slot arbiter and one local-memory access per cycle
+    sram_pj_per_byte: float   # a byte written to or read from a unit's SRAM (the TE's K/V FIFOs)
 
     def __post_init__(self):
         for f in fields(self):
@@ -99,16 +108,36 @@ def energy_of(gpu: str, path=None) -> EnergyCoefficients | None:
     return load_energy(path).gpus.get(gpu)
 
 
-#: one timed piece of GPU work: when it ended, how long it took, what it moved and computed
-#: (per GPU)
-WORK_FIELDS = ("end_s", "time_s", "hbm_bytes", "l2_bytes", "flops", "link_bytes")
+@dataclass(frozen=True)
+class GpuWork:
+    """What one GPU moved and computed in a piece of work: the energy model's inputs."""
+
+    hbm_bytes: float = 0.0     # HBM reads and writes
+    l2_bytes: float = 0.0      # K/V read from L2 instead of HBM (resident from the previous step)
+    flops: float = 0.0         # the SMs' arithmetic
+    link_bytes: float = 0.0    # NVLink bytes sent in the all-reduces
+    te_cycles: float = 0.0     # TE engine-busy cycles, summed over the engines
+    te_kv_bytes: float = 0.0   # K/V bytes the TE engines streamed
+    cdu_cycles: float = 0.0    # CDU pipeline cycles
+    dsu_cycles: float = 0.0    # DSU cycles of the scheduling rounds
+
+    def __add__(self, other: "GpuWork") -> "GpuWork":
+        return GpuWork(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    @classmethod
+    def of_step(cls, st) -> "GpuWork":
+        """A decode step's work (a :class:`~tricut.sim.fast.timing.StepTiming`): a prefetch hit
+        came from HBM through the L2 like a miss (in its HBM bytes); only a block resident from
+        the previous step is an L2 read instead of an HBM one."""
+        return cls(st.hbm_read_bytes + st.hbm_write_bytes, st.l2_reuse_bytes, st.flops, st.link_bytes,
+                   st.te_cycles, st.te_kv_bytes, st.cdu_cycles, st.dsu_cycles)
 
 
 @dataclass
 class EnergyLedger:
     """A run's energy per GPU of its tensor-parallel group, by component (joules), and each
-    timed piece of work (:data:`WORK_FIELDS`: decode steps, colocated prefill batches), from
-    which a window's energy or the peak power follow."""
+    timed piece of work (decode steps, colocated prefill batches: ``(end_s, time_s,
+    GpuWork)``), from which a window's energy or the peak power follow."""
 
     coeffs: EnergyCoefficients
     weight_dtype: str
@@ -119,29 +148,37 @@ class EnergyLedger:
         self.joules = dict.fromkeys(COMPONENTS, 0.0)
         self.records = []
 
-    def dynamic_j(self, hbm_bytes: float, l2_bytes: float, flops: float, link_bytes: float) -> dict:
+    def dynamic_j(self, w: GpuWork) -> dict:
         c = self.coeffs
-        return {"hbm": hbm_bytes * c.hbm_pj_per_byte * 1e-12, "l2": l2_bytes * c.l2_pj_per_byte * 1e-12,
-                "sm": flops * c.flop_pj(self.weight_dtype) * 1e-12,
-                "links": link_bytes * c.link_pj_per_byte * 1e-12}
+        # each K/V byte the TE streams is written into its FIFO and read by the lanes
+        te = w.te_cycles * c.te_pj_per_cycle + 2 * w.te_kv_bytes * c.sram_pj_per_byte
+        return {"hbm": w.hbm_bytes * c.hbm_pj_per_byte * 1e-12, "l2": w.l2_bytes * c.l2_pj_per_byte * 1e-12,
+                "sm": w.flops * c.flop_pj(self.weight_dtype) * 1e-12, "te": te * 1e-12,
+                "cdu": w.cdu_cycles * c.cdu_pj_per_cycle * 1e-12,
+                "dsu": w.dsu_cycles * c.dsu_pj_per_cycle * 1e-12,
+                "links": w.link_bytes * c.link_pj_per_byte * 1e-12}
 
-    def work(self, hbm_bytes: float, l2_bytes: float, flops: float, link_bytes: float,
-             time_s: float | None = None, end_s: float | None = None, pool: bool = False) -> None:
+    def work(self, w: GpuWork, time_s: float | None = None, end_s: float | None = None,
+             pool: bool = False) -> None:
         """Add one piece of GPU work; a timed one (``time_s``, ``end_s``: a decode step, a
         colocated prefill batch) is kept in :attr:`records`; ``pool``: a disaggregated prefill
         pool's work (its own component, not the decode GPUs' power)."""
-        for k, j in self.dynamic_j(hbm_bytes, l2_bytes, flops, link_bytes).items():
+        for k, j in self.dynamic_j(w).items():
             self.joules["pool" if pool else k] += j
         if time_s is not None:
-            self.records.append((end_s, time_s, hbm_bytes, l2_bytes, flops, link_bytes))
+            self.records.append((end_s, time_s, w))
+
+    def step_j(self, w: GpuWork, time_s: float) -> float:
+        """The joules of ``w`` done in ``time_s``, static power included."""
+        return sum(self.dynamic_j(w).values()) + self.coeffs.static_w * time_s
 
     def peak_w(self) -> float:
         """The highest power of any timed piece of work of the decode GPUs (static included)."""
         best = float("nan")
-        for _, t, *work in self.records:
+        for _, t, w in self.records:
             if t > 0:
-                w = (sum(self.dynamic_j(*work).values()) + self.coeffs.static_w * t) / t
-                best = w if not best >= w else best
+                p = self.step_j(w, t) / t
+                best = p if not best >= p else best
         return best
 
     def close(self, duration_s: float) -> None:

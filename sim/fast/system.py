@@ -26,7 +26,7 @@ import numpy as np
 
 from tricut.models.dsu import DsuModel, DsuParams, RequestSpec, TIMEOUT
 
-from .energy import COMPONENTS, GPU_COMPONENTS, EnergyLedger, energy_of
+from .energy import COMPONENTS, GPU_COMPONENTS, EnergyLedger, GpuWork, energy_of
 from .metrics import RequestTimes, summarise
 from .stacks import PREFILL_MODES
 from .timing import BOUNDS, PhysicsViolation, StepModel
@@ -459,16 +459,13 @@ class _Run:
         if not pool:
             self.hbm_bytes += hbm
         if self.energy is not None:
-            self.energy.work(hbm, 0.0, flops, link, time_s, self.t if time_s is not None else None, pool)
+            self.energy.work(GpuWork(hbm, 0.0, flops, link), time_s, self.t if time_s is not None else None, pool)
 
     def _record(self, st, batch: int) -> None:
         rows, busy = self.rows, self.busy
         self.hbm_bytes += st.hbm_read_bytes + st.hbm_write_bytes
         if self.energy is not None:
-            # a prefetch hit came from HBM through the L2 like a miss (in the HBM energy); only a
-            # block resident from the previous step is an L2 read instead of an HBM one
-            self.energy.work(st.hbm_read_bytes + st.hbm_write_bytes, st.l2_reuse_bytes, st.flops,
-                             st.link_bytes, st.time_s, self.t)
+            self.energy.work(GpuWork.of_step(st), st.time_s, self.t)
         rows["dt"].append(st.time_s)
         rows["end"].append(self.t)
         rows["hbm"].append(st.hbm_read_bytes + st.hbm_write_bytes)

@@ -296,9 +296,13 @@ class StepTiming:
     attn_s: float = 0.0       # the attention phase's time (the TE grid's with the te cut)
     attn_hbm_bytes: float = 0.0   # K/V bytes the attention phase read from HBM
     te_imbalance: float = 1.0     # the grid's slowest SM over its mean (te cut)
-    flops: float = 0.0            # the step's arithmetic on this GPU: GEMVs (and a chunk's
-    #                               GEMMs), attention
+    flops: float = 0.0            # the SMs' arithmetic on this GPU: GEMVs (and a chunk's
+    #                               GEMMs), attention unless the TE runs it
     link_bytes: float = 0.0       # NVLink bytes this GPU sends in the step's all-reduces
+    te_cycles: float = 0.0        # TE engine-busy cycles on this GPU, summed over engines (te cut)
+    te_kv_bytes: float = 0.0      # K/V bytes the TE engines streamed (te cut)
+    cdu_cycles: float = 0.0       # the CDU pipeline's cycles (cdu cut)
+    dsu_cycles: float = 0.0       # the DSU's cycles of the step's round (dsu cut, not degraded)
 
 
 @dataclass
@@ -508,6 +512,7 @@ class StepModel:
             sm_busy, te_busy = gemv_t + attn_t, 0.0
         sched = self.sched_time(batch, degraded, rng, active, cap, profile, admitted, retired,
                                 blocked, n_slots)
+        dsu_cycles = sched * u.dsu_clock_hz if "dsu" in self.cuts and not degraded else 0.0
         if "dsu" not in self.cuts or degraded:
             # an overlapping stack prepares step n+1 while the GPU runs step n: only the part
             # of its host work longer than the GPU's shows
@@ -515,12 +520,22 @@ class StepModel:
             sched = (1 - ov) * sched + ov * max(0.0, sched - core_t)
         floor = max((hbm_read + kv_write) / bw, l2_kv / a.l2_bandwidth)
         total = core_t + sched
-        flops += self._decode_attention_flops(kv_read_tokens)
+        te_cycles = te_kv_bytes = 0.0
+        if "te" in self.cuts:
+            # the TE engines run the attention: one job per (request, layer, KV head) here,
+            # each streaming its request's whole context (the new token's K/V included)
+            jobs = batch * self.kv_heads_here
+            te_cycles = m.num_layers * u.te_job_cycles(float(sum(seq_lens)) * self.kv_heads_here,
+                                                       m.head_dim, m.group_size, jobs, self.kv_dtype)
+            te_kv_bytes = float(sum(seq_lens)) * self.kv_token_bytes
+        else:
+            flops += self._decode_attention_flops(kv_read_tokens)
         if total < floor * (1 - 1e-12):
             raise PhysicsViolation(f"step of {total:.3e} s beats the bandwidth floor {floor:.3e} s")
         return StepTiming(total, floor, hbm_read, kv_write, l2_kv, l2_reuse, kv_read, sm_busy, te_busy,
                           sched, cdu_t, bound, attn_t, hbm_kv, imbalance, flops,
-                          self._allreduce_bytes(batch + prefill_tokens))
+                          self._allreduce_bytes(batch + prefill_tokens), te_cycles, te_kv_bytes,
+                          cdu_t * u.cdu_clock_hz, dsu_cycles)
 
     def _prefill_compute_s(self, prompts: list[int], contexts: list[int] | None = None) -> float:
         """GEMMs (weights read once) and causal attention of whole prompts on this GPU, at the
