@@ -201,7 +201,8 @@ def report(cs, ws, coeffs, table, calibration, unit_section: str) -> str:
              "bytes read from L2 instead of HBM (blocks the CDU kept resident from the previous "
              "step; a prefetched block came from HBM like a miss) × `l2_pj_per_byte`, the step's "
              "FLOPs (GEMVs, a chunk's GEMMs, attention) × `sm_pj_per_flop` (fp8 and NVFP4 weights "
-             "at `fp8_flop_ratio` of it) and the all-reduces' NVLink bytes × `link_pj_per_byte`; "
+             "at `fp8_flop_ratio` of it) and the all-reduces' NVLink bytes and the KV tier moves' link "
+             "bytes × `link_pj_per_byte`; "
              "with the cuts, the decode units' logic: TE engine-busy cycles × `te_pj_per_cycle` (the "
              "TE then runs the attention FLOPs, not the SMs) and its K/V bytes through its FIFOs × 2 × "
              "`sram_pj_per_byte`, CDU cycles × `cdu_pj_per_cycle`, DSU cycles × `dsu_pj_per_cycle` "
@@ -227,7 +228,7 @@ def report(cs, ws, coeffs, table, calibration, unit_section: str) -> str:
              "bound from their cell counts (below); a disaggregated "
              "prefill pool counts its bytes and FLOPs, not its GPUs' static power (the pool's "
              "size is not modelled); in session runs the KV moves to the tiers beyond HBM count their "
-             "HBM bytes, not the PCIe or C2C link's energy.", "",
+             "HBM bytes and their link bytes at `link_pj_per_byte`, C2C's figure, for every tier's link.", "",
              "## Against measurement (ML.ENERGY, vLLM 0.11.1, H100)", "",
              "Each row as the benchmark ran it (see this script's docstring): 1,024 requests at "
              f"once, `max_num_seqs` = bs, stack `{STACK}`, prompts lognormal with mean "

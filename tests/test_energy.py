@@ -214,3 +214,21 @@ def test_a_run_with_the_cuts_reports_the_units_energy():
     assert sum(split.values()) == pytest.approx(1.0)
     assert led.joules["te"] == pytest.approx(sum(E.EnergyLedger(led.coeffs, "bf16").dynamic_j(w)["te"]
                                                  for _, _, w in led.records))
+
+
+def test_kv_tier_moves_count_their_link_bytes():
+    """A session run that parks KV in the host tier: its link energy is the bytes it moved
+    (out and back) at ``link_pj_per_byte`` (TP1: no all-reduces)."""
+    from tricut.models.tiers import load_tiers
+    from tricut.sim.fast.agentic import AgenticOptions, simulate_sessions
+    from tricut.sim.fast.sessions import agentic
+    setup = ServingSetup(load_model("llama-3-8b"), load_gpu("h100-sxm5"))
+    sessions = agentic(n_sessions=4, rate=2.0, turns=3, gap_s=("lognormal", 2.0, 0.5),
+                       first_input=("lognormal", 4096.0, 0.3), turn_input=("uniform", 256, 1024),
+                       output=("uniform", 8, 16), system_prompt_tokens=512, seed=1, max_context=65536)
+    r = simulate_sessions(sessions, setup.step_model(()), setup.dsu_params(),
+                          AgenticOptions("park", g2=load_tiers("grace-hopper").g2), prefill="colocated")
+    s, led = r.summary, r.sim.energy
+    moved = s["bytes_hbm_to_g2"] + s["bytes_g2_to_hbm"]
+    assert moved > 0
+    assert led.joules["links"] == pytest.approx(moved * led.coeffs.link_pj_per_byte * 1e-12)

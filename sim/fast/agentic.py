@@ -509,9 +509,10 @@ class _SessionRun(_Run):
 
     def _timed_step(self, rnd, chunk):
         st = super()._timed_step(rnd, chunk)
-        if self.move_bytes:           # tier moves read / write HBM beside the step
+        if self.move_bytes:           # tier moves read / write HBM beside the step, over the tier's link
             extra = self.move_bytes / self.sm.gpu.hbm_bandwidth
-            st = replace(st, time_s=st.time_s + extra, hbm_read_bytes=st.hbm_read_bytes + self.move_bytes)
+            st = replace(st, time_s=st.time_s + extra, hbm_read_bytes=st.hbm_read_bytes + self.move_bytes,
+                         link_bytes=st.link_bytes + self.move_bytes)
             self.move_bytes = 0.0
         return st
 

@@ -5,7 +5,7 @@ Per GPU, over a run: ``static_w × duration`` (the power of a GPU that runs kern
 clocks, HBM refresh, the SMs' activity that no byte or operation below accounts for; fitted)
 plus, per step and per prefill, HBM bytes × ``hbm_pj_per_byte``, L2-served K/V bytes ×
 ``l2_pj_per_byte``, arithmetic FLOPs × ``sm_pj_per_flop`` (by the weights' format: fp8 and
-NVFP4 weights at ``fp8_flop_ratio`` of it) and all-reduce bytes × ``link_pj_per_byte``; the
+NVFP4 weights at ``fp8_flop_ratio`` of it) and link bytes (all-reduces, KV tier moves) × ``link_pj_per_byte``; the
 host CPU's ``host_w`` beside it (0 unless given: no measurement of it was found). With the
 cuts, the decode units' own logic: TE engine-busy cycles × ``te_pj_per_cycle`` plus the K/V
 bytes through the TE's FIFOs (written and read: two SRAM accesses, ``sram_pj_per_byte`` each),
@@ -47,7 +47,7 @@ class EnergyCoefficients:
     l2_pj_per_byte: float     # a K/V byte read from L2 instead of HBM (resident, not prefetched)
     sm_pj_per_flop: float     # tensor-core arithmetic of bf16 weights, instruction overhead in
     fp8_flop_ratio: float     # fp8 / NVFP4 weights: energy per FLOP relative to bf16
-    link_pj_per_byte: float   # NVLink bytes of the tensor-parallel all-reduces
+    link_pj_per_byte: float   # link bytes: the all-reduces' NVLink, the KV tier moves' links
     host_w: float             # host CPU power per GPU (reported beside the GPU's)
     te_pj_per_cycle: float    # one TE engine's logic per busy cycle
     cdu_pj_per_cycle: float   # the CDU's logic and one tag access per cycle
@@ -115,7 +115,7 @@ class GpuWork:
     hbm_bytes: float = 0.0     # HBM reads and writes
     l2_bytes: float = 0.0      # K/V read from L2 instead of HBM (resident from the previous step)
     flops: float = 0.0         # the SMs' arithmetic
-    link_bytes: float = 0.0    # NVLink bytes sent in the all-reduces
+    link_bytes: float = 0.0    # bytes sent over links: the all-reduces' NVLink, KV tier moves
     te_cycles: float = 0.0     # TE engine-busy cycles, summed over the engines
     te_kv_bytes: float = 0.0   # K/V bytes the TE engines streamed
     cdu_cycles: float = 0.0    # CDU pipeline cycles
