@@ -20,7 +20,8 @@ from pathlib import Path
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
 
 from tricut.sim.fast.energy import ENERGY_FILE, load_energy
-from tricut.sim.harness.unit_energy import SWITCHING, derive
+from tricut.sim.harness.tile.cases import STATIC
+from tricut.sim.harness.unit_energy import SWITCHING, derive, tile_te_activity
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "energy.md"
@@ -44,7 +45,7 @@ def sources(d: dict) -> dict:
     }
 
 
-def report(d: dict) -> str:
+def report(d: dict, act: dict) -> str:
     u = d["units"]
     lines = [f"Written by `{COMMAND}`; the method: `sim/harness/unit_energy.py`. Per-operation energies "
              "of four operators (Horowitz, 45 nm) over their cells in the same Yosys flow as "
@@ -77,6 +78,14 @@ def report(d: dict) -> str:
               f"per attention FLOP, against the fitted {sm:.2f} pJ per FLOP of the SMs' tensor cores "
               "(instruction overhead included): the TE's fp32 lanes cost more per FLOP than the tensor cores; "
               "what the te cut saves is the step's time (static energy), not arithmetic energy.", "",
+              "**The TE's activity in a tile run.** The tile's `STATIC` case (`sim/harness/tile/cases.py`: "
+              "tiny-te, 2 requests, 1 engine, bf16, the CDU's static policy) in Amaranth's simulator, each "
+              f"engine's flags counted every cycle, over {act['cycles']:,} cycles: the engine was busy (descriptor "
+              f"to output, stalls on the K/V stream included) {act['busy']:,} cycles and issued multiply-accumulates "
+              f"in {act['mac_busy']:,}; the fast model counts {act['model']:,} for the same jobs "
+              f"({100 * (act['model'] / act['busy'] - 1):+.0f} % against busy, "
+              f"{100 * (act['model'] / act['mac_busy'] - 1):+.0f} % against MAC cycles): the model's cycles lie "
+              "between the two, as `tests/test_unit_energy.py` checks on a smaller run.", "",
               "What is first-order: the per-cell energy comes from four operators; every cell of a unit "
               "switches each busy cycle (the switching factor), idle engines are clock-gated (no energy); "
               "the split-K combine's merges and the L2 fill engine are not counted; the CDU's tag store is "
@@ -95,7 +104,7 @@ def main(argv=None) -> int:
     if not 0 < args.switching <= 1:
         ap.error(f"--switching {args.switching!r}: must be in (0, 1]")
     d = derive(args.switching)
-    text = report(d)
+    text = report(d, tile_te_activity(STATIC))
     print(text)
     if args.write:
         table = load_energy()

@@ -45,6 +45,17 @@ def test_the_int8_reference_is_what_yosys_makes_of_it():
     assert f"| int8 mul | 0.2 | {cells:,} |" in DOC
 
 
+def test_the_fast_models_te_cycles_lie_between_a_tile_runs_mac_and_busy_cycles():
+    """A tile run in Amaranth's simulator, each engine's flags counted every cycle: the fast
+    model's TE cycles for the same jobs are at least the cycles the engine issued
+    multiply-accumulates and at most those it was busy (stalls on the K/V stream included)."""
+    from tricut.sim.harness.tile.setup import Setup
+    a = U.tile_te_activity(Setup(lanes=16, requests=1, prompt_lens=(2,), steps=1, engines=1, max_ctx=16))
+    assert 0 < a["mac_busy"] <= a["model"] <= a["busy"] <= a["cycles"]
+    with pytest.raises(ValueError, match="split_tokens 0"):
+        U.tile_te_activity(Setup(lanes=16, requests=1, prompt_lens=(2,), steps=1, split_tokens=1))
+
+
 def test_a_bad_switching_factor_is_one_error_line():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "unit_energy.py"), "--switching", "0"],
                        capture_output=True, text=True, cwd=ROOT)

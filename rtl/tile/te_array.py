@@ -175,6 +175,9 @@ class TEArray(CheckedComponent):
                                               lanes=self.lanes, kv_dtype=self.kv_dtype)
             m.submodules[f"te{i}"] = eng
             engs.append(eng)
+        # the engines of the latest elaboration: a simulation reads their busy flags for its
+        # activity counts (sim/harness/tile/amaranth_run.py)
+        self.engine_units = engs
 
         def nxt(ptr):
             return Mux(ptr == E - 1, 0, ptr + 1)

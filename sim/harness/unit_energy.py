@@ -26,7 +26,9 @@ The fast model counts the busy cycles (``sim/fast/timing.py``): TE engine cycles
 (request, layer, KV head) job (``UnitTiming.te_job_cycles``, the pipelined engine's cycles,
 bit-exact with the RTL), the CDU pipeline's cycles per step and the DSU's cycles per round (both
 fitted on RTL runs); and the TE's K/V bytes, each written to and read from its FIFOs at
-``sram_pj_per_byte`` (Jouppi's 8 KB figure per byte).
+``sram_pj_per_byte`` (Jouppi's 8 KB figure per byte). :func:`tile_te_activity` checks the TE's
+count against a tile run: the engines' cycles from descriptor to output (stalls on the K/V
+stream included) bound it from above, their cycles issuing multiply-accumulates from below.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["HOROWITZ_PJ", "SWITCHING", "reference_component", "synthesize", "unit_cells", "derive"]
+__all__ = ["HOROWITZ_PJ", "SWITCHING", "reference_component", "synthesize", "unit_cells", "derive",
+           "tile_te_activity"]
 
 #: Horowitz, ISSCC 2014, 45 nm (the calibration file's table B): pJ per operation
 HOROWITZ_PJ = {"int8 mul": 0.2, "fp16 mul": 1.1, "fp32 mul": 3.7, "fp32 add": 0.9}
@@ -117,3 +120,25 @@ def derive(switching: float = SWITCHING) -> dict:
         units[name]["pj_per_cycle"] = units[name]["logic_pj"] + units[name]["memory_pj"]
     return {"refs": refs, "fj_45": fj_45, "node": node, "switching": switching,
             "pj_per_cell": pj_per_cell, "units": units, "sram_pj_per_byte": SRAM_8K_7NM_PJ / 8}
+
+
+def tile_te_activity(setup) -> dict:
+    """A tile run's TE activity in Amaranth's simulator (``setup``: a
+    :class:`~tricut.sim.harness.tile.setup.Setup`) beside the fast model's count for the same
+    jobs: ``busy`` and ``mac_busy`` (engine cycles, summed over the engines), ``cycles`` (the
+    run's), ``model`` (``models.te.te_cycles`` of every (round, request, layer, KV head) job
+    at its context, what ``UnitTiming.te_job_cycles`` sums)."""
+    from tricut.models.te import te_cycles
+    from tricut.sim.harness.tile.amaranth_run import cosim_run
+    from tricut.sim.harness.tile.golden import RunInputs
+    if setup.split_tokens:
+        raise ValueError("tile_te_activity counts whole-context jobs: give a setup with split_tokens 0")
+    activity: dict = {}
+    cosim_run(setup, activity=activity)
+    run = RunInputs(setup)
+    cfg, p = run.cfg, run.params()
+    jobs = cfg.num_layers * cfg.num_kv_heads
+    activity["model"] = sum(jobs * te_cycles(d.seq_len, cfg.head_dim, cfg.group_size, p["lanes"],
+                                             engine=p["engine"], kv_dtype=p["kv_dtype"])
+                            for descs in run.rounds for d in descs)
+    return activity

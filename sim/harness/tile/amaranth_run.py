@@ -83,12 +83,15 @@ class AmaranthPort:
 
 
 def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
-              max_layer_cycles=None) -> RunResult:
+              max_layer_cycles=None, activity: dict | None = None) -> RunResult:
     """The tile side in Amaranth's simulator. ``corrupt=(addr, bit)`` flips one bit of the
     initial HBM image (the golden keeps it) to show that a difference is caught. With
     ``golden`` (its :func:`golden_run`) the run stops after the first layer whose outputs
     (or HBM ``err`` / TE status) differ from it. A hang raises ``TimeoutError``
-    (``max_layer_cycles``: the hang guard, default :func:`~.setup.layer_cycle_limit`)."""
+    (``max_layer_cycles``: the hang guard, default :func:`~.setup.layer_cycle_limit`).
+    ``activity``: a dict that gets the TE engines' activity, counted every cycle: ``busy``
+    (a job from its descriptor to its output) and ``mac_busy`` (a multiply-accumulate
+    issued) cycles, summed over the engines, and ``cycles``."""
     from amaranth.sim import Simulator
 
     run = RunInputs(s)
@@ -115,11 +118,22 @@ def cosim_run(s: Setup, corrupt=None, golden: RunResult | None = None,
         await loop.rounds()
         await loop.finish()
 
+    async def count_activity(ctx):
+        engines = tile.array.engine_units
+        activity.update(busy=0, mac_busy=0, cycles=0)
+        flags = [e.busy for e in engines] + [e.mac_busy for e in engines]
+        async for _, _, *v in ctx.tick().sample(*flags):
+            activity["cycles"] += 1
+            activity["busy"] += sum(v[:len(engines)])
+            activity["mac_busy"] += sum(v[len(engines):])
+
     sim = Simulator(top)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     if tile.cdu is not None:
         sim.add_testbench(watch_txns, background=True)
+    if activity is not None:
+        sim.add_testbench(count_activity, background=True)
     try:
         sim.run()
     except Hang as e:
