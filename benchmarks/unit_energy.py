@@ -21,7 +21,9 @@ from doc_sections import write_section     # benchmarks/ is on sys.path when a s
 
 from tricut.sim.fast.energy import ENERGY_FILE, load_energy
 from tricut.sim.harness.tile.cases import STATIC
-from tricut.sim.harness.unit_energy import SWITCHING, derive, tile_te_activity
+from tricut.models.te import te_token_cycles
+from tricut.sim.fast.timing import DEFAULT_TE_LANES
+from tricut.sim.harness.unit_energy import MEMORY_PJ, SWITCHING, TE_SHAPE, UNIT_LABELS, derive, tile_te_activity
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "energy.md"
@@ -35,13 +37,14 @@ def sources(d: dict) -> dict:
     u = d["units"]
     return {
         "te_pj_per_cycle": f"derived: {COMMAND}: the pipelined TE engine's {u['te']['cells']:,} cells x {how} "
-                           f"+ its {u['te']['memories']} memories at 7.5 pJ each",
+                           f"+ its {u['te']['memories']} memories at {MEMORY_PJ['te']:g} pJ each",
         "cdu_pj_per_cycle": f"derived: {COMMAND}: the CDU's {u['cdu']['cells']:,} cells x {how} "
-                            f"+ its {u['cdu']['memories']} memories at 7.5 pJ each",
+                            f"+ its {u['cdu']['memories']} memories at {MEMORY_PJ['cdu']:g} pJ each",
         "dsu_pj_per_cycle": f"derived: {COMMAND}: one DSU core, the slot arbiter and the interconnect, "
-                            f"{u['dsu']['cells']:,} cells x {how} + one 32 KB local-memory access (8.5 pJ)",
-        "sram_pj_per_byte": f"derived: {COMMAND}: an 8 KB SRAM's 64-bit access at 7 nm, 7.5 pJ "
-                            "(Jouppi et al., ISCA 2021), per byte",
+                            f"{u['dsu']['cells']:,} cells x {how} + one 32 KB local-memory access "
+                            f"({MEMORY_PJ['dsu']:g} pJ)",
+        "sram_pj_per_byte": f"derived: {COMMAND}: an 8 KB SRAM's 64-bit access at 7 nm, "
+                            f"{d['sram_pj_per_byte'] * 8:g} pJ (Jouppi et al., ISCA 2021), per byte",
     }
 
 
@@ -62,14 +65,10 @@ def report(d: dict, act: dict) -> str:
               "around it.", "",
               "| unit, per busy cycle | cells | memories | logic pJ | memory pJ | pJ per cycle |",
               "|---|---|---|---|---|---|"]
-    label = {"te": "TE engine (pipelined, head_dim 128, G 4)", "cdu": "CDU (16 sets x 4 ways)",
-             "dsu": "DSU: one core, slot arbiter, interconnect"}
     for name, v in u.items():
-        lines.append(f"| {label[name]} | {v['cells']:,} | {v['memories']} | {v['logic_pj']:.1f} | "
+        lines.append(f"| {UNIT_LABELS[name]} | {v['cells']:,} | {v['memories']} | {v['logic_pj']:.1f} | "
                      f"{v['memory_pj']:.1f} | {v['pj_per_cycle']:.1f} |")
-    from tricut.models.te import te_token_cycles
-    from tricut.sim.fast.timing import DEFAULT_TE_LANES
-    te, group, head_dim = u["te"]["pj_per_cycle"], 8, 128
+    te, group, head_dim = u["te"]["pj_per_cycle"], 8, TE_SHAPE["head_dim"]    # Llama-3-70B's G and head_dim
     cycles = te_token_cycles(head_dim, group, DEFAULT_TE_LANES, "pipelined")
     sm = load_energy().gpus["h100-sxm5"].sm_pj_per_flop
     lines += ["", f"A K/V byte through the TE's FIFOs costs 2 × {d['sram_pj_per_byte']:.3f} pJ. For scale: "

@@ -127,6 +127,8 @@ def test_a_gpu_without_coefficients_reports_no_energy():
     ({"static_w": "lots"}, "static_w must be a finite number >= 0, got 'lots'"),
     ({"static_w": 800.0}, "static_w 800.0 must be below board_w 700.0"),
     ({"fp8_flop_ratio": 1.5}, "fp8_flop_ratio must be in (0, 1], got 1.5"),
+    ({"te_pj_per_cycle": -1.0}, "te_pj_per_cycle must be a finite number >= 0, got -1.0"),
+    ({"dsu_pj_per_cycle": None}, "dsu_pj_per_cycle must be a finite number >= 0, got None"),
 ])
 def test_bad_coefficients_are_one_error_line(tmp_path, capsys, change, needle):
     path = _table_with(tmp_path, **change)

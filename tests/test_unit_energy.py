@@ -15,7 +15,7 @@ from tricut.sim.harness import unit_energy as U
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = (ROOT / "docs" / "energy.md").read_text()
-MEMORY_PJ = {"te_pj_per_cycle": 7.5, "cdu_pj_per_cycle": 7.5, "dsu_pj_per_cycle": 8.5}
+MEMORY_PJ = {f"{unit}_pj_per_cycle": pj for unit, pj in U.MEMORY_PJ.items()}
 
 
 @pytest.mark.parametrize("field", sorted(MEMORY_PJ))

@@ -298,7 +298,8 @@ class StepTiming:
     te_imbalance: float = 1.0     # the grid's slowest SM over its mean (te cut)
     flops: float = 0.0            # the SMs' arithmetic on this GPU: GEMVs (and a chunk's
     #                               GEMMs), attention unless the TE runs it
-    link_bytes: float = 0.0       # NVLink bytes this GPU sends in the step's all-reduces
+    link_bytes: float = 0.0       # NVLink bytes this GPU sends in the step's all-reduces (and,
+    #                               in a session run, its KV tier moves' link bytes)
     te_cycles: float = 0.0        # TE engine-busy cycles on this GPU, summed over engines (te cut)
     te_kv_bytes: float = 0.0      # K/V bytes the TE engines streamed (te cut)
     cdu_cycles: float = 0.0       # the CDU pipeline's cycles (cdu cut)

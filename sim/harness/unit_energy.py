@@ -38,8 +38,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["HOROWITZ_PJ", "SWITCHING", "reference_component", "synthesize", "unit_cells", "derive",
-           "tile_te_activity"]
+__all__ = ["HOROWITZ_PJ", "SWITCHING", "MEMORY_PJ", "TE_SHAPE", "UNIT_LABELS", "reference_component",
+           "synthesize", "unit_cells", "derive", "tile_te_activity"]
 
 #: Horowitz, ISSCC 2014, 45 nm (the calibration file's table B): pJ per operation
 HOROWITZ_PJ = {"int8 mul": 0.2, "fp16 mul": 1.1, "fp32 mul": 3.7, "fp32 add": 0.9}
@@ -47,6 +47,13 @@ HOROWITZ_PJ = {"int8 mul": 0.2, "fp16 mul": 1.1, "fp32 mul": 3.7, "fp32 add": 0.
 SRAM_8K_45NM_PJ, SRAM_8K_7NM_PJ, SRAM_32K_7NM_PJ = 10.0, 7.5, 8.5
 #: the units' switching activity relative to the reference operators (1: an upper bound)
 SWITCHING = 1.0
+#: one 64-bit access of a unit's memory macro, by unit (its memories' size: 8 KB; the DSU's 32 KB)
+MEMORY_PJ = {"te": SRAM_8K_7NM_PJ, "cdu": SRAM_8K_7NM_PJ, "dsu": SRAM_32K_7NM_PJ}
+#: the TE engine synthesized (besides the pipelined design and ``DEFAULT_TE_LANES`` lanes)
+TE_SHAPE = {"head_dim": 128, "G": 4}
+#: what each unit's row stands for (the CDU and the DSU cluster at ``tricut verilog``'s defaults)
+UNIT_LABELS = {"te": f"TE engine (pipelined, head_dim {TE_SHAPE['head_dim']}, G {TE_SHAPE['G']})",
+               "cdu": "CDU (16 sets x 4 ways)", "dsu": "DSU: one core, slot arbiter, interconnect"}
 
 
 def reference_component(name: str):
@@ -83,7 +90,8 @@ def unit_cells(name: str) -> tuple[int, int, dict]:
     from tricut.sim.fast.timing import DEFAULT_TE_LANES
     from tricut.sim.harness.verilog_out import build_unit
     if name == "te":
-        comp, _ = build_unit("te", [f"lanes={DEFAULT_TE_LANES}", "head_dim=128", "G=4"], "pipelined")
+        comp, _ = build_unit("te", [f"lanes={DEFAULT_TE_LANES}"] + [f"{k}={v}" for k, v in TE_SHAPE.items()],
+                             "pipelined")
     elif name == "cdu":
         comp, _ = build_unit("cdu", [])
     else:
@@ -111,7 +119,7 @@ def derive(switching: float = SWITCHING) -> dict:
     node = SRAM_8K_7NM_PJ / SRAM_8K_45NM_PJ
     pj_per_cell = fj_45 * 1e-3 * node * switching
     units = {}
-    for name, mem_pj in (("te", SRAM_8K_7NM_PJ), ("cdu", SRAM_8K_7NM_PJ), ("dsu", SRAM_32K_7NM_PJ)):
+    for name, mem_pj in MEMORY_PJ.items():
         t0 = time.perf_counter()
         cells, memories, a = unit_cells(name)
         units[name] = {"cells": cells, "memories": memories, "logic_pj": cells * pj_per_cell,
