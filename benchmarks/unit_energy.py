@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from energy import UNIT_BEGIN, UNIT_END     # the section of docs/energy.md this script owns
 
 from tricut.sim.fast.energy import ENERGY_FILE, load_energy
 from tricut.sim.harness.tile.cases import STATIC
@@ -27,7 +28,6 @@ from tricut.sim.harness.unit_energy import MEMORY_PJ, SWITCHING, TE_SHAPE, UNIT_
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "energy.md"
-BEGIN, END = "<!-- unit-energy:begin -->", "<!-- unit-energy:end -->"
 COMMAND = ".venv/bin/python benchmarks/unit_energy.py --write"
 
 
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
         srcs = {g: {**s, **src} for g, s in table.sources.items()}
         (ROOT / "sim" / "fast" / ENERGY_FILE).write_text(type(table)(gpus, srcs, table.about).to_json(),
                                                           encoding="utf-8")
-        write_section(DOC, BEGIN, END, text, "unit_energy")
+        write_section(DOC, UNIT_BEGIN, UNIT_END, text, "unit_energy")
         print(f"wrote sim/fast/{ENERGY_FILE} and docs/energy.md", file=sys.stderr)
     return 0
 
