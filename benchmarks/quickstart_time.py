@@ -69,7 +69,8 @@ def main(argv=None) -> int:
                     help="report this JUnit record of a make test on a fresh clone of --rev")
     ap.add_argument("--test-wall", type=float, metavar="S", help="with --from-junit: its wall seconds")
     ap.add_argument("--keep-junit", type=Path, metavar="FILE",
-                    help="copy the run's JUnit record to FILE (for --from-junit, or a closer look)")
+                    help="copy the run's JUnit record to FILE (for --from-junit, or a closer look; "
+                         "kept when a test failed, with the failures' messages)")
     args = ap.parse_args(argv)
     if (args.from_junit is None) != (args.test_wall is None):
         ap.error("--from-junit and --test-wall go together")
@@ -112,11 +113,11 @@ def _run_in(args, sha: str, clone: Path, tmp: Path) -> int:
     env["PYTEST_ADDOPTS"] = f"--junitxml={junit}"
     test_s, rc = _timed(["make", "test"], clone, env, Path(tmp) / "test.log")
     tail = (Path(tmp) / "test.log").read_text(errors="replace").strip().splitlines()
+    if args.keep_junit is not None and junit.is_file():      # kept when a test failed, too
+        shutil.copyfile(junit, args.keep_junit)
     if rc != 0:
         sys.stderr.write("\n".join(tail[-40:]) + "\n")
         raise SystemExit(f"quickstart_time.py: make test failed (exit {rc})")
-    if args.keep_junit is not None and junit.is_file():
-        shutil.copyfile(junit, args.keep_junit)
     summary = next((line.strip("= ") for line in reversed(tail) if " passed" in line), "?")
     passed = summary.split(" in ")[0]
     command = f".venv/bin/python benchmarks/quickstart_time.py --rev {args.rev} --block {args.block} --write"
