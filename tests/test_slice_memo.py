@@ -1,8 +1,12 @@
 """One SM's tile timing kept on disk (sim/fast/slice_memo.py): what it loads is what it would
 build, it loads without probing the cycle-stepped model again, a file it cannot read is built
-again, and another version of the model code is another file."""
+again, another version of the model code is another file, and two processes that need the same
+timing at once build it once."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -37,7 +41,8 @@ def _same(a: SliceTiming, b: SliceTiming) -> bool:
 
 
 def _files(d):
-    return sorted(p.name for p in d.iterdir()) if d.exists() else []
+    """The kept timings (not the configurations' lock files)."""
+    return sorted(p.name for p in d.glob("*.pickle")) if d.exists() else []
 
 
 def test_kept_timing_is_the_built_one_and_loads_without_probing(memo_dir, monkeypatch):
@@ -58,7 +63,7 @@ def test_kept_timing_is_the_built_one_and_loads_without_probing(memo_dir, monkey
 
 def test_an_unreadable_file_is_built_again(memo_dir):
     slice_memo.memo_slice_timing(CFG)
-    (path,) = memo_dir.iterdir()
+    (path,) = memo_dir.glob("*.pickle")
     for junk in (b"", b"not a pickle", path.read_bytes()[:40]):
         path.write_bytes(junk)
         slice_memo.memo_slice_timing.cache_clear()
@@ -78,3 +83,29 @@ def test_a_read_only_place_only_costs_the_keeping(memo_dir, monkeypatch):
     memo_dir.parent.joinpath("slice-timing").write_text("a file where the folder would be")
     assert _same(slice_memo.memo_slice_timing(CFG), SliceTiming(CFG))
     assert not any(p.name.startswith(".") for p in memo_dir.parent.iterdir())
+
+
+class _SlowTiming(SliceTiming):
+    """A timing whose build takes long enough for a second caller to arrive meanwhile."""
+    builds = 0
+
+    def __init__(self, cfg):
+        type(self).builds += 1
+        time.sleep(0.5)
+        super().__init__(cfg)
+
+
+def test_two_builders_of_one_configuration_build_it_once(memo_dir):
+    """Two callers at once (pytest workers, sweep points: each opens the configuration's lock
+    file itself, as two threads do here): the second waits for the first's build and loads
+    it."""
+    _SlowTiming.builds = 0
+    got = []
+    callers = [threading.Thread(target=lambda: got.append(slice_memo._memo("slice", _SlowTiming, CFG)))
+               for _ in range(2)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    assert len(got) == 2 and _SlowTiming.builds == 1 and _same(got[0], got[1])
+    assert len(_files(memo_dir)) == 1

@@ -6,15 +6,19 @@ one to forty seconds per configuration, paid again by every process that runs th
 that configuration (each ``tricut simulate``, each sweep point, each test). The built object
 is kept in one file per configuration and version of the model code under
 ``.build/slice-timing``; a run that loads it is the run that builds it (the object is the
-same, float for float). A file that cannot be read is built again and replaced.
+same, float for float). A file that cannot be read is built again and replaced. Two processes
+that need one configuration at once build it once: the second waits on the configuration's
+lock file and loads what the first kept.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import pickle
 import tempfile
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,8 +46,8 @@ def _key(*parts) -> str:
     return hashlib.sha256((_code_digest() + "".join(map(repr, parts))).encode()).hexdigest()[:32]
 
 
-def _memo(kind: str, build, cfg: TileConfig, cdu: SliceCdu | None = None):
-    path = SLICE_MEMO / f"{kind}-{_key(kind, cfg, cdu)}.pickle"
+def _load(path: Path, build, cfg: TileConfig, cdu: SliceCdu | None):
+    """The timing kept at ``path`` if it is ``build``'s of ``cfg`` and ``cdu``, else None."""
     try:
         with open(path, "rb") as f:
             kept = pickle.load(f)
@@ -52,7 +56,43 @@ def _memo(kind: str, build, cfg: TileConfig, cdu: SliceCdu | None = None):
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, IndexError,
             TypeError, ValueError):
         pass
-    built = build(cfg) if cdu is None else build(cfg, cdu)
+    return None
+
+
+@contextmanager
+def _building(path: Path):
+    """Within the block, the configuration's lock (``<file>.lock``): a second process that
+    needs the same timing (a pytest worker, a sweep point) waits for the first one's and loads
+    it instead of building it again. No lock on a read-only checkout."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_name(path.name + ".lock"), "w")
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _memo(kind: str, build, cfg: TileConfig, cdu: SliceCdu | None = None):
+    path = SLICE_MEMO / f"{kind}-{_key(kind, cfg, cdu)}.pickle"
+    kept = _load(path, build, cfg, cdu)
+    if kept is not None:
+        return kept
+    with _building(path):
+        kept = _load(path, build, cfg, cdu)         # another process built it meanwhile
+        if kept is not None:
+            return kept
+        built = build(cfg) if cdu is None else build(cfg, cdu)
+        _keep(path, built)
+    return built
+
+
+def _keep(path: Path, built) -> None:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +103,6 @@ def _memo(kind: str, build, cfg: TileConfig, cdu: SliceCdu | None = None):
     except OSError:                            # a read-only checkout: the run goes on unkept
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-    return built
 
 
 @lru_cache(maxsize=16)
