@@ -46,7 +46,20 @@ def slowest(junit: Path, n: int = SLOWEST) -> list[tuple[float, str]]:
     return sorted(cases, reverse=True)[:n]
 
 
-def report(command: str, sha: str, demo_s: float | None, test_s: float, passed: str, slow) -> str:
+def by_file(junit: Path, n: int = SLOWEST) -> tuple[float, list[tuple[float, int, str]]]:
+    """The record's test time in all, and its ``n`` test files with the most:
+    ``(seconds, tests, file)``."""
+    files: dict[str, list] = {}
+    for c in ET.parse(junit).iter("testcase"):
+        f = files.setdefault(c.get("classname", "").replace(".", "/") + ".py", [0.0, 0])
+        f[0] += float(c.get("time", 0.0))
+        f[1] += 1
+    total = sum(s for s, _ in files.values())
+    return total, sorted(((s, k, name) for name, (s, k) in files.items()), reverse=True)[:n]
+
+
+def report(command: str, sha: str, demo_s: float | None, test_s: float, passed: str, slow,
+           files=None) -> str:
     demo = "not measured" if demo_s is None else f"{demo_s / 60:.1f} min"
     lines = [f"Command: `{command}`, on a fresh clone of `{sha[:10]}`, {os.cpu_count()} cores.", "",
              "| step | wall |", "|---|---|",
@@ -56,6 +69,12 @@ def report(command: str, sha: str, demo_s: float | None, test_s: float, passed: 
              "the cores, so a test's time includes its share of the other's load and of any "
              "Verilator build it waited for):", "", "| s | test |", "|---|---|"]
     lines += [f"| {s:.1f} | `{name}` |" for s, name in slow]
+    if files is not None:
+        total, heavy = files
+        lines += ["", f"The tests' own times add up to {total:,.0f} s ({total / test_s:.2f} x the "
+                  f"wall time); the {len(heavy)} files with the most of it:", "",
+                  "| s | share | tests | file |", "|---|---|---|---|"]
+        lines += [f"| {s:.0f} | {s / total:.1%} | {k} | `{name}` |" for s, k, name in heavy]
     return "\n".join(lines) + "\n"
 
 
@@ -85,7 +104,8 @@ def main(argv=None) -> int:
         cases = list(ET.parse(args.from_junit).iter("testcase"))
         command = (f".venv/bin/python benchmarks/quickstart_time.py --rev {args.rev} --from-junit "
                    f"{args.from_junit.name} --test-wall {args.test_wall:.0f} --block {args.block} --write")
-        body = report(command, sha, None, args.test_wall, f"{len(cases)} tests", slowest(args.from_junit))
+        body = report(command, sha, None, args.test_wall, f"{len(cases)} tests", slowest(args.from_junit),
+                      by_file(args.from_junit))
         return _out(body, args)
     # the clone sits beside this checkout, as CI's does: the suite reads the shared traces
     # from the checkout's parent folder (tests/test_workload.py)
@@ -121,7 +141,7 @@ def _run_in(args, sha: str, clone: Path, tmp: Path) -> int:
     summary = next((line.strip("= ") for line in reversed(tail) if " passed" in line), "?")
     passed = summary.split(" in ")[0]
     command = f".venv/bin/python benchmarks/quickstart_time.py --rev {args.rev} --block {args.block} --write"
-    body = report(command, sha, demo_s, test_s, passed, slowest(junit))
+    body = report(command, sha, demo_s, test_s, passed, slowest(junit), by_file(junit))
     return _out(body, args)
 
 
