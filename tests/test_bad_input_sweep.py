@@ -571,8 +571,12 @@ def test_ctrl_c_while_joining_answers_at_once_and_leaves_no_database(tmp_path):
     (tmp_path / "grid.toml").write_text(TWO)
     env = dict(os.environ, RAY_ADDRESS=f"127.0.0.1:{port}")
     db = tmp_path / "x.duckdb"
+    # Ctrl-C's default action in the sweep, as in a terminal: a suite started in the background
+    # of a shell without job control (`make test &`) hands its children SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen([sys.executable, "-m", "tricut.sim", "sweep", str(tmp_path / "grid.toml"), "--db", str(db),
-                             "--address", "auto"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--address", "auto"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         conn, _ = srv.accept()           # the sweep is now waiting for the head's answer
         t0 = time.monotonic()
