@@ -22,6 +22,7 @@ from tricut.rtl.cdu.layouts import HINT as _HINT_CODE
 from tricut.rtl.cdu.layouts import KIND as _KIND
 from tricut.rtl.cdu.layouts import RESULT, RESULT_NAME, STEP_KIND
 from tricut.sim.fast.cdu_replay import check_positive_int
+from tricut.sim.harness.shared_simulator import design
 from tricut.sim.harness.streams import MemoryModel, Schedule, Sink, Source, drained, stream_rng
 
 __all__ = ["replay_rtl", "run_rtl", "compare_rtl", "ops_to_descs", "HbmModel",
@@ -139,20 +140,20 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
     ``same_cycle`` = one of them in that very cycle), for :func:`compare_rtl`.
     ``wave``: a :class:`tricut.sim.harness.waves.WaveSpec` (VCD of the run, cycle 0 = the
     bench's first cycle, kept to its window)."""
-    from amaranth.sim import Simulator
-
     from tricut.rtl.cdu.layouts import (PATTERN, demand_layout, desc_layout, fe_config_layout,
                                         step_layout)
     from tricut.rtl.cdu.top import CDU, CDUBackEnd
 
     idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
+    kwargs = {**(params or {}), **(front.get("params", {}) if front is not None else {})}
+    unit = CDUBackEnd if front is None else CDU
+    shared = design(None if wave is not None else (unit.__name__, repr(sorted(kwargs.items()))),
+                    lambda: unit(**kwargs))
+    dut = shared.dut
+    w = dut.widths
     if front is None:
-        dut = CDUBackEnd(**(params or {}))
-        w = dut.widths
         sources = [_Adapter(Source("desc", descs, idle, seed), dut.desc, desc_layout(w))]
     else:
-        dut = CDU(**(params or {}), **front.get("params", {}))
-        w = dut.widths
         lists = front["lists"] if front["config"]["pattern"] == PATTERN["list"] else []
         sources = [_Adapter(Source("step", front["beats"], idle, seed), dut.step,
                             step_layout(w, dut.front.slot_bits)),
@@ -241,15 +242,12 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
         out["cycles"] = now
         out.update(_end_state(ctx, dut, front is None), errors_injected=hbm.errors)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
     if wave is None:
-        sim.run()
+        shared.run(bench)
     else:
         from tricut.sim.harness.waves import amaranth_waves, check_window
-        with amaranth_waves(sim, wave, period=1e-9, skip_cycles=0):
-            sim.run()
+        with amaranth_waves(shared.sim, wave, period=1e-9, skip_cycles=0):
+            shared.run(bench)
             check_window(wave, out["cycles"])
     return out
 
@@ -782,13 +780,13 @@ def run_frontend_rtl(beats, lists, config, params=None, seed=0, p_valid=0.7, p_r
     (``idle``/``backpressure`` or ``p_valid``/``p_ready`` as in :func:`run_rtl`); returns
     ``ops`` (tuples kind, req, layer, block, cls, fresh), ``cycles``, the per-op transfer
     cycles ``at`` and the sticky flags. Ends with the drained check (:class:`RtlMismatch`)."""
-    from amaranth.sim import Simulator
-
     from tricut.rtl.cdu.frontend import FrontEndRTL
     from tricut.rtl.cdu.layouts import PATTERN, demand_layout, fe_config_layout, step_layout
 
     idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
-    dut = FrontEndRTL(**(params or {}))
+    kwargs = params or {}
+    shared = design(("FrontEndRTL", repr(sorted(kwargs.items()))), lambda: FrontEndRTL(**kwargs))
+    dut = shared.dut
     w = dut.widths
     src = _Adapter(Source("step", beats, idle, seed), dut.step, step_layout(w, dut.slot_bits))
     dem = _Adapter(Source("demand", demand_beats(lists) if config["pattern"] == PATTERN["list"]
@@ -822,10 +820,7 @@ def run_frontend_rtl(beats, lists, config, params=None, seed=0, p_valid=0.7, p_r
         for k in ("bad_step", "bad_demand", "overflow"):
             out[k] = ctx.get(getattr(dut, k))
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    shared.run(bench)
     return out
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from tricut.models import te as M
 from tricut.rtl.tile.combine import combine_cycles
 from tricut.rtl.tile.layouts import combined_beats, pack_job, partial_beats, unpack_out_beat
+from tricut.sim.harness.shared_simulator import design
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
 
@@ -142,11 +143,11 @@ class Driver:
         return out
 
 
-def run_plan_amaranth(plan, dut):
-    """One plan on ``dut`` (a :class:`~tricut.rtl.tile.combine.CombineUnit`) in the Amaranth
-    simulator; returns ``{"jobs": [...], "problems": [...]}`` like the cocotb bench."""
-    from amaranth.sim import Simulator
-
+def run_plan_amaranth(plan, shared):
+    """One plan on a :class:`~tricut.rtl.tile.combine.CombineUnit` (``shared``: its
+    :class:`~tricut.sim.harness.shared_simulator.SharedDesign`) in the Amaranth simulator;
+    returns ``{"jobs": [...], "problems": [...]}`` like the cocotb bench."""
+    dut = shared.dut
     drv = Driver(plan)
     streams = {"job": dut.job, "partial": dut.partial}
 
@@ -167,10 +168,7 @@ def run_plan_amaranth(plan, dut):
                 dut.combined.payload.as_value(), dut.misframed)
             drv.sampled({"job": jr, "partial": pr}, ov, op, mf)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    shared.run(bench)
     return {"jobs": drv.jobs, "problems": drv.problems()}
 
 
@@ -198,7 +196,9 @@ def simulate_amaranth(jobs, lanes, max_parts=8, idle=None, backpressure=None, se
     schedules (:meth:`Schedule.of`); returns a :class:`JobResult` per job after the drained
     check (``plan`` overrides the stimulus, e.g. to corrupt it)."""
     plan = plan or plan_json(jobs, lanes, max_parts, idle, backpressure, seed)
-    return _results(jobs, lanes, run_plan_amaranth(plan, _unit(jobs, lanes, max_parts)))
+    shared = design(("CombineUnit", jobs[0].d, jobs[0].G, lanes, max_parts),
+                    lambda: _unit(jobs, lanes, max_parts))
+    return _results(jobs, lanes, run_plan_amaranth(plan, shared))
 
 
 def simulate_verilator_matrix(jobs, lanes, max_parts=8, pairs=IDLE_BACKPRESSURE, seed=0):

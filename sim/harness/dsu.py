@@ -23,6 +23,7 @@ samples the outputs and commits the handshakes of that clock edge. It plays
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -806,10 +807,15 @@ class DsuEnv:
 
 # -- drivers -----------------------------------------------------------------------------------
 def _sim_amaranth(spec, cluster, progress=None, wave=None):
-    from amaranth.sim import Simulator
+    from .shared_simulator import design
     env = DsuEnv(spec)
     env.progress = progress
-    dut = cluster
+    if isinstance(cluster, functools.partial):      # a cluster by its parameters: shared
+        key = None if wave is not None else (cluster.func, tuple(sorted(cluster.keywords.items())))
+        shared = design(key, cluster)
+    else:
+        shared = design(None, lambda: cluster)
+    dut = shared.dut
     ins = {"run": dut.run, "stall": dut.stall, "intake_valid": dut.intake.valid,
            "intake_payload": dut.intake.payload.as_value(), "intake_end": dut.intake_end,
            "descriptors_ready": dut.descriptors.ready, "completions_valid": dut.completions.valid,
@@ -832,15 +838,12 @@ def _sim_amaranth(spec, cluster, progress=None, wave=None):
             env.commit({name: ctx.get(sig) for name, sig in outs.items()})
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
     if wave is None:
-        sim.run()
+        shared.run(bench)
         return env
     from .waves import amaranth_waves, check_window
-    with amaranth_waves(sim, wave, period=1e-9, skip_cycles=0):
-        sim.run()
+    with amaranth_waves(shared.sim, wave, period=1e-9, skip_cycles=0):
+        shared.run(bench)
         check_window(wave, env.cycle)
     return env
 
@@ -915,7 +918,9 @@ def _env_state(env):
 
 
 def execute(spec, cluster, sim, progress=None):
-    """Run ``spec`` (see :func:`run_dsu`) on ``cluster``; returns the environment's state
+    """Run ``spec`` (see :func:`run_dsu`) on ``cluster`` (a :class:`DsuCluster`, or a
+    ``functools.partial`` of one, whose Amaranth runs then share a simulator:
+    :mod:`.shared_simulator`); returns the environment's state
     (batches, outcomes, latencies, errors, counters, exit code, dumped words). A list of
     specs runs them one after another (on Verilator in one simulation, the cluster reset
     between them) and returns the list of states. ``progress``: called about twice a second
@@ -939,7 +944,8 @@ def _execute_verilator(spec, cluster, progress=None, waves=None):
         stop = _poll_progress(progress_path, progress) if progress is not None else None
         extra = {"waves": waves} if waves is not None else {}
         try:
-            run_cocotb(cluster, "dsu_cluster", "dsu_sched", COCOTB_DIR,
+            run_cocotb(cluster() if isinstance(cluster, functools.partial) else cluster,
+                       "dsu_cluster", "dsu_sched", COCOTB_DIR,
                        extra_env={"DSU_SPEC": str(spec_path), "DSU_RESULT": str(result_path)},
                        **extra)
         finally:
@@ -1435,8 +1441,8 @@ def run_plan(plan: DsuPlan, matrix=None, progress=None, wave=None):
                        badcomp=[(f.step, f.slot) for f in plan.faults if f.kind == "badcomp"],
                        mmio=[f.cycle for f in plan.faults if f.kind == "mmio"], sessions=sess)
              for n, (i, b) in enumerate(pairs)]
-    cluster = DsuCluster(n_cores=plan.cores, n_slots=plan.n_slots,
-                         intake_depth=a["intake_depth"], mem_bytes=MEM_BYTES)
+    cluster = functools.partial(DsuCluster, n_cores=plan.cores, n_slots=plan.n_slots,
+                                intake_depth=a["intake_depth"], mem_bytes=MEM_BYTES)
     t0 = time.time()
     if wave is not None:
         states = [_execute_with_wave(specs[0], cluster, plan.sim, progress, wave)]

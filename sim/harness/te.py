@@ -23,6 +23,7 @@ from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.rtl.te.layouts import (pack_desc, pack_kv_beats, pack_q_beats, unpack_out_beat,
                                     unpack_status)
+from tricut.sim.harness.shared_simulator import design
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
 from tricut.sim.harness.waves import WaveSpec, amaranth_waves, finish, recording
@@ -406,10 +407,12 @@ def run_plan_amaranth(plan, v0, dut=None, *, progress=None, wave: WaveSpec | Non
     """Run one plan on a TE engine (configured like the vector ``v0``) in the Amaranth
     simulator; returns ``{"steps": [...], "problems": [...]}`` like the cocotb bench (and
     ``"stopped_at"`` when the plan's ``budget`` of cycles stopped it)."""
-    from amaranth.sim import Simulator
-
-    if dut is None:
-        dut = engine_for(v0)
+    if dut is not None or wave is not None:
+        shared = design(None, lambda: dut if dut is not None else engine_for(v0), AMARANTH_PERIOD)
+    else:
+        shared = design((v0.engine, v0.d, v0.G, v0.lanes, v0.kv_dtype), lambda: engine_for(v0),
+                        AMARANTH_PERIOD)
+    dut = shared.dut
     ports = [getattr(dut, p) for p in ACTIVITY_PORTS if hasattr(dut, p)]
     drv = Driver(plan)
     streams = {"desc": dut.desc, "q": dut.q, "kv": dut.kv}
@@ -440,11 +443,8 @@ def run_plan_amaranth(plan, v0, dut=None, *, progress=None, wave: WaveSpec | Non
             if drv.sampled({"desc": dr, "q": qr, "kv": kr}, ov, op, mb):
                 drv.finish_step(ctx.get(dut.status.as_value()))
 
-    sim = Simulator(dut)
-    sim.add_clock(AMARANTH_PERIOD)
-    sim.add_testbench(bench)
-    with amaranth_waves(sim, wave, period=AMARANTH_PERIOD):
-        sim.run()
+    with amaranth_waves(shared.sim, wave, period=AMARANTH_PERIOD):
+        shared.run(bench)
     run = {"steps": drv.steps, "problems": drv.problems()}
     if stopped:
         run["stopped_at"], run["budget"] = stopped[0], budget

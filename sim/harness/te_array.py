@@ -28,6 +28,7 @@ from tricut.models import te as M
 from tricut.rtl.te.layouts import out_layout, status_layout
 from tricut.rtl.tile.array_layouts import pack_job, pack_routed_kv, split_tag, tag_word
 from tricut.models.te_array_timing import te_array_routed_schedule, te_array_schedule
+from tricut.sim.harness.shared_simulator import design
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
 from tricut.sim.harness.te import TEVector, make_vector
@@ -208,11 +209,11 @@ class Driver:
         return out
 
 
-def run_plan_amaranth(plan, dut):
-    """One plan on ``dut`` (a :class:`~tricut.rtl.tile.te_array.TEArray`) in the Amaranth
-    simulator; returns ``{"jobs": [JobOut], "problems": [...], "cycles": n}``."""
-    from amaranth.sim import Simulator
-
+def run_plan_amaranth(plan, shared):
+    """One plan on a :class:`~tricut.rtl.tile.te_array.TEArray` (``shared``: its
+    :class:`~tricut.sim.harness.shared_simulator.SharedDesign`) in the Amaranth simulator;
+    returns ``{"jobs": [JobOut], "problems": [...], "cycles": n}``."""
+    dut = shared.dut
     drv = Driver(plan)
     streams = {"job": dut.job, "q": dut.q, "kv": dut.kv}
 
@@ -234,10 +235,7 @@ def run_plan_amaranth(plan, dut):
                 dut.out.payload.as_value(), dut.status.valid, dut.status.payload.as_value())
             drv.sampled({"job": jr, "q": qr, "kv": kr}, ov, op, sv, sp)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    shared.run(bench)
     return {"jobs": drv.jobs, "problems": drv.problems(), "cycles": drv.cycle}
 
 
@@ -269,8 +267,11 @@ def simulate_amaranth(jobs, engines, tag_bits=16, idle=None, backpressure=None, 
     it)."""
     plan = plan or plan_json(jobs, tag_bits, idle, backpressure, seed,
                              engines if routed_kv else None, kv_order)
-    return _jobs_of(run_plan_amaranth(plan, make_array(jobs, engines, tag_bits, routed_kv,
-                                                       kv_fifo_depth)))
+    v0 = jobs[0].vec
+    key = ("TEArray", engines, v0.d, v0.G, v0.lanes, v0.kv_dtype, tag_bits, routed_kv,
+           kv_fifo_depth)
+    shared = design(key, lambda: make_array(jobs, engines, tag_bits, routed_kv, kv_fifo_depth))
+    return _jobs_of(run_plan_amaranth(plan, shared))
 
 
 def simulate_verilator_matrix(jobs, engines, tag_bits=16, pairs=IDLE_BACKPRESSURE, seed=0):
