@@ -89,21 +89,28 @@ def test_a_run_that_raises_drops_its_simulator(nothing_kept):
 
 
 def test_only_the_most_recent_designs_are_kept(nothing_kept):
-    built = []
-    for k in range(S.KEEP + 2):
-        S.design(("probe", k), lambda: built.append(k) or _Counter())
+    first = [S.design(_Counter, width=w) for w in range(1, S.KEEP + 3)]
     assert len(S._kept) == S.KEEP
-    S.design(("probe", S.KEEP + 1), lambda: built.append("again") or _Counter())
-    assert "again" not in built                           # the most recent one was kept
-    S.design(("probe", 0), lambda: built.append("again") or _Counter())
-    assert built[-1] == "again"                           # the oldest was not
+    assert S.design(_Counter, width=S.KEEP + 2) is first[-1]   # the most recent one was kept
+    assert S.design(_Counter, width=1) is not first[0]         # the oldest was not
+
+
+def test_equal_parameters_share_and_own_designs_do_not(nothing_kept):
+    a = S.design(_Counter, width=4)
+    assert S.design(_Counter, width=4) is a and S.design(_Counter, width=5) is not a
+    assert S.design(_Counter, width=4, share=False) is not a
+    own = S.own(_Counter(width=4))
+    assert own.key is None and own not in S._kept.values()
 
 
 class _Counter(Elaboratable):
     """A one-register design for the keep rule."""
 
+    def __init__(self, width):
+        self.width = width
+
     def elaborate(self, platform):
         m = Module()
-        c = Signal(4)
+        c = Signal(self.width)
         m.d.sync += c.eq(c + 1)
         return m

@@ -147,8 +147,7 @@ def run_rtl(descs, params=None, seed=0, p_valid=0.7, p_ready=0.7, max_latency=12
     idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
     kwargs = {**(params or {}), **(front.get("params", {}) if front is not None else {})}
     unit = CDUBackEnd if front is None else CDU
-    shared = design(None if wave is not None else (unit.__name__, repr(sorted(kwargs.items()))),
-                    lambda: unit(**kwargs))
+    shared = design(unit, share=wave is None, **kwargs)
     dut = shared.dut
     w = dut.widths
     if front is None:
@@ -784,8 +783,7 @@ def run_frontend_rtl(beats, lists, config, params=None, seed=0, p_valid=0.7, p_r
     from tricut.rtl.cdu.layouts import PATTERN, demand_layout, fe_config_layout, step_layout
 
     idle, backpressure = bench_schedules(p_valid, p_ready, idle, backpressure)
-    kwargs = params or {}
-    shared = design(("FrontEndRTL", repr(sorted(kwargs.items()))), lambda: FrontEndRTL(**kwargs))
+    shared = design(FrontEndRTL, **(params or {}))
     dut = shared.dut
     w = dut.widths
     src = _Adapter(Source("step", beats, idle, seed), dut.step, step_layout(w, dut.slot_bits))

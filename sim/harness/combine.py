@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tricut.models import te as M
-from tricut.rtl.tile.combine import combine_cycles
+from tricut.rtl.tile.combine import CombineUnit, combine_cycles
 from tricut.rtl.tile.layouts import combined_beats, pack_job, partial_beats, unpack_out_beat
 from tricut.sim.harness.shared_simulator import design
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
@@ -184,9 +184,8 @@ def _results(jobs, lanes, run):
     return res
 
 
-def _unit(jobs, lanes, max_parts):
-    from tricut.rtl.tile.combine import CombineUnit
-    return CombineUnit(head_dim=jobs[0].d, G=jobs[0].G, lanes=lanes, max_parts=max_parts)
+def _unit_params(jobs, lanes, max_parts):
+    return dict(head_dim=jobs[0].d, G=jobs[0].G, lanes=lanes, max_parts=max_parts)
 
 
 def simulate_amaranth(jobs, lanes, max_parts=8, idle=None, backpressure=None, seed=0,
@@ -196,9 +195,7 @@ def simulate_amaranth(jobs, lanes, max_parts=8, idle=None, backpressure=None, se
     schedules (:meth:`Schedule.of`); returns a :class:`JobResult` per job after the drained
     check (``plan`` overrides the stimulus, e.g. to corrupt it)."""
     plan = plan or plan_json(jobs, lanes, max_parts, idle, backpressure, seed)
-    shared = design(("CombineUnit", jobs[0].d, jobs[0].G, lanes, max_parts),
-                    lambda: _unit(jobs, lanes, max_parts))
-    return _results(jobs, lanes, run_plan_amaranth(plan, shared))
+    return _results(jobs, lanes, run_plan_amaranth(plan, design(CombineUnit, **_unit_params(jobs, lanes, max_parts))))
 
 
 def simulate_verilator_matrix(jobs, lanes, max_parts=8, pairs=IDLE_BACKPRESSURE, seed=0):
@@ -206,7 +203,7 @@ def simulate_verilator_matrix(jobs, lanes, max_parts=8, pairs=IDLE_BACKPRESSURE,
     test (the unit reset between plans); returns ``{pair: [JobResult]}``, each drained-checked."""
     from tricut.sim.harness.cocotb_run import run_plans
 
-    dut = _unit(jobs, lanes, max_parts)
+    dut = CombineUnit(**_unit_params(jobs, lanes, max_parts))
     plans = [plan_json(jobs, lanes, max_parts, i, b, seed) for i, b in pairs]
     toplevel = f"tile_combine_d{jobs[0].d}_g{jobs[0].G}_l{lanes}_p{max_parts}"
     runs = run_plans(dut, toplevel, "tile_combine", plans)

@@ -807,14 +807,13 @@ class DsuEnv:
 
 # -- drivers -----------------------------------------------------------------------------------
 def _sim_amaranth(spec, cluster, progress=None, wave=None):
-    from .shared_simulator import design
+    from .shared_simulator import design, own
     env = DsuEnv(spec)
     env.progress = progress
     if isinstance(cluster, functools.partial):      # a cluster by its parameters: shared
-        key = None if wave is not None else (cluster.func, tuple(sorted(cluster.keywords.items())))
-        shared = design(key, cluster)
+        shared = design(cluster.func, share=wave is None, **cluster.keywords)
     else:
-        shared = design(None, lambda: cluster)
+        shared = own(cluster)
     dut = shared.dut
     ins = {"run": dut.run, "stall": dut.stall, "intake_valid": dut.intake.valid,
            "intake_payload": dut.intake.payload.as_value(), "intake_end": dut.intake_end,

@@ -5,21 +5,21 @@ Python; for the units here that costs more than most runs on them (a CDU front e
 second to build, a few hundred cycles to run). ``Simulator.reset`` returns a simulator to its
 initial state -- every signal and memory at its initial value, the clock, every process and
 testbench restarted -- and is Amaranth's documented way to amortise a design's start-up. So
-a harness asks :func:`design` for the design of a *key* (the design's class and constructor
-arguments: equal keys, equal designs), and :meth:`SharedDesign.run` resets its simulator and
+a harness asks :func:`design` for a design by its class and constructor arguments (equal
+class and arguments, equal design), and :meth:`SharedDesign.run` resets its simulator and
 runs one testbench on it from cycle 0. ``tests/test_shared_simulator.py`` checks that a
 reused simulator gives the fresh one's results, cycle for cycle.
 
 A process keeps the :data:`KEEP` most recently used simulators. A run that raises drops its
 simulator (the next run of the key builds a new one); runs that record waves build their own
-(``key=None``), as does a caller that brings its own design object.
+(``share=False``), and a design object the caller built runs alone (:func:`own`).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-__all__ = ["KEEP", "SharedDesign", "design", "forget", "forget_all"]
+__all__ = ["KEEP", "SharedDesign", "design", "own", "forget", "forget_all"]
 
 #: simulators kept per process, most recently used first
 KEEP = 8                 # a TE engine's or array's simulator takes tens of MB
@@ -59,19 +59,24 @@ class SharedDesign:
             self._bench = None
 
 
-def design(key, build, period=1e-9) -> SharedDesign:
-    """The shared design of ``key`` (``build()`` makes it when none is kept), or, with
-    ``key=None``, a design of its own."""
-    if key is None:
-        return SharedDesign(None, build(), period)
-    key = (key, period)
+def design(unit, *, period=1e-9, share=True, **params) -> SharedDesign:
+    """The design ``unit(**params)`` with its simulator, shared with every earlier run of the
+    same class and parameters that is still kept (``share=False``: a design of its own)."""
+    if not share:
+        return own(unit(**params), period)
+    key = (unit, repr(sorted(params.items())), period)
     shared = _kept.get(key)
     if shared is None:
-        shared = _kept[key] = SharedDesign(key, build(), period)
+        shared = _kept[key] = SharedDesign(key, unit(**params), period)
         while len(_kept) > KEEP:
             _kept.popitem(last=False)
     _kept.move_to_end(key)
     return shared
+
+
+def own(dut, period=1e-9) -> SharedDesign:
+    """A design object the caller built (never shared) with its simulator."""
+    return SharedDesign(None, dut, period)
 
 
 def forget(shared: SharedDesign) -> None:

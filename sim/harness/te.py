@@ -23,7 +23,7 @@ from tricut.models import formats as F
 from tricut.models import te as M
 from tricut.rtl.te.layouts import (pack_desc, pack_kv_beats, pack_q_beats, unpack_out_beat,
                                     unpack_status)
-from tricut.sim.harness.shared_simulator import design
+from tricut.sim.harness.shared_simulator import design, own
 from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule, Sink, Source,
                                         drained)
 from tricut.sim.harness.waves import WaveSpec, amaranth_waves, finish, recording
@@ -379,9 +379,14 @@ def engine_class(engine: str):
     return TEEngine
 
 
+def engine_params(v0) -> dict:
+    """The RTL engine's parameters for vectors like ``v0`` (its ``engine`` picks the class)."""
+    return dict(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
+
+
 def engine_for(v0):
     """The RTL engine for vectors like ``v0`` (its ``engine`` picks the class)."""
-    return engine_class(v0.engine)(head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype)
+    return engine_class(v0.engine)(**engine_params(v0))
 
 
 def _with_budget(plan, max_cycles):
@@ -407,11 +412,9 @@ def run_plan_amaranth(plan, v0, dut=None, *, progress=None, wave: WaveSpec | Non
     """Run one plan on a TE engine (configured like the vector ``v0``) in the Amaranth
     simulator; returns ``{"steps": [...], "problems": [...]}`` like the cocotb bench (and
     ``"stopped_at"`` when the plan's ``budget`` of cycles stopped it)."""
-    if dut is not None or wave is not None:
-        shared = design(None, lambda: dut if dut is not None else engine_for(v0), AMARANTH_PERIOD)
-    else:
-        shared = design((v0.engine, v0.d, v0.G, v0.lanes, v0.kv_dtype), lambda: engine_for(v0),
-                        AMARANTH_PERIOD)
+    shared = own(dut, AMARANTH_PERIOD) if dut is not None else \
+        design(engine_class(v0.engine), period=AMARANTH_PERIOD, share=wave is None,
+               **engine_params(v0))
     dut = shared.dut
     ports = [getattr(dut, p) for p in ACTIVITY_PORTS if hasattr(dut, p)]
     drv = Driver(plan)

@@ -26,6 +26,7 @@ import numpy as np
 
 from tricut.models import te as M
 from tricut.rtl.te.layouts import out_layout, status_layout
+from tricut.rtl.tile.te_array import TEArray
 from tricut.rtl.tile.array_layouts import pack_job, pack_routed_kv, split_tag, tag_word
 from tricut.models.te_array_timing import te_array_routed_schedule, te_array_schedule
 from tricut.sim.harness.shared_simulator import design
@@ -34,7 +35,7 @@ from tricut.sim.harness.streams import (IDLE_BACKPRESSURE, NotDrained, Schedule,
 from tricut.sim.harness.te import TEVector, make_vector
 
 __all__ = ["ArrayJob", "JobOut", "random_job", "plan_json", "Driver", "run_plan_amaranth",
-           "simulate_amaranth", "simulate_verilator_matrix", "check_results", "make_array",
+           "simulate_amaranth", "simulate_verilator_matrix", "check_results", "array_params",
            "unstalled_schedule", "unstalled_routed_schedule", "routed_kv_beats", "KV_ORDERS",
            "STREAMS", "TAIL_CYCLES"]
 
@@ -239,15 +240,15 @@ def run_plan_amaranth(plan, shared):
     return {"jobs": drv.jobs, "problems": drv.problems(), "cycles": drv.cycle}
 
 
-def make_array(jobs, engines, tag_bits=16, routed_kv=False, kv_fifo_depth=None):
-    """A serial-engine array for ``jobs`` (their outputs are the serial engine's golden, their
-    cycles :func:`~tricut.models.te_array_timing.te_array_schedule`'s); the pipelined engine is
+def array_params(jobs, engines, tag_bits=16, routed_kv=False, kv_fifo_depth=None) -> dict:
+    """The :class:`TEArray` parameters of a serial-engine array for ``jobs`` (their outputs
+    are the serial engine's golden, their cycles
+    :func:`~tricut.models.te_array_timing.te_array_schedule`'s); the pipelined engine is
     checked inside the tile (``tests/test_tile_cached.py``, ``tests/test_tile_timing.py``)."""
-    from tricut.rtl.tile.te_array import TEArray
     v0 = jobs[0].vec
-    return TEArray(engines=engines, head_dim=v0.d, G=v0.G, lanes=v0.lanes,
-                   kv_dtype=v0.kv_dtype, tag_bits=tag_bits, routed_kv=routed_kv,
-                   kv_fifo_depth=kv_fifo_depth, engine="serial")
+    return dict(engines=engines, head_dim=v0.d, G=v0.G, lanes=v0.lanes, kv_dtype=v0.kv_dtype,
+                tag_bits=tag_bits, routed_kv=routed_kv, kv_fifo_depth=kv_fifo_depth,
+                engine="serial")
 
 
 def _jobs_of(run):
@@ -267,10 +268,7 @@ def simulate_amaranth(jobs, engines, tag_bits=16, idle=None, backpressure=None, 
     it)."""
     plan = plan or plan_json(jobs, tag_bits, idle, backpressure, seed,
                              engines if routed_kv else None, kv_order)
-    v0 = jobs[0].vec
-    key = ("TEArray", engines, v0.d, v0.G, v0.lanes, v0.kv_dtype, tag_bits, routed_kv,
-           kv_fifo_depth)
-    shared = design(key, lambda: make_array(jobs, engines, tag_bits, routed_kv, kv_fifo_depth))
+    shared = design(TEArray, **array_params(jobs, engines, tag_bits, routed_kv, kv_fifo_depth))
     return _jobs_of(run_plan_amaranth(plan, shared))
 
 
@@ -280,7 +278,7 @@ def simulate_verilator_matrix(jobs, engines, tag_bits=16, pairs=IDLE_BACKPRESSUR
     returns ``{pair: [JobOut]}``, each drained-checked."""
     from tricut.sim.harness.cocotb_run import run_plans
 
-    dut = make_array(jobs, engines, tag_bits)
+    dut = TEArray(**array_params(jobs, engines, tag_bits))
     plans = [plan_json(jobs, tag_bits, i, b, seed) for i, b in pairs]
     v0 = jobs[0].vec
     toplevel = (f"tile_te_array_e{engines}_{v0.kv_dtype}_d{v0.d}_g{v0.G}_l{v0.lanes}"
