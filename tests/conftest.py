@@ -16,7 +16,13 @@ for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "
 # suite's runs are short and its builds many): set before the harness loads
 os.environ.setdefault("TRICUT_TILE_CXX_OPT", "-O0")
 
+import gc  # noqa: E402
+
 import pytest  # noqa: E402
+
+from tricut.sim import collector  # noqa: E402
+
+collector.tune()
 
 
 @pytest.fixture(autouse=True)
@@ -25,3 +31,13 @@ def _fresh_prefill_cache(monkeypatch, tmp_path_factory):
     what a test computes does not depend on the runs before it."""
     from tricut.sim.harness.tile import golden
     monkeypatch.setattr(golden, "PREFILL_CACHE", tmp_path_factory.mktemp("prefill"))
+
+
+@pytest.fixture(autouse=True)
+def _old_objects_frozen():
+    """The objects alive before a test (modules, kept simulators and builds) are frozen for its
+    duration: a test's ``gc.collect()`` (the bad-parameter tests collect a half-built unit
+    within their warnings check) then walks only what the test allocated."""
+    gc.freeze()
+    yield
+    gc.unfreeze()

@@ -19,6 +19,7 @@ from . import simulate as cli_simulate
 from . import sweep_cmd as cli_sweep
 from . import tile_cmd as cli_tile
 from . import units as cli_units
+from .. import collector
 from ..options import given_on_command_line
 from .errors import InputError, one_line_argparse, positive_int_list
 
@@ -143,6 +144,7 @@ def parse_command_line(parser: argparse.ArgumentParser, argv: list[str]) -> argp
 
 
 def main(argv: list[str] | None = None) -> int:
+    collector.tune()
     try:
         parser = build_parser()      # reads the shipped config and stack lists
     except ConfigError as e:
