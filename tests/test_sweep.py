@@ -746,8 +746,8 @@ def test_address_joins_a_cluster_started_by_ray_start(small, tmp_path):
         assert _table(db) == _table(small["db"])
     finally:
         head_session.members()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):      # SIGTERM: a 30 s graceful stop
+            os.killpg(head.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             head.wait(timeout=30)
         head_session.assert_nothing_left()
