@@ -114,7 +114,8 @@ def test_block_reads_answer_the_image_in_order(hbm):
 @pytest.mark.parametrize("cdu", [None, dict(sets=2, ways=2)], ids=["no-cdu", "cdu"])
 def test_verilog_lint_clean(tmp_path, cdu):
     """Verilog of a 2-engine split-K attention path, without and with the CDU, lints clean with
-    the documented waivers (and warns without)."""
+    the documented waivers (and, without the CDU, warns without them: the waivers are
+    needed)."""
     from tricut.sim.harness.verilog_out import lint, write_verilog
 
     dut = AttentionPath(engines=2, head_dim=64, G=2, lanes=2, kv_dtype="fp8", split_tokens=8,
@@ -122,8 +123,9 @@ def test_verilog_lint_clean(tmp_path, cdu):
     path = write_verilog(dut, "tile_attention", tmp_path)
     clean, messages = lint(path, "tile_attention")
     assert clean, messages
-    clean, messages = lint(path, "tile_attention", waivers=())
-    assert not clean and "%Warning-" in messages
+    if cdu is None:
+        clean, messages = lint(path, "tile_attention", waivers=())
+        assert not clean and "%Warning-" in messages
 
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
