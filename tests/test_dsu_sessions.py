@@ -193,11 +193,11 @@ def _cli_golden_counts(path, policy, lead):
 
 
 @pytest.mark.parametrize("policy, lead", [("park-early", 2), ("drop", None)])
-def test_cli_sessions_amaranth(policy, lead, tmp_path, capsys):
+def test_cli_sessions_verilator(policy, lead, tmp_path, capsys):
     from tricut.sim.cli.testing import run_cli
     path = tmp_path / "s.jsonl"
     path.write_text(SESSION_FILE)
-    argv = ["dsu", "run", "--sessions", str(path), "--sim", "amaranth", "--slots", "4",
+    argv = ["dsu", "run", "--sessions", str(path), "--sim", "verilator", "--slots", "4",
             "--park-policy", policy, "--json"] + (["--restore-lead", str(lead)] if lead else [])
     code, cap = run_cli(argv, capsys)
     assert code == 0, cap.err
