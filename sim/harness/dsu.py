@@ -943,8 +943,7 @@ def _execute_verilator(spec, cluster, progress=None, waves=None):
         stop = _poll_progress(progress_path, progress) if progress is not None else None
         extra = {"waves": waves} if waves is not None else {}
         try:
-            run_cocotb(cluster() if isinstance(cluster, functools.partial) else cluster,
-                       "dsu_cluster", "dsu_sched", COCOTB_DIR,
+            run_cocotb(cluster, "dsu_cluster", "dsu_sched", COCOTB_DIR,
                        extra_env={"DSU_SPEC": str(spec_path), "DSU_RESULT": str(result_path)},
                        **extra)
         finally:
