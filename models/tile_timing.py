@@ -356,7 +356,7 @@ class _Filler:
             if f.alloc:
                 self.issuing, self.issue_from = self.H, t + 1
         if self.reg is None:                        # the CDU's hbm_req register
-            due = [r for r in self.retries if r.retry_from <= t]
+            due = [r for r in self.retries if r.retry_from <= t] if self.retries else None
             if due:                                 # retries first (lowest MSHR id)
                 f = self.reg = min(due, key=lambda r: r.id)
                 self.retries.remove(f)
@@ -662,6 +662,7 @@ class _Streamer:
         self.word = self.l2_due = 0
         self.walking, self.wt, self.wj, self.wend = False, 0, 0, 0
         self.routes = deque()
+        self.dispatched = None          # the job dispatched this cycle (the tile reads it)
 
     def busy(self):
         return self.unit is not None or bool(self.pass_)
@@ -716,7 +717,8 @@ class _Streamer:
 
     def tick(self, t):
         routes_level, walking = len(self.routes), self.walking
-        self._walk(t, routes_level)
+        if walking:
+            self._walk(t, routes_level)
         st = self.state
         if st == "collect":
             if self.jobs:
@@ -725,6 +727,7 @@ class _Streamer:
             j = self.pass_[self.k]
             if self.engines[j.eng].idle(t):
                 self.engines[j.eng].dispatch(j)
+                self.dispatched = j
                 self.state, self.cnt = "q", 0
         elif st == "q":
             self.cnt += 1
@@ -841,18 +844,19 @@ class _Cdu:
         a free MSHR for an HBM read, room in the ready queue for a demand read, no eviction
         hold. A resource freed on cycle ``c`` (response, pop) serves a decision offered on
         ``c + 2``."""
-        def live(c):
-            return c is None or c + 2 > t
-        if d.hbm and d.result in _FILLS:
-            self.outstanding = [f for f in self.outstanding if live(f.resp)]
+        gone = t - 2                    # freed on a cycle up to this one: free now
+        # (the lists are pruned only when full: only then can pruning change the answer)
+        if d.hbm and d.result in _FILLS and len(self.outstanding) >= self.cfg.mshrs:
+            self.outstanding = [f for f in self.outstanding if f.resp is None or f.resp > gone]
             if len(self.outstanding) >= self.cfg.mshrs:
                 return True
-        if d.kind == "R":
-            self.rq = [e for e in self.rq if live(e.popped)]
+        if d.kind == "R" and len(self.rq) >= self.cfg.rq_depth:
+            self.rq = [e for e in self.rq if e.popped is None or e.popped > gone]
             if len(self.rq) >= self.cfg.rq_depth:
                 return True
         if d.victim is not None and d.result in ("miss_alloc", "pf_issue", "w_alloc"):
-            return any(live(e.popped) and not e.bypass for e in self.pending.get(d.victim, ()))
+            return any((e.popped is None or e.popped > gone) and not e.bypass
+                       for e in self.pending.get(d.victim, ()))
         return False
 
     def _next(self, t):
@@ -958,9 +962,10 @@ class _Tile:
 
     def cycle(self, t):
         """One clock cycle of every unit."""
-        oldest = self.outq[0] if self.outq else None
+        outq, engines = self.outq, self.engines
+        oldest = outq[0] if outq else None
         cfg = self.cfg
-        for e in self.engines:
+        for e in engines:
             if e.state == "idle":
                 continue
             grant = e.job is oldest and e.state == "out"
@@ -975,28 +980,32 @@ class _Tile:
                     grant = False
             if e.tick(t, grant):
                 self.last_out = oldest.out_at = t
-                self.outq.popleft()
+                outq.popleft()
                 if oldest.partial and oldest.final:
                     # the fold of the last head (Dk cycles), then the G*Dk combined beats
                     self.c_sent = False
                     self.c_beats = (t + cfg.dk + 1, t + cfg.dk + cfg.G * cfg.dk)
                     self.c_free = self.c_beats[1] + 1
-        for r in (self.filler.reader, self.streamer.reader):
-            r.begin()
+        filler, streamer = self.filler, self.streamer
+        fr, sr = filler.reader, streamer.reader
+        fr.used, sr.used = len(fr.rob), len(sr.rob)     # _Reader.begin, inline
         self.cdu.tick(t)
-        l2_busy = self.writer.tick(t, self.open_layer, self.filler)
-        self.filler.tick_take(t)
-        self.filler.tick_drain(t, l2_busy)
-        idle = [e.state == "idle" for e in self.engines]
-        self.streamer.tick(t)
-        for e, was in zip(self.engines, idle):
-            if was and e.state != "idle":
-                self.outq.append(e.job)
-        self.filler.reader.issue(t)
-        self.streamer.reader.issue(t)
+        l2_busy = self.writer.tick(t, self.open_layer, filler)
+        filler.tick_take(t)
+        filler.tick_drain(t, l2_busy)
+        streamer.tick(t)
+        if streamer.dispatched is not None:     # the one job the streamer dispatched
+            outq.append(streamer.dispatched)
+            streamer.dispatched = None
+        if fr.cut:
+            fr.issue(t)
+        if sr.cut:
+            sr.issue(t)
         self.hbm.tick(t)
-        for e in self.engines:
-            e.edge()
+        for e in engines:               # _Engine.edge, inline: the model's hottest call
+            if e.push or e.pop:
+                e.level += e.push - e.pop
+                e.push = e.pop = 0
 
 
 #: cycles from the layer's last output beat to ``done`` as the harness sees it
@@ -1057,9 +1066,14 @@ def _layer(tile, clock, cfg, descs, ri, li, unit0, t_go):
     num, den = cfg.hbm_rate
     words = sum(j.end - j.start for j in jobs) * 2 * cfg.dk
     limit = 1_000_000 + 4 * words * (cfg.G + -(-den // num)) + 100_000 * len(jobs)
-    while tile.streamer.jobs or tile.streamer.busy() or \
-            any(j.out_at is None for j in jobs):
-        clock.run_to(clock.now + 1)
+    streamer, cycle, out = tile.streamer, tile.cycle, 0    # jobs[:out] are out
+    while True:
+        while out < len(jobs) and jobs[out].out_at is not None:
+            out += 1
+        if not (streamer.jobs or streamer.unit is not None or streamer.pass_ or out < len(jobs)):
+            break           # (the middle two: streamer.busy())
+        cycle(clock.now)
+        clock.now += 1
         if clock.now - t_go > limit:
             raise RuntimeError(f"cached tile model: round {ri} layer {li} never ends")
     last = max(jobs, key=lambda j: j.out_at)
