@@ -83,11 +83,11 @@ def test_requests_longer_than_the_context_are_refused_by_id():
 def test_unit_sizes_replace_the_gpus_and_set_the_te_lanes():
     model, gpu = load_model("llama-3-70b"), load_gpu("h100-sxm5")
     base = ServingSetup(model, gpu, tp=8)
-    sized = ServingSetup(model, gpu, tp=8, units={"te_engines_per_sm": 1, "te_lanes": 4, "dsu_cores": 2})
+    sized = ServingSetup(model, gpu, tp=8, units={"te_engines_per_sm": 1, "te_lanes": 8, "dsu_cores": 2})
     assert (sized.gpu.te_engines_per_sm, sized.gpu.dsu_cores) == (1, 2)
     assert gpu.te_engines_per_sm != 1 and base.gpu == gpu          # the loaded config is not changed
     units = sized.step_model(("te",)).units
-    assert (units.te_engines, units.te_lanes) == (gpu.sm_count, 4)
+    assert (units.te_engines, units.te_lanes) == (gpu.sm_count, 8)
     assert base.step_model(("te",)).units.te_lanes == DEFAULT_TE_LANES == 32
     # fewer, narrower engines make TE-bound steps slower; the DSU's cores do not enter the timing
     reqs = synthetic(24, float("inf"), 8192, 8, seed=2)
