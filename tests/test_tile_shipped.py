@@ -28,7 +28,7 @@ from tricut.sim.harness.tile.tops import CosimTop
 from tricut.sim.harness.tile.verilator_top import CosimVerilatorTop
 
 
-SETUP = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=16, split_tokens=3,
+SETUP = Setup(requests=2, prompt_lens=(2, 3), steps=1, engines=2, lanes=8, split_tokens=3,
                 max_ctx=32, policy="static", cdu_sets=4, cdu_ways=2)
 
 
