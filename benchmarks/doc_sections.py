@@ -1,5 +1,6 @@
 """The one way a benchmark script rewrites its section of a docs page: the text between two
-marker lines (e.g. ``<!-- scaling:begin -->`` / ``<!-- scaling:end -->``) is replaced."""
+marker lines (e.g. ``<!-- scaling:begin -->`` / ``<!-- scaling:end -->``) is replaced; and
+the one way a script reads its ``--configs`` choice (:func:`chosen_configs`)."""
 
 from __future__ import annotations
 
@@ -16,3 +17,15 @@ def write_section(doc: Path, begin: str, end: str, body: str, script: str) -> No
     if i < 0 or j < i:
         raise SystemExit(f"{script}: {doc.relative_to(ROOT)} has no {begin} ... {end} markers")
     doc.write_text(text[:i + len(begin)] + "\n" + body + text[j:], encoding="utf-8")
+
+
+def chosen_configs(ap, value: str, choices) -> list[str]:
+    """The configurations named in ``value`` (the ``--configs`` option of the script whose
+    parser is ``ap``: comma-separated, each one of ``choices``); none, or one not among them,
+    stops the script with one line (``ap.error``, exit 2)."""
+    names = [n for n in value.split(",") if n]
+    unknown = [n for n in names if n not in choices]
+    if unknown or not names:
+        ap.error(f"--configs: unknown configuration {unknown[0] if unknown else '(none)'!r}; "
+                 f"choose from {', '.join(choices)}")
+    return names

@@ -30,7 +30,8 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from doc_sections import ROOT, write_section     # benchmarks/ is on sys.path when a script runs
+# benchmarks/ is on sys.path when a script runs
+from doc_sections import ROOT, chosen_configs, write_section
 
 DOC = ROOT / "docs" / "toolchain.md"
 BEGIN, END = "<!-- toolchain:split:begin -->", "<!-- toolchain:split:end -->"
@@ -114,11 +115,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error(f"--repeats: {args.repeats} is below 1")
-    names = [n for n in args.configs.split(",") if n]
-    unknown = [n for n in names if n not in _cases()]
-    if unknown or not names:
-        ap.error(f"--configs: unknown configuration {unknown[0] if unknown else '(none)'!r}; "
-                 f"choose from {', '.join(_cases())}")
+    names = chosen_configs(ap, args.configs, _cases())
     text = report(names, measure(names, args.repeats), args.repeats)
     print(text)
     if args.write:

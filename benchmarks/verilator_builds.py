@@ -40,7 +40,8 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+# benchmarks/ is on sys.path when a script runs
+from doc_sections import chosen_configs, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "toolchain.md"
@@ -160,11 +161,7 @@ def main(argv=None) -> int:
                          "default: %(default)s")
     ap.add_argument("--write", action="store_true", help="write the report into docs/toolchain.md")
     args = ap.parse_args(argv)
-    names = [n for n in args.configs.split(",") if n]
-    unknown = [n for n in names if n not in _setups()]
-    if unknown or not names:
-        ap.error(f"--configs: unknown configuration {unknown[0] if unknown else '(none)'!r}; "
-                 f"choose from {', '.join(_setups())}")
+    names = chosen_configs(ap, args.configs, _setups())
     text = report(measure(names))
     print(text)
     if args.write:
