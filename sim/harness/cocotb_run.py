@@ -53,15 +53,11 @@ def verilog_of(component, name: str) -> str:
     """``component`` as Verilog with top ``name``. ``component`` is an elaboratable, or a
     ``functools.partial`` that constructs one: the partial's function and arguments define the
     design, so its Verilog is converted once per process and kept (a harness that runs one
-    design many times, as the DSU's does, converts it once); a partial with an unhashable
-    argument is converted each time."""
+    design many times, as the DSU's does, converts it once). The arguments are keyed by their
+    ``repr``, as :func:`.shared_simulator.design` keys its simulators."""
     if not isinstance(component, functools.partial):
         return generate_verilog(component, name)
-    try:
-        key = (component.func, component.args, tuple(sorted(component.keywords.items())), name)
-        hash(key)
-    except TypeError:
-        return generate_verilog(component(), name)
+    key = (component.func, repr(component.args), repr(sorted(component.keywords.items())), name)
     if key not in _PARTIAL_VERILOG:
         _PARTIAL_VERILOG[key] = generate_verilog(component(), name)
     return _PARTIAL_VERILOG[key]
@@ -109,8 +105,8 @@ def makeflags(opt):
 def output_split(opt) -> list[str]:
     """Verilator arguments for how a build at C++ optimisation ``opt`` splits its C++: at
     ``-O0`` one translation unit (``--output-split 0``): every part of Verilator's default
-    split re-reads the design's precompiled header, and one unit compiles in about two thirds
-    of their CPU time (docs/toolchain.md); otherwise Verilator's default split, whose parts
+    split re-reads the design's precompiled header, and one unit takes 0.70-0.86 of their CPU
+    time (docs/toolchain.md); otherwise Verilator's default split, whose parts
     ``make -j`` compiles side by side."""
     return ["--output-split", "0"] if opt == "-O0" else []
 
