@@ -10,20 +10,17 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tricut-installed
 TEST_STAMP := $(VENV)/.tricut-test-installed
 PYTEST_WORKERS ?= 2
-# --no-compile: pip does not byte-compile every installed module (torch's thousands among them);
-# Python compiles the ones a run imports, once, when it first imports them
-PIP_FLAGS := --quiet --disable-pip-version-check --no-compile
 DEMO := docs/figures/demo
 
 .PHONY: demo test install clean peer-aic
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install $(PIP_FLAGS) -e .
+	$(PY) -m pip install --quiet --disable-pip-version-check -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(PY) -m pip install $(PIP_FLAGS) -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(TEST_STAMP)
 
 install: $(TEST_STAMP)
