@@ -118,7 +118,8 @@ def report(names, rows, repeats) -> str:
            f"-j{os.cpu_count()}`, ccache off; cold builds, the ways in turn, median of "
            f"{repeats}:", "", "```", f".venv/bin/python {SCRIPT} --repeats {repeats}", "```", "",
            "| configuration | Verilator + C++ wall / CPU (s): default split | one unit "
-           "| one unit, one module per kind | CPU against the default split | Verilog (MB), "
+           "| one unit, one module per kind | CPU against the default split: one unit / one module "
+           "per kind | Verilog (MB), "
            "as written / merged | merge (s) |", "|---|---:|---:|---:|---:|---:|---:|"]
     for n in names:
         cells = [f"{med(n, w, 'wall'):.1f} / {med(n, w, 'cpu'):.1f}" for w in WAYS]
