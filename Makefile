@@ -12,7 +12,7 @@ TEST_STAMP := $(VENV)/.tricut-test-installed
 PYTEST_WORKERS ?= 2
 DEMO := docs/figures/demo
 
-.PHONY: demo test install clean peer-aic
+.PHONY: demo test install clean peer-aic bytecode
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,7 @@ $(TEST_STAMP): $(STAMP)
 
 install: $(TEST_STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) bytecode
 	@mkdir -p $(DEMO) .build/demo
 	$(VENV)/bin/tricut roofline --model llama-3-70b --gpu h100-sxm5 --tp 8 \
 		--kv-dtype bf16,fp8,nvfp4 --context 8192,131072 --batch 1,16 > $(DEMO)/roofline.txt
@@ -41,9 +41,16 @@ demo: $(STAMP)
 	@echo "the sweep's Pareto plot and heat map); what the columns mean: docs/metrics.md;"
 	@echo "the same ablation with prefill on the decode GPUs (--prefill colocated) overloads the group."
 
+# the project's own modules compiled to bytecode once, before the runs: where
+# PYTHONDONTWRITEBYTECODE is set, no process writes bytecode, and every one of the suite's
+# processes (pytest's workers, the cocotb simulators, the command-line runs, Ray's workers)
+# would compile each module it imports from source again (pip compiles what it installs)
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 models rtl sim benchmarks
+
 # --dist loadfile: a test file's tests run on one worker, so that the other worker does not
 # sit waiting on the build lock of the Verilator build the first one is compiling
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) bytecode
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -q
 
 # NVIDIA's AIConfigurator, the peer of docs/fidelity.md, in an environment of its own (its
