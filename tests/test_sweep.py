@@ -58,7 +58,7 @@ name = "slower"
 
 [fixed]
 model = "llama-3-8b"
-synthetic = 4000
+synthetic = 2000
 rate = 20
 prompt_tokens = "uniform:256:2048"
 output_tokens = 32
@@ -674,7 +674,7 @@ def test_resume_after_sigkill_gives_the_uninterrupted_table(tmp_path, capsys):
 
 def test_a_killed_ray_worker_is_retried_and_the_sweep_finishes(tmp_path):
     # 4 points of ~1.5 s each, 2 at a time: a worker is caught executing one and SIGKILLed
-    grid = _grid(tmp_path, SLOWER.replace("synthetic = 4000", "synthetic = 8000")
+    grid = _grid(tmp_path, SLOWER.replace("synthetic = 2000", "synthetic = 8000")
                  .replace("seed = [1, 2]", "seed = [1]").replace('policy = ["static", "adaptive"]',
                                                                  'policy = ["adaptive", "static"]'))
     db = tmp_path / "w.duckdb"
