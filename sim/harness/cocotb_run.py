@@ -186,7 +186,10 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
     tag = run_tag()
     log = build_dir / f"{test_module}-{tag}.log"
     results_name = f"results-{test_module}-{testcase or 'all'}-{tag}.xml"
-    env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path)}
+    env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path),
+           # pytest's assertion rewriting (cocotb installs its hook) for the bench module only,
+           # not for every module imported after it: seconds of start-up per run otherwise
+           "COCOTB_REWRITE_ASSERTION_FILES": f"{test_module}.py"}
     env.update(extra_env or {})
     try:
         results = runner.test(hdl_toplevel=toplevel, test_module=test_module, test_dir=test_dir,
