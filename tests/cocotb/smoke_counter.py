@@ -26,3 +26,13 @@ async def counter_counts_and_wraps(dut):
     # 4-bit counter: 1, 2, ... 15, 0, 1, ... (first increment lands one edge after en=1)
     expected = [(i + 1) % 16 for i in range(20)]
     assert seen == expected, f"counter sequence {seen} != {expected}"
+
+
+@cocotb.test()
+async def only_the_bench_module_is_assertion_rewritten(dut):
+    """``run_cocotb`` has pytest's hook rewrite the asserts of this module and of no module
+    imported after it (``COCOTB_REWRITE_ASSERTION_FILES``)."""
+    import importlib
+    later = importlib.import_module("tricut.sim.harness.verilog_modules")
+    assert type(__loader__).__name__ == "AssertionRewritingHook"
+    assert type(later.__loader__).__name__ != "AssertionRewritingHook", later.__loader__
