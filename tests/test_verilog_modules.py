@@ -10,59 +10,20 @@ from tricut.sim.harness.cocotb_run import verilator_source
 from tricut.sim.harness.verilog_modules import VerilogModulesError, dedupe, parse_modules
 
 
-def _design(u1_body: str, u0_body: str = "assign y = ~a;") -> str:
-    return f"""module top(a, y);
-  input a; output y; wire b;
-  \\top.u0  u0 (
-    .a(a), .y(b)
-  );
-  \\top.u1  u1 (
-    .a(b), .y(y)
-  );
-endmodule
-
-module \\top.u0 (a, y);
-  input a; output y;
-  {u0_body}
-endmodule
-
-module \\top.u1 (a, y);
-  input a; output y;
-  {u1_body}
-endmodule
-"""
+def _design(*bodies: str) -> str:
+    """A top that chains one instance per body, ``\\top.u<i>``, each a module of its own with
+    input ``a``, output ``y`` and the body."""
+    nets = ["a"] + [f"w{i}" for i in range(len(bodies) - 1)] + ["y"]
+    wires = "".join(f" wire {n};" for n in nets[1:-1])
+    insts = "".join(f"  \\top.u{i}  u{i} (\n    .a({nets[i]}), .y({nets[i + 1]})\n  );\n"
+                    for i in range(len(bodies)))
+    mods = "".join(f"\nmodule \\top.u{i} (a, y);\n  input a; output y;\n  {b}\nendmodule\n"
+                   for i, b in enumerate(bodies))
+    return f"module top(a, y);\n  input a; output y;{wires}\n{insts}endmodule\n{mods}"
 
 
 def test_dedupe_keeps_different_modules_apart():
-    src = """module top(a, y);
-  input a; output y; wire b; wire c;
-  \\top.u0  u0 (
-    .a(a), .y(b)
-  );
-  \\top.u1  u1 (
-    .a(b), .y(c)
-  );
-  \\top.u2  u2 (
-    .a(c), .y(y)
-  );
-endmodule
-
-module \\top.u0 (a, y);
-  input a; output y;
-  assign y = ~a;
-endmodule
-
-module \\top.u1 (a, y);
-  input a; output y;
-  assign y = ~a;
-endmodule
-
-module \\top.u2 (a, y);
-  input a; output y;
-  assign y = a;
-endmodule
-"""
-    mods = parse_modules(src)
+    mods = parse_modules(_design("assign y = ~a;", "assign y = ~a;", "assign y = a;"))
     assert [i for _, i in mods["top"].instances] == ["top.u0", "top.u1", "top.u2"]
     out, rep = dedupe(mods, "top")
     assert rep == {"top": "top", "top.u0": "top.u0", "top.u1": "top.u0", "top.u2": "top.u2"}
@@ -79,7 +40,7 @@ AUTO_U0 = ("wire \\$auto$rtlil.cc:1:Not$5 ; wire \\$auto$rtlil.cc:1:Not$9 ;\n"
 def test_numbered_wires_merge_when_they_map_one_to_one():
     """u1 is u0 with its wires numbered otherwise (Yosys numbers them design-wide): one kind."""
     u1 = AUTO_U0.replace("Not$5", "Not$12").replace("Not$9", "Not$7")
-    out, rep = dedupe(parse_modules(_design(u1, AUTO_U0)), "top")
+    out, rep = dedupe(parse_modules(_design(AUTO_U0, u1)), "top")
     assert rep["top.u1"] == "top.u0" and "module \\top.u1 " not in out
 
 
@@ -89,7 +50,7 @@ def test_numbered_wires_used_crosswise_keep_modules_apart():
     u1 = AUTO_U0.replace("assign y = \\$auto$rtlil.cc:1:Not$9 ;",
                          "assign y = \\$auto$rtlil.cc:1:Not$5 ;")
     assert u1 != AUTO_U0
-    out, rep = dedupe(parse_modules(_design(u1, AUTO_U0)), "top")
+    out, rep = dedupe(parse_modules(_design(AUTO_U0, u1)), "top")
     assert rep["top.u1"] == "top.u1" and "module \\top.u1 " in out
 
 
@@ -102,23 +63,23 @@ def test_inverters_of_one_signal_assigned_in_another_order_merge():
             "  assign y = \\$auto$rtlil.cc:1:Not$5  & \\$auto$rtlil.cc:1:Not$9 ;")
     lines = body.split("\n")
     swapped = "\n".join([lines[0], lines[2], lines[1], lines[3]])
-    out, rep = dedupe(parse_modules(_design(swapped, body)), "top")
+    out, rep = dedupe(parse_modules(_design(body, swapped)), "top")
     assert rep["top.u1"] == "top.u0" and "module \\top.u1 " not in out
     # a third inverter of another signal in its place is another module
     other = swapped.replace("Not$9  = ~a;", "Not$9  = a;")
-    out, rep = dedupe(parse_modules(_design(other, body)), "top")
+    out, rep = dedupe(parse_modules(_design(body, other)), "top")
     assert rep["top.u1"] == "top.u1"
 
 
 def test_numbered_ports_merge():
     """Amaranth's ``\\port$<id>$<bit>`` ports, numbered design-wide, are renamed per module and
     where the module is instantiated."""
-    text = _design("assign y = ~a;")
-    for unit, port, pin in (("u0", "\\port$3$0 ", ".y(b)"), ("u1", "\\port$8$0 ", ".y(y)")):
+    text = _design("assign y = ~a;", "assign y = ~a;")
+    for unit, port, net in (("u0", "\\port$3$0 ", "w0"), ("u1", "\\port$8$0 ", "y")):
         text = text.replace(f"module \\top.{unit} (a, y);\n  input a; output y;\n  assign y = ~a;",
                             f"module \\top.{unit} (a, {port});\n  input a; output {port};\n"
                             f"  assign {port} = ~a;")
-        text = text.replace(pin, f".{port}({pin[3]})")
+        text = text.replace(f".y({net})", f".{port}({net})")
     assert text.count("port$3$0") == 4 and text.count("port$8$0") == 4
     out, rep = dedupe(parse_modules(text), "top")
     assert rep["top.u1"] == "top.u0"
@@ -133,7 +94,7 @@ def test_bad_verilog_is_one_error():
 
 
 def test_only_the_quick_builds_compile_the_merged_verilog():
-    text = _design("assign y = ~a;")
+    text = _design("assign y = ~a;", "assign y = ~a;")
     merged = verilator_source(text, "top", "-O0")
     assert merged == dedupe(parse_modules(text), "top")[0] and "module \\top.u1 " not in merged
     for opt in ("-O1", "-O2", "-O3", None):
