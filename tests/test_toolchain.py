@@ -143,7 +143,7 @@ def test_workers_share_one_build_of_a_design():
     code = ("from pathlib import Path\nfrom amaranth import Module\n"
             "from tricut.sim.harness.cocotb_run import run_cocotb\n"
             + inspect.getsource(_counter)
-            + f"assert run_cocotb(_counter(), {top!r}, 'smoke_counter', Path({str(COCOTB_DIR)!r})) == 1\n")
+            + f"assert run_cocotb(_counter(), {top!r}, 'smoke_counter', Path({str(COCOTB_DIR)!r})) == 2\n")
     procs = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTEST_XDIST_WORKER": w})
              for w in ("gw0", "gw1")]
