@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from doc_sections import publish     # benchmarks/ is on sys.path when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "toolchain.md"
@@ -113,10 +113,7 @@ def main(argv=None) -> int:
     if args.repeats < 1:
         ap.error(f"--repeats must be at least 1, got {args.repeats}")
     text = report(measure(args.repeats), args.repeats)
-    print(text)
-    if args.write:
-        write_section(DOC, BEGIN, END, text, SCRIPT)
-    return 0
+    return publish(text, args.write, DOC, BEGIN, END, SCRIPT)
 
 
 if __name__ == "__main__":

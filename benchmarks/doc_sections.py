@@ -1,6 +1,7 @@
 """The one way a benchmark script rewrites its section of a docs page: the text between two
-marker lines (e.g. ``<!-- scaling:begin -->`` / ``<!-- scaling:end -->``) is replaced; and
-the one way a script reads its ``--configs`` choice (:func:`chosen_configs`)."""
+marker lines (e.g. ``<!-- scaling:begin -->`` / ``<!-- scaling:end -->``) is replaced
+(:func:`write_section`, :func:`publish`); and the one way a script reads its ``--configs``
+choice (:func:`chosen_configs`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,15 @@ def write_section(doc: Path, begin: str, end: str, body: str, script: str) -> No
     if i < 0 or j < i:
         raise SystemExit(f"{script}: {doc.relative_to(ROOT)} has no {begin} ... {end} markers")
     doc.write_text(text[:i + len(begin)] + "\n" + body + text[j:], encoding="utf-8")
+
+
+def publish(text: str, write: bool, doc: Path, begin: str, end: str, script: str) -> int:
+    """A script's report: printed, and with ``write`` (its ``--write``) put between the
+    markers of ``doc`` (:func:`write_section`). Returns the script's exit code, 0."""
+    print(text)
+    if write:
+        write_section(doc, begin, end, text, script)
+    return 0
 
 
 def chosen_configs(ap, value: str, choices) -> list[str]:

@@ -39,7 +39,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # benchmarks/ is on sys.path when a script runs
-from doc_sections import ROOT, chosen_configs, write_section
+from doc_sections import ROOT, chosen_configs, publish
 
 DOC = ROOT / "docs" / "toolchain.md"
 BEGIN, END = "<!-- toolchain:quick:begin -->", "<!-- toolchain:quick:end -->"
@@ -145,10 +145,7 @@ def main(argv=None) -> int:
         ap.error(f"--repeats: {args.repeats} is below 1")
     names = chosen_configs(ap, args.configs, _cases())
     text = report(names, measure(names, args.repeats), args.repeats)
-    print(text)
-    if args.write:
-        write_section(DOC, BEGIN, END, text, SCRIPT)
-    return 0
+    return publish(text, args.write, DOC, BEGIN, END, SCRIPT)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from doc_sections import write_section     # benchmarks/ is on sys.path when a script runs
+from doc_sections import publish     # benchmarks/ is on sys.path when a script runs
 from sweep_example import tricut
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -287,10 +287,7 @@ def main(argv=None) -> int:
     if args.report_only:
         command += " --report-only"
     text = report(rows, summary, command, args.workers)
-    print(text)
-    if args.write:
-        write_section(DOC, BEGIN, END, text, SCRIPT)
-    return 0
+    return publish(text, args.write, DOC, BEGIN, END, SCRIPT)
 
 
 if __name__ == "__main__":

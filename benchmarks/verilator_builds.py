@@ -41,7 +41,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # benchmarks/ is on sys.path when a script runs
-from doc_sections import chosen_configs, write_section
+from doc_sections import chosen_configs, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "toolchain.md"
@@ -163,10 +163,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     names = chosen_configs(ap, args.configs, _setups())
     text = report(measure(names))
-    print(text)
-    if args.write:
-        write_section(DOC, BEGIN, END, text, SCRIPT)
-    return 0
+    return publish(text, args.write, DOC, BEGIN, END, SCRIPT)
 
 
 if __name__ == "__main__":
