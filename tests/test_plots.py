@@ -226,11 +226,11 @@ POINTS = {
 }
 
 
-def _db(path: Path, points: dict = POINTS, sweep: str = "crafted") -> Path:
+def _db(path: Path, points: dict = POINTS, sweep: str = "crafted", keys_reversed: bool = False) -> Path:
     with ResultStore(path) as store:
         for n, ((kv, policy, te), (tpot, tps)) in enumerate(points.items()):
             axes = {"kv_dtype": kv, "policy": policy, "unit.te_engines_per_sm": te}
-            store.write(key=f"k{n:03d}", sweep=sweep, task="simulate", status="done", error=None, wall_s=0.1,
+            store.write(key=f"k{len(points) - n if keys_reversed else n:03d}", sweep=sweep, task="simulate", status="done", error=None, wall_s=0.1,
                         version=VERSION, axes=axes, config=dict(axes),
                         metrics={"tpot_p99_s": tpot, "tokens_per_s": tps, "requests": 10 + n})
     return path
@@ -357,6 +357,16 @@ def test_sweep_plot_writes_the_same_files_and_bytes_twice(crafted, tmp_path):
     for p, q in zip(a, b):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.read_bytes() == q.read_bytes(), p.name
     assert sorted(x.name for x in (tmp_path / "a").iterdir()) == sorted(p.name for p in a)   # no temp files
+
+
+def test_sweep_plots_do_not_depend_on_the_points_keys(crafted, tmp_path):
+    """A point's key hashes the code version: another commit's keys order the points otherwise,
+    and the plots (the order of a shared place's label lines) must not follow them."""
+    reordered = _db(tmp_path / "reordered.duckdb", keys_reversed=True)
+    a = sweep_plot.plot_sweep(crafted, tmp_path / "a")
+    b = sweep_plot.plot_sweep(reordered, tmp_path / "b")
+    for p, q in zip(a, b, strict=True):
+        assert p.read_bytes() == q.read_bytes(), p.name
 
 
 def test_a_single_point_sweep_still_plots(tmp_path):

@@ -109,6 +109,9 @@ def _load(db, sweep):
         rows = store.rows(sweep, status="done")
     if not rows:
         raise StoreError(f"sweep {sweep!r} in {db} has no finished point to plot")
+    # by their axes, not by key: a key hashes the code version, and the order of points at one
+    # place is the order of their label's lines
+    rows.sort(key=lambda r: [_sort_key(_value_label(v)) for v in r["axes"].values()])
     return sweep, rows
 
 
