@@ -43,8 +43,9 @@ def _exact_rounded(row, col) -> np.float32:
     if abs(exact) >= Fraction(2 ** 128 - 2 ** 103):
         return np.float32(math.copysign(math.inf, exact))
     near = np.float32(float(exact))
-    candidates = [np.nextafter(near, np.float32(-np.inf)), near,
-                  np.nextafter(near, np.float32(np.inf))]
+    with np.errstate(over="ignore"):        # past the largest float32: infinity, dropped below
+        candidates = [np.nextafter(near, np.float32(-np.inf)), near,
+                      np.nextafter(near, np.float32(np.inf))]
     best = min((c for c in candidates if np.isfinite(c)),
                key=lambda c: (abs(Fraction(float(c)) - exact), int(c.view(np.uint32)) & 1))
     return best + np.float32(0.0)
