@@ -398,7 +398,7 @@ def report(cs, skipped, stacks, before, table, calibration, peer=None) -> str:
         for f in p.__dataclass_fields__:
             if f == "name":
                 continue
-            lines.append(f"| {name} | `{f}` | {_fmt(getattr(p, f))} | {table.sources[name][f]} |")
+            lines.append(f"| {name} | `{f}` | {_fmt(getattr(p, f), f)} | {table.sources[name][f]} |")
     return "\n".join(lines) + "\n"
 
 
@@ -502,57 +502,72 @@ SWEEP_SLOTS = 256
 
 def concurrency_sweep(stacks) -> list[str]:
     """The Markdown section of the concurrency sweep: TTFT, TPOT and the decode-slot wait with
-    admission control and client jitter (the defaults) against both off (the model before)."""
+    the defaults (admission control, client jitter, the stack's KV policy: vLLM's pre-emption)
+    against the model before them (admission and jitter off, whole outputs reserved)."""
     from tricut.sim.fast.setup import ServingSetup
     from tricut.sim.fast.workload import Request
     model = replace(load_model("llama-3-70b"), weight_dtype="fp8")
     stack = stacks["vllm-v0"]
-    lines = ["## Admission control: a concurrency sweep", "",
+    lines = ["## Admission control and pre-emption: a concurrency sweep", "",
              f"Llama-3-70B, FP8 weights and KV, TP{SWEEP_TP} on H100 SXM5, stack `{stack.name}` "
              f"({stack.prefill} prefill), {SWEEP_SLOTS} decode slots; C closed-loop clients, each "
              f"sending 3 requests (at least 24 in all) of {SWEEP_PROMPT} prompt and {SWEEP_OUTPUT} output "
-             "tokens, no think time. *now*: admission control and client jitter on (the defaults); "
-             "*before*: both off (`--admission off --client-jitter off`), every request prefilled on "
-             "arrival and the clients in lock-step. p50 of each metric; the decode queue is the wait "
-             "for a decode slot and KV (before the prefill with admission, after it without: "
-             "docs/metrics.md). The same runs from the command line: `tricut simulate --model "
+             "tokens, no think time. *now*: the defaults, admission control and client jitter on and the "
+             f"stack's KV policy (`kv_reserve` = {stack.kv_reserve}: admission reserves the prompt with a "
+             f"{stack.kv_watermark:.0%} watermark, KV is taken as tokens are decoded, and the request admitted "
+             "last is pre-empted and recomputed when KV runs out); *before*: the model before these "
+             "mechanisms, admission and jitter off (`--admission off --client-jitter off`) and whole outputs "
+             "reserved (the DSU's rule, `kv_reserve` = output), so every request is prefilled on arrival, "
+             "the clients move in lock-step and nothing is pre-empted. p50 of each metric; the decode queue "
+             "is the wait for a decode slot and KV (before the prefill with admission, after it without: "
+             "docs/metrics.md). The *now* runs from the command line: `tricut simulate --model "
              f"llama-3-70b --tp {SWEEP_TP} --kv-dtype fp8 --slots {SWEEP_SLOTS} --max-batch {SWEEP_SLOTS} "
              f"--cuts none --synthetic 3C --prompt-tokens {SWEEP_PROMPT} --output-tokens {SWEEP_OUTPUT} "
              "--concurrency C` runs the model's bf16 weights (the weight format is not a flag).", "",
              "| C | TTFT now | TTFT before | TPOT now | TPOT before | decode queue now | before | "
-             "tokens/s now | before | mean batch |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens/s now | before | mean batch now | pre-emptions now |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    before = stack.with_values(kv_reserve="output")
     for c in SWEEP_CLIENTS:
         reqs = [Request(i, 0.0, SWEEP_PROMPT, SWEEP_OUTPUT) for i in range(max(3 * c, 24))]
         out = []
         for on in (True, False):
             setup = ServingSetup(model, H100, "fp8", SWEEP_TP, n_slots=SWEEP_SLOTS, max_batch=SWEEP_SLOTS,
-                                 stack=stack, concurrency=c, admission=on, client_jitter=on)
+                                 stack=stack if on else before, concurrency=c, admission=on, client_jitter=on)
             out.append(setup.run(reqs, ()).summary)
         now, old = out
         lines.append(f"| {c} | {now['ttft_p50_s']:.2f} s | {old['ttft_p50_s']:.2f} s | "
                      f"{now['tpot_p50_s'] * 1e3:.1f} ms | {old['tpot_p50_s'] * 1e3:.1f} ms | "
                      f"{now['decode_queue_p50_s']:.2f} s | {old['decode_queue_p50_s']:.2f} s | "
-                     f"{now['tokens_per_s']:.0f} | {old['tokens_per_s']:.0f} | {now['mean_batch']:.1f} |")
-    fit = setup.dsu_params().kv_capacity_tokens // (SWEEP_PROMPT + SWEEP_OUTPUT)
-    lines += ["", f"The KV budget holds {fit} of these requests. Up to that many clients admission never "
-              "waits, and the two columns differ only by the clients' phases (in lock-step a wave's "
-              "prompts are all prefilled before its first decode step). Beyond it, without "
-              "admission every prompt was prefilled and its request then waited for KV after its first "
-              "token, so the wait landed in its TPOT; with admission the request waits before its "
-              "prefill and the wait lands in its TTFT. The colocated prefill of this stack runs every "
-              "waiting prompt before the next decode step, so even below the budget a request's first "
-              "token can wait for other prompts' prefills before its first decode step: that is the "
-              "decode queue at 16 to 128 clients."]
+                     f"{now['tokens_per_s']:.0f} | {old['tokens_per_s']:.0f} | {now['mean_batch']:.1f} | "
+                     f"{now['preemptions']} |")
+    budget = setup.dsu_params().kv_capacity_tokens
+    whole = budget // (SWEEP_PROMPT + SWEEP_OUTPUT)
+    prompts = int(budget * (1 - stack.kv_watermark)) // (SWEEP_PROMPT + 1)
+    lines += ["", f"The KV budget ({budget:,} tokens) holds {whole} of these requests whole and the prompts "
+              f"of {prompts}. Up to {whole} clients nothing waits for KV, and the two columns differ only by the "
+              "clients' phases (in lock-step a wave's prompts are all prefilled before its first decode step). "
+              f"Beyond {whole} clients vLLM's policy admits up to {prompts} requests, more than can finish "
+              "together: as they decode, the request admitted last is pre-empted, waits at the head of the "
+              "queue and is prefilled again with its whole context, which costs prefill time on the decode "
+              "GPUs (the pre-emptions column). The requests beyond those wait for admission before their "
+              "prefill, so the wait lands in their TTFT; without admission every prompt was prefilled and its "
+              "request then waited for KV after its first token, so the wait landed in its TPOT. The colocated "
+              "prefill of this stack runs every waiting prompt before the next decode step, so even below the "
+              "budget a request's first token can wait for other prompts' prefills before its first decode "
+              "step: that is the decode queue at 16 to 128 clients."]
     return lines
 
 
-def _fmt(v):
+def _fmt(v, name: str):
+    """Parameter ``name``'s value as the table shows it: a time below 0.1 s in µs."""
     if isinstance(v, bool) or isinstance(v, str) or isinstance(v, int):
         return str(v)
     if v == 0:
         return "0"
-    return f"{v * 1e6:.2f} µs" if v < 0.1 else f"{v:.3f}"
+    if name.endswith("_s") and v < 0.1:
+        return f"{v * 1e6:.2f} µs"
+    return f"{v:.3f}" if v >= 0.1 else f"{v:g}"
 
 
 def _before_line(cs, old):

@@ -158,7 +158,7 @@ class Slot:
     priority: int
     arrival_seq: int
     checkpoint: int
-    reserved: int            # KV tokens reserved: prompt + max_new
+    reserved: int            # KV tokens reserved (the DSU: prompt + max_new)
     generated: int = 0
     retries: int = 0
     wait: int = 0
@@ -298,23 +298,33 @@ class DsuModel:
         p = self.params
         while self.intake:
             head = self.intake[0]
-            need = head.prompt_tokens + head.max_new_tokens
-            if need > p.kv_capacity_tokens:
+            if self.too_large(head):
                 self.intake.popleft()
                 self._live.discard(head.id)
                 self.outcomes[head.id] = Outcome(head.id, "failed", 0, "too large", self.round)
                 self._ended_in_step.append(self.outcomes[head.id])
                 continue
             free = next((i for i, s in enumerate(self.slots) if s is None), None)
-            if free is None or self.kv_used + need > p.kv_capacity_tokens:
+            take = self.admission_kv(head)
+            if free is None or self.kv_used + take > p.kv_capacity_tokens:
                 return
             self.intake.popleft()
             self.slots[free] = Slot(head.id, head.prompt_tokens, head.max_new_tokens,
-                                    head.priority, self.arrivals, head.prompt_tokens, need,
+                                    head.priority, self.arrivals, head.prompt_tokens, take,
                                     continues=head.continues)
             self._where[head.id] = free
             self.arrivals += 1
-            self.kv_used += need
+            self.kv_used += take
+
+    def too_large(self, req: RequestSpec) -> bool:
+        """Whether ``req`` could never be admitted: its prompt and output exceed the KV budget
+        (it fails, "too large")."""
+        return req.prompt_tokens + req.max_new_tokens > self.params.kv_capacity_tokens
+
+    def admission_kv(self, req: RequestSpec) -> int:
+        """The KV tokens ``req`` reserves when admitted: the DSU reserves its prompt and every
+        token it may decode, so KV never runs out mid-decode."""
+        return req.prompt_tokens + req.max_new_tokens
 
     # -- selection ---------------------------------------------------------------------------
     def _select(self) -> list[int]:

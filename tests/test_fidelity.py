@@ -85,7 +85,7 @@ def test_docs_quote_the_shipped_values():
         for f in p.__dataclass_fields__:
             if f == "name":
                 continue
-            row = f"| {name} | `{f}` | {fid._fmt(getattr(p, f))} | {table.sources[name][f]} |"
+            row = f"| {name} | `{f}` | {fid._fmt(getattr(p, f), f)} | {table.sources[name][f]} |"
             assert row in doc, row
 
 

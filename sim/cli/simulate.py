@@ -116,7 +116,8 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
     p.add_argument("--stack", choices=stack_names(), default=DEFAULT_STACK,
                    help="software-stack profile: what a serving stack adds to the GPU's physics (host "
                         "time per step, its overlap with the GPU, CUDA-graph and launch gaps, the attention "
-                        "kernel, all-reduce latency, how prefill shares the GPUs); one of "
+                        "kernel, all-reduce latency, how prefill shares the GPUs, what admission reserves of "
+                        "a request's KV and whether it pre-empts); one of "
                         f"{', '.join(stack_names())}; values and sources: docs/fidelity.md (default: %(default)s)")
     p.add_argument("--prefill", choices=PREFILL_MODES,
                    help="how prefill shares the GPUs: disaggregated (a separate, uncontended pool), colocated "
@@ -139,11 +140,12 @@ def _common(p: argparse.ArgumentParser, with_cuts: bool = True, bench: bool = Fa
                         "power, pJ per HBM and L2 byte, per FLOP, per NVLink byte, host power; each with its "
                         "source) instead of the shipped ones (docs/energy.md)")
     p.add_argument("--admission", choices=ADMISSION, default="on",
-                   help="on: a request is prefilled only when a decode slot and its KV budget (prompt + "
-                        "output tokens) are free, else it waits before its prefill (in its TTFT), as vLLM's "
-                        "and TensorRT-LLM's schedulers admit; off: every arrival is prefilled at once and "
-                        "then waits for a slot (the wait lands in its first inter-token gap); not for "
-                        "sessions (default: on)")
+                   help="on: a request is prefilled only when a decode slot and the KV its scheduler "
+                        "reserves are free (the DSU and TensorRT-LLM: prompt + output tokens; vLLM: the "
+                        "prompt and a watermark, pre-empting later when KV runs out), else it waits before "
+                        "its prefill (in its TTFT), as vLLM's and TensorRT-LLM's schedulers admit; off: "
+                        "every arrival is prefilled at once and then waits for a slot (the wait lands in "
+                        "its first inter-token gap); not for sessions (default: on)")
     p.add_argument("--assume", type=_type("assume"), action="append", default=[], metavar="NAME=VALUE",
                    help="override one modelling assumption or one numeric parameter of the chosen stack "
                         "(repeatable), e.g. --assume gemv_bw_efficiency=0.8 --assume host_step_s=0.0005; "
@@ -331,7 +333,7 @@ def _emit(args, rows: dict[str, dict], session_keys: bool = False) -> None:
         keys = list(KEY_COLUMNS) + ["decode_queue_p50_s", "decode_queue_p99_s", "l2_reuse_rate",
                                     "sm_utilisation", "te_utilisation", "cdu_utilisation",
                                     "dsu_utilisation", "mean_batch", "energy_j_per_token", "tokens_per_joule",
-                                    "power_w_mean", "power_w_peak", "failed", "stack", "prefill_mode",
+                                    "power_w_mean", "power_w_peak", "failed", "preemptions", "stack", "prefill_mode",
                                     "prefill_s_total", "concurrency"]
         if session_keys:
             keys = [k for k in keys if k != "concurrency"] + list(SESSION_COLUMNS)

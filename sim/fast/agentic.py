@@ -179,6 +179,11 @@ class _SessionRun(_Run):
                          energy_file=energy_file)
         self.turn_count = sum(len(s.turns) for s in self.sessions)
 
+    def _scheduler(self, dsu: DsuParams) -> DsuModel:
+        """Sessions park and restore their slots through the DSU model: it schedules them with
+        every stack (whole outputs reserved, no pre-emption)."""
+        return DsuModel(dsu)
+
     # -- turns -------------------------------------------------------------------------------------
     def _new_turn(self, session: Session, k: int) -> _Turn:
         tid = len(self.turns)

@@ -37,7 +37,7 @@ __all__ = ["RunOptions", "PreparedRun", "prepare", "run", "OPTIONS", "EXCLUSIVE"
 #: more memory than a workstation has (every token time is kept) or is a typo.
 MAX_SYNTHETIC = 1_000_000
 #: --admission: on, a request is prefilled only when a decode slot and its KV are free
-#: (docs/system-model.md, "Admission"); off, every arrival is prefilled at once. Also the
+#: (docs/system-model.md, "Admission and pre-emption"); off, every arrival is prefilled at once. Also the
 #: values of --client-jitter
 ADMISSION = ("on", "off")
 MAX_SLOTS = 65_536

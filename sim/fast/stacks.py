@@ -21,8 +21,8 @@ from pathlib import Path
 
 from .datafile import parse_sourced_table, read_data_json
 
-__all__ = ["PREFILL_MODES", "SCHEDULERS", "STACKS_FILE", "DEFAULT_STACK", "StackProfile", "StackTable",
-           "load_stacks", "stack_names", "get_stack"]
+__all__ = ["PREFILL_MODES", "SCHEDULERS", "KV_RESERVES", "STACKS_FILE", "DEFAULT_STACK", "StackProfile",
+           "StackTable", "load_stacks", "stack_names", "get_stack"]
 
 #: how prefill shares the GPUs: a separate pool, whole prefill batches pre-empting decode, or
 #: chunks riding along in decode steps
@@ -34,6 +34,12 @@ PREFILL_MODES = ("disaggregated", "colocated", "chunked")
 #: ``max_num_tokens``), ``disaggregated`` (a separate prefill pool)
 SCHEDULERS = {"prefill-first": "colocated", "chunked": "chunked", "inflight": "chunked",
               "disaggregated": "disaggregated"}
+#: what a stack's scheduler reserves of a request's KV when it admits it (docs/system-model.md,
+#: "Admission and pre-emption"): ``output`` its prompt and every token it may decode (the DSU;
+#: TensorRT-LLM's ``GUARANTEED_NO_EVICT``), so KV never runs out mid-decode; ``prompt`` its
+#: prompt with ``kv_watermark`` of the KV budget left free, taking KV as it decodes and
+#: pre-empting (recompute) when KV runs out (vLLM)
+KV_RESERVES = ("output", "prompt")
 STACKS_FILE = "stacks.json"
 #: the stack a run stands for unless told otherwise (docs/fidelity.md says why)
 DEFAULT_STACK = "vllm-v0"
@@ -62,6 +68,8 @@ class StackProfile:
     scheduler: str                # how it shares the GPUs between prefill and decode (SCHEDULERS)
     prefill_batch_tokens: int     # colocated: the most prompt tokens in one prefill batch
     prefill_chunk_tokens: int     # chunked: the token budget of a step (decode + prompt tokens)
+    kv_reserve: str               # what admission reserves of a request's KV (KV_RESERVES)
+    kv_watermark: float           # kv_reserve "prompt": share of the KV budget admission leaves free
 
     def __post_init__(self):
         for f in fields(self):
@@ -73,6 +81,10 @@ class StackProfile:
                 if v not in SCHEDULERS:
                     raise ValueError(f"stack {self.name}: scheduler must be one of "
                                      f"{', '.join(SCHEDULERS)}, got {v!r}")
+            elif f.name == "kv_reserve":
+                if v not in KV_RESERVES:
+                    raise ValueError(f"stack {self.name}: kv_reserve must be one of "
+                                     f"{', '.join(KV_RESERVES)}, got {v!r}")
             elif f.name in ("cuda_graphs", "gqa_shared_kv"):
                 if not isinstance(v, bool):
                     raise ValueError(f"stack {self.name}: {f.name} must be true or false, got {v!r}")
@@ -82,6 +94,8 @@ class StackProfile:
             else:
                 if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
                     raise ValueError(f"stack {self.name}: {f.name} must be a finite number >= 0, got {v!r}")
+        if not self.kv_watermark < 1:
+            raise ValueError(f"stack {self.name}: kv_watermark must be in [0, 1), got {self.kv_watermark!r}")
         for name in ("sched_overlap", "attn_bw_efficiency"):
             lo_ok = getattr(self, name) > 0 if name == "attn_bw_efficiency" else True
             if not (lo_ok and getattr(self, name) <= 1):
@@ -93,7 +107,7 @@ class StackProfile:
     @classmethod
     def numeric_fields(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls)
-                     if f.name not in ("name", "scheduler", "cuda_graphs", "gqa_shared_kv"))
+                     if f.name not in ("name", "scheduler", "cuda_graphs", "gqa_shared_kv", "kv_reserve"))
 
     @property
     def prefill(self) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice
 
 import numpy as np
@@ -28,6 +28,7 @@ from tricut.models.dsu import DsuModel, DsuParams, RequestSpec, TIMEOUT
 
 from .energy import COMPONENTS, GPU_COMPONENTS, EnergyLedger, GpuWork, energy_of
 from .metrics import RequestTimes, summarise
+from .stack_scheduler import Preempted, StackScheduler
 from .stacks import PREFILL_MODES
 from .timing import BOUNDS, PhysicsViolation, StepModel
 from .workload import TIME_HORIZON_S, Request, arrival_span_s
@@ -131,7 +132,10 @@ class _Run:
         self.concurrency, self.think_s = concurrency, think_s
         self.degraded_at_s, self.faults, self.progress = degraded_at_s, faults, progress
         self.rng = np.random.default_rng(seed)
-        self.model = DsuModel(dsu)
+        self.model = self._scheduler(dsu)
+        self.resume: dict[int, Preempted] = {}  # pre-empted, not yet back in the scheduler's intake
+        self.requeued_at: dict[int, float] = {}  # pre-empted, waiting for admission again: since when
+        self.preemption_recompute_tokens = 0     # context tokens prefilled again after pre-emptions
         self.requests = requests
         self.by_id = {r.id: r for r in requests}
         self.t = 0.0
@@ -174,6 +178,19 @@ class _Run:
                 phase = np.random.default_rng([seed, CLIENT_PHASE_STREAM])
                 self.free_at = deque(sorted(phase.uniform(0.0, self.client_window_s(), clients)))
 
+    def _scheduler(self, dsu: DsuParams) -> DsuModel:
+        """The scheduler of the run: the DSU's (its model) when the DSU schedules or the stack
+        reserves whole outputs; the stack's (:class:`StackScheduler`: KV reserved as it grows,
+        pre-emption by recompute) when the stack reserves prompts."""
+        stack = self.sm.stack
+        if stack.kv_reserve == "prompt" and "dsu" not in self.sm.cuts:
+            return StackScheduler(dsu, watermark_tokens=int(stack.kv_watermark * dsu.kv_capacity_tokens))
+        return DsuModel(dsu)
+
+    @property
+    def preemptive(self) -> bool:
+        return isinstance(self.model, StackScheduler)
+
     def client_window_s(self) -> float:
         """Closed loop with client jitter: the window of the clients' first sends, the time the
         pool's mean request takes alone (its prefill, then its decode steps at batch 1 and its
@@ -199,13 +216,28 @@ class _Run:
         self._prefill_energy([r.id])
         self._first_token(r.id, first)
 
+    def _prefill_tokens(self, rid: int) -> int:
+        """The tokens request ``rid``'s prefill computes: its prompt, or after a pre-emption its
+        whole context (recomputed)."""
+        p = self.resume.get(rid)
+        return self.by_id[rid].prompt_tokens if p is None else p.context_tokens
+
+    def _spec(self, rid: int) -> RequestSpec:
+        """What the scheduler is given after ``rid``'s prefill: its context in the KV cache (with
+        the token the prefill emitted) and the decode steps still to run."""
+        p = self.resume.get(rid)
+        if p is None:
+            r = self.by_id[rid]
+            return RequestSpec(rid, r.prompt_tokens + 1, r.output_tokens - 1)
+        return RequestSpec(rid, p.context_tokens + 1, p.tokens_left - 1)
+
     def _pool_prefill_s(self, r: Request) -> float:
         """Disaggregated: the prefill pool's time for request ``r``."""
-        return self.sm.prefill_time(r.prompt_tokens)
+        return self.sm.prefill_time(self._prefill_tokens(r.id))
 
     def _batch_prefill_s(self, rids: list[int]) -> float:
         """Colocated: the GPU time of one prefill batch of these requests."""
-        return self.sm.prefill_batch_time([self.by_id[i].prompt_tokens for i in rids], self.rng)
+        return self.sm.prefill_batch_time([self._prefill_tokens(i) for i in rids], self.rng)
 
     def _send_due(self) -> None:
         """Closed loop: every free client sends the next request of the pool."""
@@ -213,9 +245,15 @@ class _Run:
             self._send(self.pool.popleft(), self.free_at.popleft())
 
     def _first_token(self, rid: int, at: float) -> None:
-        self.times[rid] = [at]
+        """A prefill ended at ``at`` and emitted a token: the first, or after a pre-emption the
+        next one (the recompute samples it, as vLLM's does)."""
         r = self.by_id[rid]
-        if r.output_tokens == 1:
+        if rid in self.resume:
+            self.times[rid].append(at)
+        else:
+            self.times[rid] = [at]
+        if self._spec(rid).max_new_tokens == 0:
+            self.resume.pop(rid, None)
             self._release(rid)
             self._finished(rid, at)
         elif self.mode == "disaggregated":
@@ -224,8 +262,10 @@ class _Run:
             self._submit(r)
 
     def _submit(self, r: Request) -> None:
-        """Into the DSU's intake: its prompt and first token are in the KV cache."""
-        self.model.submit(RequestSpec(r.id, r.prompt_tokens + 1, r.output_tokens - 1))
+        """Into the scheduler's intake: its prompt and first token (after a pre-emption its
+        context and next token) are in the KV cache."""
+        self.model.submit(self._spec(r.id))
+        self.resume.pop(r.id, None)
         self.intake.append(r.id)
 
     def _finished(self, rid: int, at: float) -> None:
@@ -256,13 +296,17 @@ class _Run:
             order, rid = self.gate.popleft()
             r = self.by_id[rid]
             if self._reserves(r):
-                self.reserved[rid] = self._need(r)
+                self.reserved[rid] = self._need(rid)
                 self.reserved_kv += self.reserved[rid]
             # a request that found room is admitted at its arrival; one that waited, when the
-            # room it took was freed (the end of the step that ended a request)
-            start = self.arrival[rid] if order > self.blocked_upto else \
-                max(self.arrival[rid], self.freed_at)
-            self.gated_s[rid] = start - self.arrival[rid]
+            # room it took was freed (the end of the step that ended a request); a pre-empted
+            # one, once room was freed after its pre-emption
+            if rid in self.requeued_at:
+                start = max(self.requeued_at.pop(rid), self.freed_at)
+            else:
+                start = self.arrival[rid] if order > self.blocked_upto else \
+                    max(self.arrival[rid], self.freed_at)
+                self.gated_s[rid] = start - self.arrival[rid]
             if self.mode == "disaggregated":
                 self._prefill_on_pool(r, start)
             else:
@@ -270,25 +314,27 @@ class _Run:
         if self.gate:
             self.blocked_upto = self.gate[-1][0]
 
-    @staticmethod
-    def _need(r: Request) -> int:
-        """The KV tokens the DSU reserves for ``r`` when it admits it (prompt, first token and
-        the tokens still to decode)."""
-        return r.prompt_tokens + r.output_tokens
+    def _need(self, rid: int) -> int:
+        """The KV tokens the scheduler reserves for ``rid`` when it admits it: the DSU its
+        prompt, first token and the tokens still to decode; a stack that reserves prompts, its
+        prompt (or context) and the token its prefill emits."""
+        return self.model.admission_kv(self._spec(rid))
 
     def _reserves(self, r: Request) -> bool:
-        """Whether ``r`` will take a DSU slot and KV: not a one-token request (done at its first
-        token), nor one too large for the KV budget (the DSU refuses it, "too large")."""
-        return r.output_tokens > 1 and self._need(r) <= self.dsu.kv_capacity_tokens
+        """Whether ``r`` will take a slot and KV: not a one-token request (done at its first
+        token), nor one too large for the KV budget (the scheduler refuses it, "too large")."""
+        return r.output_tokens > 1 and not self.model.too_large(self._spec(r.id))
 
     def _fits(self, rid: int) -> bool:
-        """Whether request ``rid`` could be admitted by the DSU now: a slot and its KV free
-        beside the requests already past admission; one that takes neither is let through."""
-        r = self.by_id[rid]
-        if not self._reserves(r):
+        """Whether request ``rid`` could be admitted by the scheduler now: a slot and its KV
+        (with the stack's watermark left free) beside the requests already past admission; one
+        that takes neither is let through."""
+        if not self._reserves(self.by_id[rid]):
             return True
+        keep_free = self.model.watermark_tokens if self.preemptive else 0
         return (self.model.occupied_slots + len(self.reserved) < self.dsu.n_slots
-                and self.model.kv_used + self.reserved_kv + self._need(r) <= self.dsu.kv_capacity_tokens)
+                and self.model.kv_used + self.reserved_kv + self._need(rid) + keep_free
+                <= self.dsu.kv_capacity_tokens)
 
     def _release(self, rid: int) -> None:
         """Request ``rid`` holds no reservation any more (in a DSU slot, refused, or done)."""
@@ -339,6 +385,9 @@ class _Run:
             elif not self._decode_step():
                 nxt = self._next_event()
                 if nxt is None:
+                    if self.gate or self.resume:     # an invariant, not an input error
+                        raise RuntimeError(f"the run stopped with {len(self.gate)} requests waiting for "
+                                           f"admission and {len(self.resume)} pre-empted ones not resumed")
                     break
                 self.t = max(self.t, nxt)
             if self.progress is not None:
@@ -349,7 +398,7 @@ class _Run:
         (at least one), run before the next decode step; their first tokens at its end."""
         budget, total, rids = self.sm.stack.prefill_batch_tokens, 0, []
         while self.waiting:
-            p = self.by_id[self.waiting[0][0]].prompt_tokens
+            p = self._prefill_tokens(self.waiting[0][0])
             if rids and total + p > budget:
                 break
             rids.append(self.waiting.popleft()[0])
@@ -369,7 +418,7 @@ class _Run:
         for entry in self.waiting:
             if budget == 0:
                 break
-            n = min(self.by_id[entry[0]].prompt_tokens - entry[1], budget)
+            n = min(self._prefill_tokens(entry[0]) - entry[1], budget)
             pieces.append((entry, n))
             budget -= n
         return pieces
@@ -396,8 +445,10 @@ class _Run:
             rid = self.intake.popleft()
             self._release(rid)
             if rid not in refused:
-                self.admitted[rid] = self.t
+                self.admitted.setdefault(rid, self.t)      # a pre-empted request keeps its first
         self.intake_wait_rounds += len(self.intake)
+        if self.preemptive:
+            rnd = self._make_room(rnd)
         chunk = self._take_chunk(len(rnd.batch)) if self.mode == "chunked" else []
         batch = rnd.batch
         if not batch and not chunk:
@@ -422,12 +473,36 @@ class _Run:
             self._request_ended(o)
         for entry, n in chunk:
             entry[1] += n
-            if entry[1] == self.by_id[entry[0]].prompt_tokens:
+            if entry[1] == self._prefill_tokens(entry[0]):
                 self.waiting.popleft()
                 self._first_token(entry[0], self.t)
         self._record(st, len(batch))
         self._after_round(rnd, st)
         return True
+
+    def _make_room(self, rnd):
+        """A stack that reserves KV as it grows: while this round's batch needs more KV (one
+        token each) than is free beside what the requests past admission hold, pre-empt the
+        running request admitted last; it waits to be prefilled again (admission: at the head of
+        the queue; without it at once). Returns the round with its batch as run."""
+        cap, victims = self.dsu.kv_capacity_tokens, []
+        while self.model.pending and self.model.kv_used + self.reserved_kv + len(self.model.pending) > cap:
+            victims.append(self.model.preempt_latest())
+        for p in victims:
+            self.resume[p.request] = p
+            self.preemption_recompute_tokens += p.context_tokens
+            if self.admission:
+                self.requeued_at[p.request] = self.t
+                self.gate.appendleft((-1, p.request))
+            elif self.mode == "disaggregated":
+                self._prefill_on_pool(self.by_id[p.request], self.t)
+            else:   # behind the prompts part-prefilled (chunked), ahead of the others
+                at = next((i for i, e in enumerate(self.waiting) if e[1] == 0), len(self.waiting))
+                self.waiting.insert(at, [p.request, 0])
+        if not victims:
+            return rnd
+        self.freed_at = self.t
+        return replace(rnd, batch=list(self.model.pending), active=self.model.occupied_slots)
 
     def _timed_step(self, rnd, chunk):
         batch, dsu = rnd.batch, self.dsu
@@ -449,7 +524,7 @@ class _Run:
     def _prefill_parts_of(self, rids) -> tuple[list[int], list[int]]:
         """The prompt tokens each of ``rids`` prefills and the context they extend (asked after
         the prefill's time)."""
-        return [self.by_id[i].prompt_tokens for i in rids], [0] * len(rids)
+        return [self._prefill_tokens(i) for i in rids], [0] * len(rids)
 
     def _prefill_energy(self, rids, time_s: float | None = None) -> None:
         """A prefill's bytes and FLOPs (a colocated batch of ``time_s`` ending at the clock, or
@@ -528,6 +603,8 @@ class _Run:
             raise ValueError(f"no request finished: all {len(self.requests)} failed ({why})"
                              + (f"; a request is too large when prompt + output tokens exceed the "
                                 f"DSU's KV budget of {self.dsu.kv_capacity_tokens:,} tokens"
+                                + (f" less the stack's KV watermark of {model.watermark_tokens:,}"
+                                   if self.preemptive else "")
                                 if "too large" in reasons else ""))
         summary = summarise(done, ttft_slo_s, tpot_slo_s).as_dict()
         dt, hbm, floor = (np.array(self.rows[k]) for k in ("dt", "hbm", "floor"))
@@ -559,6 +636,9 @@ class _Run:
             client_jitter=self.client_jitter if self.concurrency else None,
             admission_waits=sum(1 for w in self.gated_s.values() if w > 0),
             intake_wait_rounds=self.intake_wait_rounds,
+            kv_reserve="prompt" if self.preemptive else "output",
+            preemptions=self.model.preemptions if self.preemptive else 0,
+            preemption_recompute_tokens=self.preemption_recompute_tokens,
         )
         # what bound the decode steps, and how well the attention phase used HBM
         # (docs/system-model.md, "What binds")
