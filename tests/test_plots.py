@@ -369,6 +369,32 @@ def test_sweep_plots_do_not_depend_on_the_points_keys(crafted, tmp_path):
         assert p.read_bytes() == q.read_bytes(), p.name
 
 
+def test_points_of_older_code_are_left_out_and_counted(tmp_path):
+    """A --resume after a code change adds the new code's points beside the old ones: the plot
+    shows the newest code version's alone and says how many it left out."""
+    db = tmp_path / "mixed.duckdb"
+    with ResultStore(db) as store:
+        for n, ((kv, policy, te), (tpot, tps)) in enumerate(list(POINTS.items())[:3]):
+            axes = {"kv_dtype": kv, "policy": policy, "unit.te_engines_per_sm": te}
+            store.write(key=f"old{n}", sweep="crafted", task="simulate", status="done", error=None, wall_s=0.1,
+                        version={"tricut": "0", "commit": "older"}, axes=axes, config=dict(axes),
+                        metrics={"tpot_p99_s": tpot * 9, "tokens_per_s": tps / 9, "requests": 10})
+    _db(db)
+    figs = sweep_plot.sweep_figures(db)
+    try:
+        _, fig, ax = _pareto(figs)
+        drawn = sum(len(v) for gid in ("front", "dominated") for v in _points(ax, gid).values())
+        assert drawn == len(POINTS)
+        assert ax.get_title().endswith("\n3 points of older code versions in the database left out")
+    finally:
+        _close(figs)
+    figs = sweep_plot.sweep_figures(_db(tmp_path / "one_version.duckdb"))
+    try:
+        assert "older code" not in _pareto(figs)[2].get_title()
+    finally:
+        _close(figs)
+
+
 def test_a_single_point_sweep_still_plots(tmp_path):
     db = _db(tmp_path / "one.duckdb", {("bf16", "static", 1): (0.02, 900.0)}, sweep="one")
     figs = sweep_plot.sweep_figures(db)

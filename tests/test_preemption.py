@@ -146,3 +146,7 @@ def test_cli_reports_preemptions_and_refuses_a_bad_watermark(capsys):
     assert out["kv_reserve"] == "output" and out["preemptions"] == 0
     code, cap = run_cli([*base, "--assume", "kv_watermark=1.5"], capsys)
     assert_one_line_error(code, cap, "kv_watermark must be in [0, 1), got 1.5")
+    code, cap = run_cli([*base, "--assume", "kv_watermark=0.05"], capsys)
+    assert code == 0 and json.loads(cap.out)["preemptions"] == 0       # 43 admitted: their growth fits
+    code, cap = run_cli([*base, "--stack", "trtllm", "--assume", "kv_watermark=0.05"], capsys)
+    assert_one_line_error(code, cap, "--assume kv_watermark changes nothing under --stack trtllm")

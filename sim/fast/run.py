@@ -258,6 +258,21 @@ class RunOptions:
         refuse_inapplicable(self, APPLIES, self.given | given_fields(self))
         for name, _ in self.unit:
             self._refuse_idle_unit(name)
+        if any(name == "kv_watermark" for name, _ in self.assume):
+            self._refuse_idle_watermark()
+
+    def _refuse_idle_watermark(self) -> None:
+        """``--assume kv_watermark`` acts only where a stack's scheduler reserves prompts: not
+        under a stack that reserves whole outputs, nor for sessions (the DSU model schedules
+        them, docs/system-model.md "Admission and pre-emption")."""
+        stack = get_stack(self.stack)
+        if stack.kv_reserve != "prompt":
+            raise InputError(f"--assume kv_watermark changes nothing under --stack {self.stack}: it reserves "
+                             f"whole outputs (kv_reserve {stack.kv_reserve}); the watermark is the admission "
+                             "margin of a stack that reserves prompts (vllm-v0, vllm-v1)")
+        if _session_mode_on(self):
+            raise InputError("--assume kv_watermark does not apply to sessions (--sessions, --agentic or a "
+                             "prefix cache): the DSU model schedules them, reserving whole outputs")
 
     def _refuse_idle_unit(self, name: str) -> None:
         """A ``--unit`` size that would change nothing is refused: the TE's sizes without the

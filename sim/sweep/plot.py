@@ -98,6 +98,9 @@ def _file_part(text: str) -> str:
 
 
 def _load(db, sweep):
+    """``(sweep, rows, older)``: the finished points of one sweep written by the code version of
+    the newest of them, and how many of other code versions were left out (a ``--resume`` after
+    a code change adds new points beside the old ones; their results are not comparable)."""
     with ResultStore(db, read_only=True) as store:
         names = store.sweeps()
         if sweep is None:
@@ -109,10 +112,14 @@ def _load(db, sweep):
         rows = store.rows(sweep, status="done")
     if not rows:
         raise StoreError(f"sweep {sweep!r} in {db} has no finished point to plot")
+    newest = max(rows, key=lambda r: r["finished_at"])
+    kept = [r for r in rows if (r["tricut_version"], r["git_commit"]) ==
+            (newest["tricut_version"], newest["git_commit"])]
+    older, rows = len(rows) - len(kept), kept
     # by their axes, not by key: a key hashes the code version, and the order of points at one
     # place is the order of their label's lines
     rows.sort(key=lambda r: [_sort_key(_value_label(v)) for v in r["axes"].values()])
-    return sweep, rows
+    return sweep, rows, older
 
 
 def _place_text(members, js, group) -> str:
@@ -139,7 +146,7 @@ def _place_text(members, js, group) -> str:
 MAX_LABELS = 40
 
 
-def _pareto_figure(plt, sweep, usable, x, y, group):
+def _pareto_figure(plt, sweep, usable, x, y, group, older=0):
     """The Pareto plot: per group its front (line and filled markers, a label per place naming
     the points there) and its dominated points (hollow markers in the group's colour and
     marker); earlier groups' markers larger, so that groups meeting at one place show as rings."""
@@ -191,6 +198,8 @@ def _pareto_figure(plt, sweep, usable, x, y, group):
             f"{dominated} dominated"
     if shared:
         title += f"; {shared} share a place with another of their group (the label lists them)"
+    if older:
+        title += f"\n{older} points of older code versions in the database left out"
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -268,7 +277,7 @@ def sweep_figures(db, *, x=None, y=None, group=None, sweep=None, heat=None, metr
     (before the figures are drawn)."""
     from ..plotting import pyplot as _plt
     plt = _plt()
-    sweep, rows = _load(db, sweep)
+    sweep, rows, older = _load(db, sweep)
     x, y, group, pair, metric = _options(rows, sweep, x, y, group, heat, metric)
     if out_dir is not None:
         try:
@@ -279,7 +288,7 @@ def sweep_figures(db, *, x=None, y=None, group=None, sweep=None, heat=None, metr
               and isinstance(r["metrics"].get(y), (int, float))]
     if not usable:
         raise StoreError(f"no finished point of sweep {sweep!r} has both {x} and {y} defined")
-    figs = {f"pareto_{_file_part(y)}_vs_{_file_part(x)}.png": _pareto_figure(plt, sweep, usable, x, y, group)}
+    figs = {f"pareto_{_file_part(y)}_vs_{_file_part(x)}.png": _pareto_figure(plt, sweep, usable, x, y, group, older)}
     if pair is not None:
         a, b = pair
         figs[f"heatmap_{_file_part(metric)}_{_file_part(a)}_{_file_part(b)}.png"] = \
