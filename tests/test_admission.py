@@ -86,6 +86,22 @@ def test_a_request_too_large_for_the_kv_budget_does_not_block_the_queue():
 
 
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("admission", [True, False])
+def test_a_client_freed_outside_a_decode_step_sends_its_next_request(mode, admission):
+    """One closed-loop client whose request ends without a decode step (refused "too large",
+    or done at its first token): the client still sends the rest of the pool (the run once
+    stopped there, the rest never sent)."""
+    dsu = DsuParams(n_slots=4, max_batch=4, kv_capacity_tokens=100)
+    for stack in ("trtllm", "vllm-v0"):
+        sm = StepModel(TINY, H100, stack=get_stack(stack).with_values(host_jitter_s=0.0))
+        for pool in ([Request(0, 0.0, 10, 5), Request(1, 0.0, 60, 60), Request(2, 0.0, 10, 5), Request(3, 0.0, 10, 5)],
+                     [Request(0, 0.0, 10, 1), Request(1, 0.0, 10, 5), Request(2, 0.0, 10, 1)]):
+            r = simulate(pool, sm, dsu, prefill=mode, admission=admission, concurrency=1)
+            assert sorted(r.finish_s) == [q.id for q in pool], (stack, pool)
+            assert len(r.request_times) + r.summary["failed"] == len(pool)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_clients_drift_apart_with_jitter_and_stay_in_lockstep_without(mode):
     reqs = [Request(i, 0.0, 128, 16) for i in range(48)]
     dsu = DsuParams(n_slots=64, max_batch=64)

@@ -13,9 +13,10 @@ from tricut.sim.cli.testing import assert_one_line_error, run_cli
 from tricut.sim.fast import system
 from tricut.sim.fast.stack_scheduler import Preempted, StackScheduler
 from tricut.sim.fast.stacks import get_stack
+from tricut.sim.fast.setup import ServingSetup
 from tricut.sim.fast.system import simulate
 from tricut.sim.fast.timing import StepModel
-from tricut.sim.fast.workload import Request
+from tricut.sim.fast.workload import Request, TraceError
 
 H100 = load_gpu("h100-sxm5")
 TINY = load_model("tiny")
@@ -123,6 +124,18 @@ def test_the_victim_waits_for_room_then_recomputes_its_context():
     assert b.decode_queue_s == a.decode_queue_s == 0.0
 
 
+def test_a_workload_too_large_beside_the_watermark_is_refused_before_the_run():
+    """Every request fits the budget whole, not with the stack's watermark beside it: refused
+    by the check before the run (it would fail every request), unless the DSU schedules."""
+    setup = ServingSetup(TINY, H100, kv_capacity_tokens=1000,
+                         stack=get_stack("vllm-v0").with_values(kv_watermark=0.05))
+    reqs = [Request(i, 0.0, 600, 380) for i in range(3)]
+    with pytest.raises(TraceError, match="less the stack's KV watermark of 50: the smallest"):
+        setup.check(reqs, ())
+    setup.check(reqs, ("dsu",))
+    assert setup.run(reqs, ("dsu",)).summary["failed"] == 0
+
+
 def test_a_stack_with_a_bad_kv_policy_is_refused():
     with pytest.raises(ValueError, match="kv_reserve must be one of output, prompt, got 'tokens'"):
         get_stack("vllm-v0").with_values(kv_reserve="tokens")
@@ -150,3 +163,7 @@ def test_cli_reports_preemptions_and_refuses_a_bad_watermark(capsys):
     assert code == 0 and json.loads(cap.out)["preemptions"] == 0       # 43 admitted: their growth fits
     code, cap = run_cli([*base, "--stack", "trtllm", "--assume", "kv_watermark=0.05"], capsys)
     assert_one_line_error(code, cap, "--assume kv_watermark changes nothing under --stack trtllm")
+    # compare's runs without the dsu cut use it
+    code, cap = run_cli(["compare", "--synthetic", "8", "--output-tokens", "8", "--assume", "kv_watermark=0.05",
+                         "--no-progress", "--json"], capsys)
+    assert code == 0, cap.err

@@ -521,6 +521,7 @@ def cmd_bench(args) -> int:
     """The source's three-round method (docs/system-model.md)."""
     _bench_check(args)
     options = run_options(args)
+    fast_run.refuse_watermark_with_the_dsu(options)
     model, gpu, cuts, seed = load_model(args.model), load_gpu(args.gpu), options.cuts, args.seed
     setup = fast_run.setup_of(options)
     _notes(options)

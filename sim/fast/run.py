@@ -30,7 +30,7 @@ from .workload import TRACE_FORMATS, Request, TraceError, check_lengths, read_tr
 __all__ = ["RunOptions", "PreparedRun", "prepare", "run", "OPTIONS", "EXCLUSIVE", "APPLIES", "UNIT_FIELDS",
            "workload_of", "setup_of", "session_mode", "prepare_sessions", "session_results",
            "cuts_label", "defined", "WORKLOAD_FIELDS", "parse_cuts", "parse_lengths", "parse_positive", "parse_seed",
-           "parse_non_negative", "parse_assumption", "parse_unit",
+           "parse_non_negative", "parse_assumption", "parse_unit", "refuse_watermark_with_the_dsu",
            "MAX_SYNTHETIC", "ADMISSION", "MAX_SLOTS", "MAX_STACK_SECONDS", "MAX_STACK_INT"]
 
 #: Upper limits of the size options (docs/system-model.md, "Bad input"): beyond them a run needs
@@ -262,9 +262,11 @@ class RunOptions:
             self._refuse_idle_watermark()
 
     def _refuse_idle_watermark(self) -> None:
-        """``--assume kv_watermark`` acts only where a stack's scheduler reserves prompts: not
-        under a stack that reserves whole outputs, nor for sessions (the DSU model schedules
-        them, docs/system-model.md "Admission and pre-emption")."""
+        """``--assume kv_watermark`` acts only where a stack's scheduler reserves prompts and
+        admission control holds requests: not under a stack that reserves whole outputs, nor
+        with ``--admission off`` (every arrival is prefilled at once), nor for sessions (the DSU
+        model schedules them, docs/system-model.md "Admission and pre-emption"). The dsu cut:
+        :func:`refuse_watermark_with_the_dsu`."""
         stack = get_stack(self.stack)
         if stack.kv_reserve != "prompt":
             raise InputError(f"--assume kv_watermark changes nothing under --stack {self.stack}: it reserves "
@@ -273,6 +275,9 @@ class RunOptions:
         if _session_mode_on(self):
             raise InputError("--assume kv_watermark does not apply to sessions (--sessions, --agentic or a "
                              "prefix cache): the DSU model schedules them, reserving whole outputs")
+        if self.admission == "off":
+            raise InputError("--assume kv_watermark changes nothing with --admission off: the watermark is "
+                             "the margin admission control leaves free before a prefill")
 
     def _refuse_idle_unit(self, name: str) -> None:
         """A ``--unit`` size that would change nothing is refused: the TE's sizes without the
@@ -483,6 +488,15 @@ class PreparedRun:
                                                    tpot_slo_s=o.tpot_slo)}
 
 
+def refuse_watermark_with_the_dsu(options: RunOptions) -> None:
+    """``--assume kv_watermark`` on a run with the dsu cut: the DSU schedules it, reserving
+    whole outputs, so the watermark would change nothing (``compare`` takes it: its runs
+    without the dsu cut use it)."""
+    if "dsu" in options.cuts and any(name == "kv_watermark" for name, _ in options.assume):
+        raise InputError("--assume kv_watermark changes nothing with the dsu cut (the DSU reserves whole "
+                         "outputs): it acts on runs without it, e.g. --cuts none, or compare's baseline")
+
+
 def prepare(options: RunOptions, policies=None) -> PreparedRun:
     """Every check of the input before any simulation runs (docs/system-model.md, "Bad
     input"): the options' combination, the configs, the stack and its overrides, the workload
@@ -492,6 +506,7 @@ def prepare(options: RunOptions, policies=None) -> PreparedRun:
         policies = policies or [options.park_policy or "keep"]
         setup, sessions, agentic = prepare_sessions(options, policies)
         return PreparedRun(options, setup, sessions=sessions, agentic=agentic)
+    refuse_watermark_with_the_dsu(options)
     setup = setup_of(options)
     if options.energy is not None:
         load_energy(options.energy)         # a bad coefficients file: one ConfigError, before the run

@@ -101,10 +101,13 @@ def simulate(requests: list[Request], step_model: StepModel, dsu: DsuParams, see
     (:meth:`_Run.client_window_s`), so that the clients do not move in lock-step, without it
     all at t = 0. ``energy_file``: another copy of the energy coefficients
     (:mod:`.energy`; None: the shipped ones). ``admission``: a request is
-    prefilled only when a decode slot and its KV budget (prompt + output tokens, what the DSU
-    reserves) are free beside those of the requests already past admission; it waits before
-    its prefill otherwise (the wait is in its TTFT and its ``decode_queue_s``). False: every
-    request is prefilled on arrival and waits for the DSU after its first token.
+    prefilled only when a decode slot and the KV its scheduler reserves are free beside those
+    of the requests already past admission; it waits before its prefill otherwise (the wait is in its TTFT and its ``decode_queue_s``). False: every
+    request is prefilled on arrival and waits for the DSU after its first token. What a
+    request reserves is the scheduler's: the DSU's (and a stack's with ``kv_reserve`` output)
+    its prompt and whole output; a stack's with ``kv_reserve`` prompt its prompt, with the
+    stack's watermark left free, then a token per decoded token, pre-empting the request
+    admitted last when KV runs out (docs/system-model.md, "Admission and pre-emption").
 
     A ``ValueError`` before any work for a workload past :data:`TIME_HORIZON_S`
     (:func:`check_horizon`); after the run when no request finished (the reasons given)."""
@@ -344,6 +347,8 @@ class _Run:
 
     def _next_event(self) -> float | None:
         times = [q[0][0] for q in (self.ready, self.arrivals) if q]
+        if self.pool and self.free_at:      # a client freed outside a decode step (a one-token
+            times.append(min(self.free_at))  # request, a refusal) sends its next request then
         extra = self._next_extra_event()
         if extra is not None:
             times.append(extra)
@@ -385,9 +390,10 @@ class _Run:
             elif not self._decode_step():
                 nxt = self._next_event()
                 if nxt is None:
-                    if self.gate or self.resume:     # an invariant, not an input error
+                    if self.gate or self.resume or self.pool:     # an invariant, not an input error
                         raise RuntimeError(f"the run stopped with {len(self.gate)} requests waiting for "
-                                           f"admission and {len(self.resume)} pre-empted ones not resumed")
+                                           f"admission, {len(self.resume)} pre-empted ones not resumed and "
+                                           f"{len(self.pool or ())} not sent")
                     break
                 self.t = max(self.t, nxt)
             if self.progress is not None:
