@@ -543,7 +543,7 @@ def concurrency_sweep(stacks) -> list[str]:
                      f"{now['preemptions']} |")
     budget = setup.dsu_params().kv_capacity_tokens
     whole = budget // (SWEEP_PROMPT + SWEEP_OUTPUT)
-    prompts = int(budget * (1 - stack.kv_watermark)) // (SWEEP_PROMPT + 1)
+    prompts = (budget - stack.watermark_tokens(budget)) // (SWEEP_PROMPT + 1)
     lines += ["", f"The KV budget ({budget:,} tokens) holds {whole} of these requests whole and the prompts "
               f"of {prompts}. Up to {whole} clients nothing waits for KV, and the two columns differ only by the "
               "clients' phases (in lock-step a wave's prompts are all prefilled before its first decode step). "

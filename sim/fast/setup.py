@@ -131,8 +131,7 @@ class ServingSetup:
             raise ValueError(f"cdu cut with cdu_l2_share {self.assumptions.cdu_l2_share:g} of "
                              f"{self.gpu.name}'s L2: {e}") from None
         kv = self.dsu_params().kv_capacity_tokens
-        # the stack's scheduler (prompts reserved, docs/system-model.md) keeps its watermark free
-        margin = int(self.stack.kv_watermark * kv) if self.stack.kv_reserve == "prompt" and "dsu" not in cuts else 0
+        margin = self.stack.watermark_tokens(kv) if self.stack.schedules_kv(cuts) else 0
         if all(r.output_tokens > 1 and r.prompt_tokens + r.output_tokens + margin > kv for r in requests):
             small = min(requests, key=lambda r: r.prompt_tokens + r.output_tokens)
             where = (f"what fits in {self.gpu.name} HBM beside {self.model.name}'s weights at tp={self.tp} "

@@ -109,6 +109,17 @@ class StackProfile:
         return tuple(f.name for f in fields(cls)
                      if f.name not in ("name", "scheduler", "cuda_graphs", "gqa_shared_kv", "kv_reserve"))
 
+    def schedules_kv(self, cuts) -> bool:
+        """Whether the stack's own KV policy (prompts reserved, pre-emption) schedules a run
+        with these cuts: not under whole-output reservation, nor with the dsu cut (the DSU
+        reserves whole outputs; docs/system-model.md, "Admission and pre-emption")."""
+        return self.kv_reserve == "prompt" and "dsu" not in cuts
+
+    def watermark_tokens(self, kv_capacity_tokens: int) -> int:
+        """The KV tokens admission leaves free beside a new request (``kv_watermark`` of the
+        budget)."""
+        return int(self.kv_watermark * kv_capacity_tokens)
+
     @property
     def prefill(self) -> str:
         """The prefill mode of the stack's scheduler (a run's default; ``--prefill`` overrides)."""

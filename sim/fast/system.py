@@ -186,8 +186,8 @@ class _Run:
         reserves whole outputs; the stack's (:class:`StackScheduler`: KV reserved as it grows,
         pre-emption by recompute) when the stack reserves prompts."""
         stack = self.sm.stack
-        if stack.kv_reserve == "prompt" and "dsu" not in self.sm.cuts:
-            return StackScheduler(dsu, watermark_tokens=int(stack.kv_watermark * dsu.kv_capacity_tokens))
+        if stack.schedules_kv(self.sm.cuts):
+            return StackScheduler(dsu, watermark_tokens=stack.watermark_tokens(dsu.kv_capacity_tokens))
         return DsuModel(dsu)
 
     @property
