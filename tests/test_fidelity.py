@@ -26,7 +26,7 @@ def _fidelity():
 
 
 def test_shipped_stacks_and_default():
-    assert stack_names() == ["vllm-v0", "vllm-v1", "trtllm", "trtllm-2023", "ideal"]
+    assert stack_names() == ["vllm-v0", "vllm-v0.6", "vllm-v1", "trtllm", "trtllm-2023", "ideal"]
     assert DEFAULT_STACK in stack_names()
     ideal = get_stack("ideal")
     assert ideal.host_step_s == ideal.graph_layer_gap_s == ideal.attn_call_s == 0
