@@ -388,6 +388,12 @@ def report(cs, skipped, stacks, before, table, calibration, peer=None) -> str:
               "the first two were added after "
               "seeing A3's errors under `trtllm` (+16 % to −46 %), so A3 is not a blind test of "
               "them; the held-out rows of A1 and C are.",
+              "* **fp8 weight GEMVs** (`fp8_gemv_efficiency_ratio`): for the vLLM stacks, read from "
+              "AIConfigurator's measured H100 GEMM table of vLLM (the same run as its comparison below): "
+              "the median, over the table's decode-sized cells, of the FP8 kernel's bandwidth efficiency "
+              "over the bf16 one's. No calibration row has vLLM with fp8 weights, so no row checks it. "
+              "The TensorRT-LLM stacks keep 1: AIConfigurator's TensorRT-LLM table is of the 1.x "
+              "PyTorch flow, not the TensorRT engines of 0.5–0.11 that the A1 and A3 rows ran.",
               "* **held out**: A1 at ISL = OSL = 128 and 2048 and its pure-decode ITL rows (same "
               "source, other shapes), every A3 row (another source: TensorRT-LLM's performance tables, "
               "FP8 weights and KV, Llama-2 models, batches to 480) and table C's vLLM V1 TPOT row.",
@@ -425,6 +431,38 @@ PEER_QUANT = {"bf16": "bfloat16", "fp8": "fp8"}
 
 class PeerMissing(Exception):
     """AIConfigurator's environment is not there (``make peer-aic``)."""
+
+
+#: AIConfigurator's measured H100 GEMM table of vLLM, inside its environment
+PEER_GEMM_TABLE = "lib/python*/site-packages/aiconfigurator_core/systems/data/h100_sxm/gemm/vllm/*/gemm_perf.parquet"
+#: the decode-sized cells of that table: at most 64 rows of activations, 2^24 to 2^30 weights
+GEMM_DECODE_M, GEMM_DECODE_WEIGHTS = 64, (2 ** 24, 2 ** 30)
+
+
+def fp8_gemv_ratio(python: Path) -> float:
+    """vLLM's fp8 GEMV efficiency over its bf16 one, from AIConfigurator's measured GEMM table:
+    the median over the decode-sized cells of (bf16 time / fp8 time) / 2 (fp8 moves half the
+    bytes). The table ships with AIConfigurator (``make peer-aic``)."""
+    import duckdb
+    found = sorted((python.parent.parent).glob(PEER_GEMM_TABLE))
+    if not found:
+        raise PeerMissing(f"no vLLM GEMM table under {python.parent.parent}: run `make peer-aic`")
+    lo, hi = GEMM_DECODE_WEIGHTS
+    q = f"""with t as (select gemm_dtype, m, n, k, median(latency) as s from read_parquet(?)
+                      where gemm_dtype in ('bfloat16', 'fp8') group by all),
+                 b as (select * from t where gemm_dtype = 'bfloat16'),
+                 e as (select * from t where gemm_dtype = 'fp8')
+            select median(b.s / e.s / 2) from b join e using (m, n, k)
+            where m <= {GEMM_DECODE_M} and n * k between {lo} and {hi}"""
+    return float(duckdb.execute(q, [str(found[-1])]).fetchone()[0])
+
+
+def with_gemm_table(stacks: dict, sources: dict, ratio: float) -> dict:
+    """The profiles with every ``fp8_gemv_efficiency_ratio`` whose source starts with "fit:"
+    set to ``ratio`` (:func:`fp8_gemv_ratio`); "as <stack>" values follow."""
+    return resolve({n: p.with_values(fp8_gemv_efficiency_ratio=ratio)
+                    if sources[n]["fp8_gemv_efficiency_ratio"].startswith("fit:") else p
+                    for n, p in stacks.items()}, sources)
 
 
 def hf_config(name: str) -> dict:
@@ -631,6 +669,8 @@ def main(argv=None) -> int:
         return 2
     try:
         peer = None if args.no_peer else run_peer(cs, args.peer)
+        if not args.no_peer:
+            stacks = with_gemm_table(stacks, table.sources, fp8_gemv_ratio(args.peer))
     except PeerMissing as e:
         print(f"fidelity: {e}", file=sys.stderr)
         return 2

@@ -51,6 +51,8 @@ def test_every_value_has_a_source_and_fits_come_from_the_script():
     (lambda d: d["stacks"]["ideal"].pop("attn_call_s"), "stack 'ideal': expected the keys"),
     (lambda d: d["stacks"]["trtllm"]["host_step_s"].update(value=-1), "host_step_s must be a finite number >= 0"),
     (lambda d: d["stacks"]["trtllm"]["attn_bw_efficiency"].update(value=1.5), "attn_bw_efficiency must be in"),
+    (lambda d: d["stacks"]["vllm-v1"]["fp8_gemv_efficiency_ratio"].update(value=0),
+     "fp8_gemv_efficiency_ratio must be in (0, 1]"),
     (lambda d: d["stacks"]["trtllm"]["scheduler"].update(value="sometimes"), "scheduler must be one of"),
     (lambda d: d["stacks"]["trtllm"]["cuda_graphs"].update(value=1), "cuda_graphs must be true or false"),
     (lambda d: d["stacks"]["trtllm"]["graph_max_batch"].update(value=0.5), "graph_max_batch must be an integer"),
@@ -131,6 +133,39 @@ def test_the_fit_recovers_known_kernel_parameters():
     call, eff = fid.fit_kernel(rows, table.profiles["vllm-v0"].with_values(attn_call_s=5e-6, attn_bw_efficiency=0.5))
     assert call == pytest.approx(20e-6, rel=1e-3)
     assert eff == pytest.approx(0.7, rel=1e-3)
+
+
+def test_the_fit_ends_where_it_ends_whatever_values_the_file_holds():
+    """The fit starts from fixed values, not the file's: a second --write rewrites the same
+    values (a start taken from the file moved them a little on every run)."""
+    fid = _fidelity()
+    table = load_stacks()
+    cs, _ = fid.cases(fid.tables(fid.DEFAULT_CALIBRATION.read_text(encoding="utf-8")))
+    rows = [c for c in cs if c.kind in ("kernel", "hostgap")]
+    assert [c.stack for c in rows if c.kind == "hostgap"] == ["vllm-v0.6"]
+    moved = {n: p.with_values(host_step_s=3 * p.host_step_s, host_per_request_s=0.5 * p.host_per_request_s,
+                              allreduce_latency_s=2 * p.allreduce_latency_s)
+             for n, p in table.profiles.items()}
+    a = fid.fit(rows, table.profiles, table.sources)
+    b = fid.fit(rows, moved, table.sources)
+    for name in table.profiles:
+        assert a[name] == b[name], name
+    gap = next(c for c in rows if c.kind == "hostgap")
+    assert fid.predict(gap, a) == pytest.approx(gap.published, rel=1e-3)
+
+
+def test_each_stack_is_the_version_its_rows_ran():
+    """vLLM V0 before and after asynchronous output processing differ only in the host work per
+    request; TensorRT-LLM's static GptSession (the A3 rows) has none."""
+    table = load_stacks()
+    v0, v06 = table.profiles["vllm-v0"], table.profiles["vllm-v0.6"]
+    assert v06.host_per_request_s < v0.host_per_request_s
+    others = [f for f in v0.__dataclass_fields__ if f not in ("name", "host_per_request_s")]
+    assert [getattr(v06, f) for f in others] == [getattr(v0, f) for f in others]
+    assert table.profiles["vllm-v1"].host_per_request_s == v06.host_per_request_s
+    assert table.profiles["trtllm-2023"].host_per_request_s == 0
+    assert "gptSessionBenchmark" in table.sources["trtllm-2023"]["host_per_request_s"]
+    assert table.profiles["trtllm"].host_per_request_s > 0
 
 
 def test_stack_profile_checks_its_values():
@@ -221,6 +256,30 @@ def test_run_peer_converts_each_rows_unit_and_skips_what_it_cannot_run(tmp_path,
     text = "\n".join(fid.peer_section(cs, got, exact))
     assert "| all (30) | AIConfigurator | 0.0 % | 0.0 % | +0.0 % | 0 % |" in text
     assert "| all (30) | tricut | 10.0 % | 10.0 % | +10.0 % | 0 % |" in text
+
+
+def test_the_fp8_gemv_ratio_is_read_from_the_gemm_table(tmp_path):
+    """fp8_gemv_ratio: the median over the table's decode-sized cells of the fp8 kernel's
+    bandwidth efficiency over bf16's; larger batches and smaller matrices are left out."""
+    import duckdb
+    fid = _fidelity()
+    where = tmp_path / "lib" / "python3.11" / "site-packages" / "aiconfigurator_core" / "systems" / "data" / \
+        "h100_sxm" / "gemm" / "vllm" / "0.1"
+    where.mkdir(parents=True)
+    rows = []
+    for m in (1, 8, 64, 512):
+        for n, k in ((4096, 4096), (8192, 8192), (1024, 1024)):
+            decode = m <= 64 and n * k >= 2 ** 24
+            ratio = 0.8 if decode else 0.3          # only the decode cells count
+            bf16 = n * k * 2 / 3e12 * 1e3           # ms
+            rows += [("bfloat16", m, n, k, bf16), ("fp8", m, n, k, bf16 / 2 / ratio)]
+    con = duckdb.connect()
+    con.execute("create table t (gemm_dtype varchar, m int, n int, k int, latency double)")
+    con.executemany("insert into t values (?, ?, ?, ?, ?)", rows)
+    con.execute(f"copy t to '{where / 'gemm_perf.parquet'}' (format parquet)")
+    assert fid.fp8_gemv_ratio(tmp_path / "bin" / "python") == pytest.approx(0.8, rel=1e-12)
+    with pytest.raises(fid.PeerMissing, match="no vLLM GEMM table"):
+        fid.fp8_gemv_ratio(tmp_path / "elsewhere" / "bin" / "python")
 
 
 def test_a_missing_peer_is_one_message_and_write_needs_it(tmp_path, capsys):

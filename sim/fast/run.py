@@ -166,7 +166,7 @@ def parse_assumption(text: str) -> tuple[str, float]:
         if name in ("graph_max_batch", "prefill_batch_tokens", "prefill_chunk_tokens") \
                 and number > MAX_STACK_INT:
             raise InputError(f"{text!r}: {name} must be at most {MAX_STACK_INT:,}")
-        if name == "attn_bw_efficiency" and number < 0.01:
+        if name in ("attn_bw_efficiency", "fp8_gemv_efficiency_ratio") and number < 0.01:
             raise InputError(f"{text!r}: {name} must be at least 0.01")
     return name, number
 
@@ -260,6 +260,19 @@ class RunOptions:
             self._refuse_idle_unit(name)
         if any(name == "kv_watermark" for name, _ in self.assume):
             self._refuse_idle_watermark()
+        if any(name == "fp8_gemv_efficiency_ratio" for name, _ in self.assume):
+            self._refuse_idle_fp8_ratio()
+
+    def _refuse_idle_fp8_ratio(self) -> None:
+        """``--assume fp8_gemv_efficiency_ratio`` scales the GEMV bandwidth of fp8 weights:
+        for a model whose weights are in another format it changes nothing."""
+        try:
+            weights = load_model(self.model).weight_dtype
+        except ConfigError:
+            return                      # refused where the configuration is loaded
+        if weights != "fp8":
+            raise InputError(f"--assume fp8_gemv_efficiency_ratio changes nothing for --model {self.model}: "
+                             f"its weights are {weights}; the ratio applies to a model with fp8 weights")
 
     def _refuse_idle_watermark(self) -> None:
         """``--assume kv_watermark`` acts only where a stack's scheduler reserves prompts and

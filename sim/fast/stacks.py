@@ -65,6 +65,8 @@ class StackProfile:
     gqa_shared_kv: bool           # the kernel reads each K/V head once for its whole query
                                   # group; False: once per query head (K/V bytes x G)
     allreduce_latency_s: float    # per all-reduce and per doubling of TP (x log2 tp)
+    fp8_gemv_efficiency_ratio: float  # fp8 weight GEMVs: their HBM bandwidth efficiency over the
+                                  # bf16 GEMVs' (Assumptions.gemv_bw_efficiency), in (0, 1]
     scheduler: str                # how it shares the GPUs between prefill and decode (SCHEDULERS)
     prefill_batch_tokens: int     # colocated: the most prompt tokens in one prefill batch
     prefill_chunk_tokens: int     # chunked: the token budget of a step (decode + prompt tokens)
@@ -96,11 +98,11 @@ class StackProfile:
                     raise ValueError(f"stack {self.name}: {f.name} must be a finite number >= 0, got {v!r}")
         if not self.kv_watermark < 1:
             raise ValueError(f"stack {self.name}: kv_watermark must be in [0, 1), got {self.kv_watermark!r}")
-        for name in ("sched_overlap", "attn_bw_efficiency"):
-            lo_ok = getattr(self, name) > 0 if name == "attn_bw_efficiency" else True
-            if not (lo_ok and getattr(self, name) <= 1):
+        for name in ("sched_overlap", "attn_bw_efficiency", "fp8_gemv_efficiency_ratio"):
+            open_at_0 = name != "sched_overlap"
+            if not ((getattr(self, name) > 0 or not open_at_0) and getattr(self, name) <= 1):
                 raise ValueError(f"stack {self.name}: {name} must be in "
-                                 f"{'(0, 1]' if name == 'attn_bw_efficiency' else '[0, 1]'}, "
+                                 f"{'(0, 1]' if open_at_0 else '[0, 1]'}, "
                                  f"got {getattr(self, name)!r}")
 
     #: the parameters a user may override one by one (``--assume NAME=VALUE``)
