@@ -370,12 +370,13 @@ def report(cs, skipped, stacks, before, table, calibration, peer=None) -> str:
               f"* **per stack** ({', '.join(PER_STACK)}) for `vllm-v0` and `trtllm`, and the shared "
               f"`{SHARED[0]}`: fitted on table A1's static batches at ISL = OSL = 1024 of that stack "
               "(vLLM and TensorRT-LLM rows of LLM-Inference-Bench). Each stack is the version its rows "
-              "ran: `vllm-v0` is vLLM 0.5, before asynchronous output processing (0.6.0), so its "
-              "per-request host work sits between the steps; `trtllm` is tensorrt_llm 0.11.0 on the "
+              "ran: `vllm-v0` is vLLM of mid-2024, taken as before 0.6.0's asynchronous output "
+              "processing (the rows' benchmark script predates its option), so its per-request host "
+              "work sits between the steps; `trtllm` is tensorrt_llm 0.11.0 on the "
               "C++ executor, whose in-flight batch manager works per request each step.",
               "* **`vllm-v0.6`** (vLLM V0 0.6.x, asynchronous output processing on) is `vllm-v0` with "
               "its own `host_per_request_s`, fitted on table C's measured gap between decode steps at "
-              "batch 256 (vLLM issue #10634, vLLM 0.6.4, 5–6 ms, taken as 5.5 ms = `host_step_s + "
+              "batch 256 (vLLM issue #10634, late 2024, 5–6 ms, taken as 5.5 ms = `host_step_s + "
               "256 × host_per_request_s`): one row, one value, so that row checks nothing. `vllm-v1` "
               "has no rows of its own to fit: it takes `vllm-v0`'s host step and `vllm-v0.6`'s "
               "per-request work (its sources say why).",
