@@ -291,6 +291,8 @@ CASES = [
      "fp8_gemv_efficiency_ratio must be in (0, 1]"),
     ("simulate", "15-assume-fp8-ratio-bf16-weights", [*S, "--assume", "fp8_gemv_efficiency_ratio=0.5"],
      "--assume fp8_gemv_efficiency_ratio changes nothing for --model llama-3-8b: its weights are bf16"),
+    ("compare", "15-assume-fp8-call-bf16-weights", [*S, "--assume", "fp8_gemv_call_extra_s=1e-6"],
+     "--assume fp8_gemv_call_extra_s changes nothing for --model llama-3-8b: its weights are bf16"),
     ("compare", "15-assume-kv-watermark-idle", [*S, "--stack", "trtllm", "--assume", "kv_watermark=0.1"],
      "--assume kv_watermark changes nothing under --stack trtllm"),
     ("simulate", "15-assume-kv-watermark-dsu-cut", [*S, "--assume", "kv_watermark=0.1"],

@@ -143,9 +143,12 @@ def test_the_fit_ends_where_it_ends_whatever_values_the_file_holds():
     cs, _ = fid.cases(fid.tables(fid.DEFAULT_CALIBRATION.read_text(encoding="utf-8")))
     rows = [c for c in cs if c.kind in ("kernel", "hostgap")]
     assert [c.stack for c in rows if c.kind == "hostgap"] == ["vllm-v0.6"]
-    moved = {n: p.with_values(host_step_s=3 * p.host_step_s, host_per_request_s=0.5 * p.host_per_request_s,
-                              allreduce_latency_s=2 * p.allreduce_latency_s)
+    scale = {"host_step_s": 3, "host_per_request_s": 0.5, "allreduce_latency_s": 2, "attn_call_s": 2,
+             "attn_bw_efficiency": 0.5}
+    moved = {n: p.with_values(**{f: x * getattr(p, f) for f, x in scale.items()
+                                 if table.sources[n][f].startswith("fit:")})
              for n, p in table.profiles.items()}
+    assert moved["vllm-v0"] != table.profiles["vllm-v0"]
     a = fid.fit(rows, table.profiles, table.sources)
     b = fid.fit(rows, moved, table.sources)
     for name in table.profiles:
@@ -258,28 +261,33 @@ def test_run_peer_converts_each_rows_unit_and_skips_what_it_cannot_run(tmp_path,
     assert "| all (30) | tricut | 10.0 % | 10.0 % | +10.0 % | 0 % |" in text
 
 
-def test_the_fp8_gemv_ratio_is_read_from_the_gemm_table(tmp_path):
-    """fp8_gemv_ratio: the median over the table's decode-sized cells of the fp8 kernel's
-    bandwidth efficiency over bf16's; larger batches and smaller matrices are left out."""
+def test_the_fp8_gemv_parameters_are_fitted_on_the_gemm_table(tmp_path):
+    """fp8_gemv_fit: each format's decode-sized cells fitted as a fixed time per call plus the
+    weight bytes at an efficiency; the stack gets the efficiencies' ratio and the fixed times'
+    difference. Cells of larger batches or smaller matrices do not count."""
     import duckdb
     fid = _fidelity()
     where = tmp_path / "lib" / "python3.11" / "site-packages" / "aiconfigurator_core" / "systems" / "data" / \
         "h100_sxm" / "gemm" / "vllm" / "0.1"
     where.mkdir(parents=True)
+    bw = fid.H100.hbm_bandwidth
+    line = {"bfloat16": (2, 4e-6, 0.85), "fp8": (1, 7e-6, 0.68)}    # bytes, fixed s, efficiency
     rows = []
     for m in (1, 8, 64, 512):
-        for n, k in ((4096, 4096), (8192, 8192), (1024, 1024)):
-            decode = m <= 64 and n * k >= 2 ** 24
-            ratio = 0.8 if decode else 0.3          # only the decode cells count
-            bf16 = n * k * 2 / 3e12 * 1e3           # ms
-            rows += [("bfloat16", m, n, k, bf16), ("fp8", m, n, k, bf16 / 2 / ratio)]
+        for n, k in ((4096, 4096), (8192, 8192), (16384, 8192), (1024, 1024)):
+            for dtype, (b, fixed, eff) in line.items():
+                t = fixed + n * k * b / (bw * eff)
+                decode = m <= 64 and n * k >= 2 ** 24
+                rows.append((dtype, m, n, k, (t if decode else 5 * t) * 1e3))     # ms
     con = duckdb.connect()
     con.execute("create table t (gemm_dtype varchar, m int, n int, k int, latency double)")
     con.executemany("insert into t values (?, ?, ?, ?, ?)", rows)
     con.execute(f"copy t to '{where / 'gemm_perf.parquet'}' (format parquet)")
-    assert fid.fp8_gemv_ratio(tmp_path / "bin" / "python") == pytest.approx(0.8, rel=1e-12)
-    with pytest.raises(fid.PeerMissing, match="no vLLM GEMM table"):
-        fid.fp8_gemv_ratio(tmp_path / "elsewhere" / "bin" / "python")
+    got = fid.fp8_gemv_fit(tmp_path / "bin" / "python")
+    assert got["fp8_gemv_efficiency_ratio"] == pytest.approx(0.68 / 0.85, rel=1e-9)
+    assert got["fp8_gemv_call_extra_s"] == pytest.approx(3e-6, rel=1e-6)
+    with pytest.raises(fid.PeerMissing, match="expected one vLLM GEMM table"):
+        fid.fp8_gemv_fit(tmp_path / "elsewhere" / "bin" / "python")
 
 
 def test_a_missing_peer_is_one_message_and_write_needs_it(tmp_path, capsys):

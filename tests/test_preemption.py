@@ -167,3 +167,23 @@ def test_cli_reports_preemptions_and_refuses_a_bad_watermark(capsys):
     code, cap = run_cli(["compare", "--synthetic", "8", "--output-tokens", "8", "--assume", "kv_watermark=0.05",
                          "--no-progress", "--json"], capsys)
     assert code == 0, cap.err
+
+
+def test_the_fp8_gemv_parameters_act_on_a_model_with_fp8_weights(tmp_path, capsys):
+    """--assume fp8_gemv_* is taken for a model whose weights are fp8 (a TOML file) and slows
+    its decode; for the shipped bf16 models it is refused (tests/test_bad_input_fast.py)."""
+    from pathlib import Path
+    src = Path(__file__).resolve().parent.parent / "models" / "configs" / "models" / "llama-3-8b.toml"
+    text = src.read_text()
+    assert 'weight_dtype = "bf16"' in text
+    model = tmp_path / "llama-3-8b-fp8.toml"
+    model.write_text(text.replace('weight_dtype = "bf16"', 'weight_dtype = "fp8"'))
+    base = ["simulate", "--model", str(model), "--cuts", "none", "--synthetic", "4", "--output-tokens", "16",
+            "--json"]
+    tpot = {}
+    for label, extra in (("shipped", []), ("ratio", ["--assume", "fp8_gemv_efficiency_ratio=0.5"]),
+                         ("call", ["--assume", "fp8_gemv_call_extra_s=2e-5"])):
+        code, cap = run_cli([*base, *extra], capsys)
+        assert code == 0, cap.err
+        tpot[label] = json.loads(cap.out)["tpot_p50_s"]
+    assert tpot["ratio"] > tpot["shipped"] and tpot["call"] > tpot["shipped"]

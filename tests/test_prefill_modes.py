@@ -217,7 +217,7 @@ def test_every_mode_accounts_for_every_token(mode):
 
 def test_the_stacks_mode_is_the_default():
     reqs = synthetic(3, 10.0, prompt=64, output=4, seed=0)
-    for name in ("vllm-v0", "vllm-v1", "ideal"):
+    for name in ("vllm-v0", "vllm-v0.6", "vllm-v1", "ideal"):
         sm = StepModel(TINY, H100, stack=get_stack(name))
         assert simulate(reqs, sm, DSU).summary["prefill_mode"] == get_stack(name).prefill
 

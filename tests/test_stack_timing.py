@@ -80,19 +80,24 @@ def test_attention_bandwidth_efficiency_scales_the_kv_bytes():
     assert time_of(half) - time_of(full) == pytest.approx(kv_bytes / H100.hbm_bandwidth, rel=1e-9)
 
 
-def test_fp8_weights_stream_at_the_stacks_fp8_gemv_efficiency():
+@pytest.mark.parametrize("cuts", [(), ("te",)])
+def test_fp8_weights_stream_at_the_stacks_fp8_gemv_efficiency(cuts):
     """fp8 weights: the GEMVs reach fp8_gemv_efficiency_ratio x gemv_bw_efficiency of peak HBM
-    bandwidth, so the memory-bound step grows by weight bytes / bw x (1/ratio - 1); bf16
-    weights do not see the ratio."""
+    bandwidth and cost fp8_gemv_call_extra_s more per call (4 per layer), so the GEMV-bound step
+    grows by weight bytes / bw x (1/ratio - 1) + layers x 4 x extra; bf16 weights see neither."""
     import dataclasses
     fp8 = dataclasses.replace(L8B, weight_dtype="fp8")
     sm = StepModel(fp8, H100, stack=BARE)
     weights = sm.weight_bytes / (H100.hbm_bandwidth * sm.assumptions.gemv_bw_efficiency)
-    slower = BARE.with_values(fp8_gemv_efficiency_ratio=0.5)
-    assert time_of(slower, model=fp8) - time_of(BARE.with_values(fp8_gemv_efficiency_ratio=1.0), model=fp8) \
-        == pytest.approx(weights * (1 / 0.5 - 1), rel=1e-9)
-    assert time_of(slower) == time_of(BARE.with_values(fp8_gemv_efficiency_ratio=1.0))
-    # the GEMVs of a prefill read the weights at the same efficiency
+    plain = BARE.with_values(fp8_gemv_efficiency_ratio=1.0, fp8_gemv_call_extra_s=0.0)
+    slower = plain.with_values(fp8_gemv_efficiency_ratio=0.5)
+    called = plain.with_values(fp8_gemv_call_extra_s=2e-6)
+    lens = [1025]                      # one short request: the weight GEMVs bound the step
+    base = time_of(plain, lens, cuts, model=fp8)
+    assert time_of(slower, lens, cuts, model=fp8) - base == pytest.approx(weights * (1 / 0.5 - 1), rel=1e-9)
+    assert time_of(called, lens, cuts, model=fp8) - base == pytest.approx(LAYERS * 4 * 2e-6, rel=1e-9)
+    assert time_of(slower, lens, cuts) == time_of(called, lens, cuts) == time_of(plain, lens, cuts)
+    # the GEMVs of a prefill read the weights the same way
     assert StepModel(fp8, H100, stack=slower)._prefill_compute_s([1]) == pytest.approx(2 * weights, rel=1e-9)
 
 

@@ -260,19 +260,20 @@ class RunOptions:
             self._refuse_idle_unit(name)
         if any(name == "kv_watermark" for name, _ in self.assume):
             self._refuse_idle_watermark()
-        if any(name == "fp8_gemv_efficiency_ratio" for name, _ in self.assume):
-            self._refuse_idle_fp8_ratio()
+        for name, _ in self.assume:
+            if name.startswith("fp8_gemv_"):
+                self._refuse_idle_fp8_gemv(name)
 
-    def _refuse_idle_fp8_ratio(self) -> None:
-        """``--assume fp8_gemv_efficiency_ratio`` scales the GEMV bandwidth of fp8 weights:
-        for a model whose weights are in another format it changes nothing."""
+    def _refuse_idle_fp8_gemv(self, name: str) -> None:
+        """``--assume fp8_gemv_efficiency_ratio`` or ``fp8_gemv_call_extra_s`` times the GEMVs
+        of fp8 weights: for a model whose weights are in another format it changes nothing."""
         try:
             weights = load_model(self.model).weight_dtype
         except ConfigError:
             return                      # refused where the configuration is loaded
         if weights != "fp8":
-            raise InputError(f"--assume fp8_gemv_efficiency_ratio changes nothing for --model {self.model}: "
-                             f"its weights are {weights}; the ratio applies to a model with fp8 weights")
+            raise InputError(f"--assume {name} changes nothing for --model {self.model}: its weights are "
+                             f"{weights}; it times the GEMVs of a model with fp8 weights")
 
     def _refuse_idle_watermark(self) -> None:
         """``--assume kv_watermark`` acts only where a stack's scheduler reserves prompts and
@@ -284,7 +285,7 @@ class RunOptions:
         if stack.kv_reserve != "prompt":
             raise InputError(f"--assume kv_watermark changes nothing under --stack {self.stack}: it reserves "
                              f"whole outputs (kv_reserve {stack.kv_reserve}); the watermark is the admission "
-                             "margin of a stack that reserves prompts (vllm-v0, vllm-v1)")
+                             "margin of a stack that reserves prompts (vllm-v0, vllm-v0.6, vllm-v1)")
         if _session_mode_on(self):
             raise InputError("--assume kv_watermark does not apply to sessions (--sessions, --agentic or a "
                              "prefix cache): the DSU model schedules them, reserving whole outputs")

@@ -43,6 +43,8 @@ KV_RESERVES = ("output", "prompt")
 STACKS_FILE = "stacks.json"
 #: the stack a run stands for unless told otherwise (docs/fidelity.md says why)
 DEFAULT_STACK = "vllm-v0"
+#: weight GEMM calls per decoder layer: fused QKV, attention output, fused gate-up, down
+FP8_GEMV_CALLS_PER_LAYER = 4
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class StackProfile:
     allreduce_latency_s: float    # per all-reduce and per doubling of TP (x log2 tp)
     fp8_gemv_efficiency_ratio: float  # fp8 weight GEMVs: their HBM bandwidth efficiency over the
                                   # bf16 GEMVs' (Assumptions.gemv_bw_efficiency), in (0, 1]
+    fp8_gemv_call_extra_s: float  # fp8 weight GEMVs: extra fixed time per call over a bf16 one
+                                  # (FP8_GEMV_CALLS_PER_LAYER calls per layer)
     scheduler: str                # how it shares the GPUs between prefill and decode (SCHEDULERS)
     prefill_batch_tokens: int     # colocated: the most prompt tokens in one prefill batch
     prefill_chunk_tokens: int     # chunked: the token budget of a step (decode + prompt tokens)

@@ -30,7 +30,7 @@ from .cdu_reduction import CduReduction, CduStep
 from .grid_twin import grid_layer_cycles_fast
 from .slice_memo import memo_cdu_slice_timing, memo_slice_timing
 from .datafile import read_data_json
-from .stacks import DEFAULT_STACK, StackProfile, get_stack
+from .stacks import DEFAULT_STACK, FP8_GEMV_CALLS_PER_LAYER, StackProfile, get_stack
 
 __all__ = ["CUTS", "BOUNDS", "DEFAULT_TE_LANES", "DEFAULT_TE_ENGINE", "Assumptions", "UnitCosts", "UnitTiming", "StepTiming", "PhysicsViolation", "StepModel"]
 
@@ -332,10 +332,12 @@ class StepModel:
         self.share = max(1.0 / self.tp, 1.0 / m.num_kv_heads)
         self.kv_token_bytes = m.kv_bytes_per_token(self.kv_dtype) * self.share
         self.weight_bytes = m.weight_bytes_per_step() / self.tp
-        # the weight GEMVs' share of peak HBM bandwidth: fp8 kernels reach less than bf16's
-        # (the stack's fp8_gemv_efficiency_ratio, measured per kernel library)
-        self.gemv_bw_efficiency = a.gemv_bw_efficiency * (
-            self.stack.fp8_gemv_efficiency_ratio if m.weight_dtype == "fp8" else 1.0)
+        # fp8 weight GEMVs, measured per kernel library (the stack's fp8_gemv_*): a share of
+        # peak HBM bandwidth below bf16's, and a longer fixed time per call
+        fp8 = m.weight_dtype == "fp8"
+        self.gemv_bw_efficiency = a.gemv_bw_efficiency * (self.stack.fp8_gemv_efficiency_ratio if fp8 else 1.0)
+        self.gemv_calls_extra_s = (m.num_layers * FP8_GEMV_CALLS_PER_LAYER * self.stack.fp8_gemv_call_extra_s
+                                   if fp8 else 0.0)
         self.gemv_flops_per_request = 2 * (m.param_count() - (0 if m.tie_embeddings else
                                                               m.vocab_size * m.hidden_size)) / self.tp
         self.kv_heads_here = max(1, m.num_kv_heads // self.tp)
@@ -474,7 +476,8 @@ class StepModel:
         bw = g.hbm_bandwidth
         flops = self.gemv_flops_per_request * (batch + prefill_tokens)
         flops += self._prefill_attention_flops(prefill_tokens, prefill_context)
-        gemv_t = max(self.weight_bytes / (bw * self.gemv_bw_efficiency), flops / (self.peak_flops * a.compute_efficiency))
+        gemv_t = max(self.weight_bytes / (bw * self.gemv_bw_efficiency) + self.gemv_calls_extra_s,
+                     flops / (self.peak_flops * a.compute_efficiency))
         comm_t = self._allreduces_s(batch + prefill_tokens)
         gaps = m.num_layers * stk.layer_gap_s(batch)
         if "te" in self.cuts:
@@ -552,7 +555,7 @@ class StepModel:
         contexts = contexts or [0] * len(prompts)
         attn = sum(self._prefill_attention_flops(p, c) for p, c in zip(prompts, contexts))
         compute = (gemm + attn) / (self.peak_flops * a.compute_efficiency)
-        return max(compute, self.weight_bytes / (g.hbm_bandwidth * self.gemv_bw_efficiency))
+        return max(compute, self.weight_bytes / (g.hbm_bandwidth * self.gemv_bw_efficiency) + self.gemv_calls_extra_s)
 
     def prefill_time(self, prompt: int, context: int = 0) -> float:
         """Disaggregated prefill pool (one TP group like this one, uncontended): the prompt's
