@@ -508,14 +508,19 @@ def peer_rows(cs) -> list[dict]:
             for c in cs if c.kind in ("static", "itl", "tpot")]
 
 
+def check_peer(python: Path) -> None:
+    """Raise :class:`PeerMissing` unless AIConfigurator's environment is at ``python``."""
+    if not python.exists():
+        raise PeerMissing(f"AIConfigurator is not installed at {python}: run `make peer-aic` (its own "
+                          "environment under .build/peer-aic, from PyPI), or pass --no-peer")
+
+
 def run_peer(cs, python: Path, runner: Path = PEER_RUNNER) -> dict:
     """AIConfigurator's figure per row label, in the row's unit (ms per output token, per
     step); rows it could not run are left out (their reasons on stderr)."""
     import json
     import subprocess
-    if not python.exists():
-        raise PeerMissing(f"AIConfigurator is not installed at {python}: run `make peer-aic` (its own "
-                          "environment under .build/peer-aic, from PyPI), or pass --no-peer")
+    check_peer(python)
     rows = peer_rows(cs)
     done = subprocess.run([str(python), str(runner)], input=json.dumps(rows), capture_output=True,
                           text=True, check=False)
@@ -679,6 +684,16 @@ def main(argv=None) -> int:
         print(f"fidelity: cannot read {args.calibration}: {e.strerror}", file=sys.stderr)
         return 2
     cs, skipped = cases(tables(text))
+    # the refusals first, before the fit's half a minute
+    if args.write and args.no_peer:
+        print("fidelity: --write writes the AIConfigurator comparison too: drop --no-peer", file=sys.stderr)
+        return 2
+    try:
+        if not args.no_peer:
+            check_peer(args.peer)
+    except PeerMissing as e:
+        print(f"fidelity: {e}", file=sys.stderr)
+        return 2
     table = load_stacks()
     stacks = fit(cs, table.profiles, table.sources)
     before = previous_model(table.profiles)
@@ -688,9 +703,6 @@ def main(argv=None) -> int:
         label = "../" + label
     except ValueError:
         label = str(args.calibration)
-    if args.write and args.no_peer:
-        print("fidelity: --write writes the AIConfigurator comparison too: drop --no-peer", file=sys.stderr)
-        return 2
     try:
         peer = None if args.no_peer else run_peer(cs, args.peer)
         if not args.no_peer:
