@@ -53,6 +53,8 @@ def test_every_value_has_a_source_and_fits_come_from_the_script():
     (lambda d: d["stacks"]["trtllm"]["attn_bw_efficiency"].update(value=1.5), "attn_bw_efficiency must be in"),
     (lambda d: d["stacks"]["vllm-v1"]["fp8_gemv_efficiency_ratio"].update(value=0),
      "fp8_gemv_efficiency_ratio must be in (0, 1]"),
+    (lambda d: d["stacks"]["vllm-v0"]["fp8_gemv_call_extra_s"].update(value=-1e-6),
+     "fp8_gemv_call_extra_s must be a finite number >= 0"),
     (lambda d: d["stacks"]["trtllm"]["scheduler"].update(value="sometimes"), "scheduler must be one of"),
     (lambda d: d["stacks"]["trtllm"]["cuda_graphs"].update(value=1), "cuda_graphs must be true or false"),
     (lambda d: d["stacks"]["trtllm"]["graph_max_batch"].update(value=0.5), "graph_max_batch must be an integer"),

@@ -102,12 +102,13 @@ class StackProfile:
                     raise ValueError(f"stack {self.name}: {f.name} must be a finite number >= 0, got {v!r}")
         if not self.kv_watermark < 1:
             raise ValueError(f"stack {self.name}: kv_watermark must be in [0, 1), got {self.kv_watermark!r}")
-        for name in ("sched_overlap", "attn_bw_efficiency", "fp8_gemv_efficiency_ratio"):
-            open_at_0 = name != "sched_overlap"
-            if not ((getattr(self, name) > 0 or not open_at_0) and getattr(self, name) <= 1):
-                raise ValueError(f"stack {self.name}: {name} must be in "
-                                 f"{'(0, 1]' if open_at_0 else '[0, 1]'}, "
-                                 f"got {getattr(self, name)!r}")
+        # fractions: [0, 1] for the overlap, (0, 1] for the efficiencies (a zero would divide)
+        for name, zero_ok in (("sched_overlap", True), ("attn_bw_efficiency", False),
+                              ("fp8_gemv_efficiency_ratio", False)):
+            v = getattr(self, name)
+            if not ((v >= 0 if zero_ok else v > 0) and v <= 1):
+                raise ValueError(f"stack {self.name}: {name} must be in {'[0, 1]' if zero_ok else '(0, 1]'}, "
+                                 f"got {v!r}")
 
     #: the parameters a user may override one by one (``--assume NAME=VALUE``)
     @classmethod
